@@ -1,0 +1,174 @@
+// The reverse-mode engine: topological order by depth-first search from the root, then
+// one pass in reverse order with per-node gradient slots freed as they are consumed.
+#include "engine/autograd/autograd.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+namespace driftless::autograd {
+
+namespace {
+thread_local bool tls_grad_enabled = true;
+}
+
+bool grad_enabled() { return tls_grad_enabled; }
+
+NoGradGuard::NoGradGuard() : previous_(tls_grad_enabled) { tls_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { tls_grad_enabled = previous_; }
+
+void Context::save_for_backward(std::vector<Tensor> tensors) {
+  saved_.clear();
+  for (auto& t : tensors) saved_.push_back(t.defined() ? t.detach() : Tensor());
+}
+
+Node::Node(std::string name, std::vector<Tensor> inputs, std::vector<OutputMeta> outputs,
+           Context ctx, BackwardFn fn)
+    : name_(std::move(name)),
+      inputs_(std::move(inputs)),
+      outputs_(std::move(outputs)),
+      ctx_(std::move(ctx)),
+      fn_(std::move(fn)) {}
+
+std::vector<Tensor> Node::apply(const std::vector<Tensor>& grad_outputs) {
+  DL_CHECK(!released_, name_.c_str(),
+           "backward through a graph that was already freed (backward was called twice "
+           "through this node)");
+  std::vector<Tensor> grads = fn_(ctx_, grad_outputs);
+  DL_CHECK(grads.size() == inputs_.size(), name_.c_str(),
+           "backward returned " << grads.size() << " gradients for " << inputs_.size()
+                                << " inputs");
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined() || !inputs_[i].defined()) continue;
+    DL_CHECK(grads[i].shape() == inputs_[i].shape(), name_.c_str(),
+             "gradient of input " << i << " has shape " << shape_str(grads[i].shape())
+                                  << ", input has " << shape_str(inputs_[i].shape()));
+  }
+  return grads;
+}
+
+void Node::release() {
+  released_ = true;
+  ctx_.clear();
+  fn_ = nullptr;
+  inputs_.clear();
+}
+
+std::vector<Tensor> record(std::string name, const std::vector<Tensor>& inputs,
+                           const std::vector<Tensor>& outputs, Context ctx, BackwardFn fn) {
+  bool needed = false;
+  if (grad_enabled())
+    for (const auto& t : inputs) needed = needed || t.requires_grad();
+  if (!needed) return outputs;
+  std::vector<OutputMeta> metas;
+  for (const auto& o : outputs) metas.push_back({o.shape(), o.dtype(), o.device()});
+  auto node = std::make_shared<Node>(std::move(name), inputs, std::move(metas), std::move(ctx),
+                                     std::move(fn));
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    TensorImpl& im = outputs[i].impl();
+    im.requires_grad = true;
+    im.grad_fn = node;
+    im.output_nr = int(i);
+  }
+  return outputs;
+}
+
+Tensor record(std::string name, const std::vector<Tensor>& inputs, const Tensor& output,
+              Context ctx, BackwardFn fn) {
+  return record(std::move(name), inputs, std::vector<Tensor>{output}, std::move(ctx),
+                std::move(fn))[0];
+}
+
+namespace {
+void accumulate(Tensor& slot, const Tensor& g) {
+  if (!slot.defined()) {
+    slot = g;
+  } else {
+    // Never add into a tensor the producer may still hold: copy on first sum.
+    if (slot.shares_storage(g) || !slot.is_contiguous()) slot = slot.clone();
+    slot.add_(g.dtype() == slot.dtype() ? g : g.to(slot.dtype()));
+  }
+}
+}  // namespace
+
+void backward(const Tensor& root, const Tensor& grad) {
+  DL_CHECK(root.requires_grad(), "backward",
+           "the tensor does not require grad (no input of its graph requires grad)");
+  Tensor seed = grad;
+  if (!seed.defined()) {
+    DL_CHECK(root.numel() == 1, "backward",
+             "implicit gradient needs a one-element root, got shape " << shape_str(root.shape()));
+    seed = Tensor::ones(root.shape(), root.dtype(), root.device());
+  }
+  DL_CHECK(seed.shape() == root.shape(), "backward",
+           "gradient shape " << shape_str(seed.shape()) << " does not match root "
+                             << shape_str(root.shape()));
+  if (root.is_leaf()) {
+    Tensor g = root.grad();
+    accumulate(g, seed);
+    root.set_grad(g);
+    return;
+  }
+
+  // Post-order DFS (iterative: deep graphs must not overflow the stack).
+  std::vector<Node*> order;
+  std::unordered_set<Node*> visited;
+  std::vector<std::pair<Node*, size_t>> stack{{root.grad_fn().get(), 0}};
+  visited.insert(root.grad_fn().get());
+  DL_CHECK(!root.grad_fn()->released(), root.grad_fn()->name().c_str(),
+           "backward through a graph that was already freed (backward was called twice)");
+  while (!stack.empty()) {
+    auto& [node, next] = stack.back();
+    if (next < node->inputs().size()) {
+      const Tensor& in = node->inputs()[next++];
+      if (in.defined() && in.grad_fn() && !visited.count(in.grad_fn().get())) {
+        visited.insert(in.grad_fn().get());
+        stack.push_back({in.grad_fn().get(), 0});
+      }
+    } else {
+      order.push_back(node);
+      stack.pop_back();
+    }
+  }
+
+  std::unordered_map<Node*, std::vector<Tensor>> slots;
+  slots[root.grad_fn().get()].resize(root.grad_fn()->outputs().size());
+  slots[root.grad_fn().get()][root.output_nr()] = seed;
+  // Keep nodes alive while we run them even as their consumers release edges.
+  std::vector<std::shared_ptr<Node>> keep;
+  for (size_t i = order.size(); i-- > 0;) {
+    Node* node = order[i];
+    auto it = slots.find(node);
+    if (it == slots.end()) continue;  // reached only through inputs needing no gradient
+    std::vector<Tensor> gouts = std::move(it->second);
+    slots.erase(it);
+    gouts.resize(node->outputs().size());
+    for (size_t k = 0; k < gouts.size(); ++k) {
+      const OutputMeta& m = node->outputs()[k];
+      if (!gouts[k].defined()) gouts[k] = Tensor::zeros(m.shape, m.dtype, m.device);
+    }
+    std::vector<Tensor> grads = node->apply(gouts);
+    const std::vector<Tensor> inputs = node->inputs();
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const Tensor& in = inputs[k];
+      if (!grads[k].defined() || !in.defined() || !in.requires_grad()) continue;
+      if (in.grad_fn()) {
+        keep.push_back(in.grad_fn());
+        auto& s = slots[in.grad_fn().get()];
+        s.resize(in.grad_fn()->outputs().size());
+        accumulate(s[in.output_nr()], grads[k]);
+      } else {
+        Tensor g = in.grad();
+        if (g.defined()) {
+          g.add_(grads[k].dtype() == g.dtype() ? grads[k] : grads[k].to(g.dtype()));
+        } else {
+          g = grads[k].dtype() == in.dtype() ? grads[k].contiguous().clone()
+                                             : grads[k].to(in.dtype()).contiguous();
+        }
+        in.set_grad(g);
+      }
+    }
+    node->release();
+  }
+}
+
+}  // namespace driftless::autograd

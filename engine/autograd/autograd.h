@@ -1,0 +1,98 @@
+// Define-by-run reverse-mode autograd (issue "Foundation", DESIGN.md "Granularity of the
+// autograd graph"). An op computes its outputs, then calls record() with its inputs, a
+// Context of saved tensors and a backward function; record() links the outputs to a Node.
+//
+// Rules:
+// - Leaves (requires_grad, no grad_fn) ACCUMULATE: backward adds into .grad (+=), so
+//   gradients of several backward passes (micro-batches) sum until zero_grad().
+// - Interior gradients are summed over all consumers, handed to the producing node once,
+//   and freed as soon as that node has run.
+// - After backward the graph is freed (saved tensors dropped); a second backward through
+//   it throws driftless::Error naming the node.
+// - Saved tensors are stored detached, so saving an op's own output makes no cycle.
+#pragma once
+#include <any>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/core/tensor.h"
+
+namespace driftless::autograd {
+
+// Whether ops record graph nodes on this thread.
+bool grad_enabled();
+
+// Disables recording for its scope (evaluation, optimizer steps, generation).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// What a backward needs from its forward: saved tensors plus any other value.
+class Context {
+ public:
+  void save_for_backward(std::vector<Tensor> tensors);
+  const std::vector<Tensor>& saved_tensors() const { return saved_; }
+  std::any& data() { return data_; }
+  void clear() {
+    saved_.clear();
+    data_.reset();
+  }
+
+ private:
+  std::vector<Tensor> saved_;
+  std::any data_;
+};
+
+// backward(ctx, grad_outputs) returns one gradient per input (undefined = no gradient).
+// grad_outputs has one entry per output; an output nobody used gets zeros.
+using BackwardFn =
+    std::function<std::vector<Tensor>(Context& ctx, const std::vector<Tensor>& grad_outputs)>;
+
+struct OutputMeta {
+  Shape shape;
+  DType dtype;
+  Device device;
+};
+
+class Node {
+ public:
+  Node(std::string name, std::vector<Tensor> inputs, std::vector<OutputMeta> outputs,
+       Context ctx, BackwardFn fn);
+  const std::string& name() const { return name_; }
+  const std::vector<Tensor>& inputs() const { return inputs_; }
+  const std::vector<OutputMeta>& outputs() const { return outputs_; }
+  bool released() const { return released_; }
+  std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs);
+  // Drops saved tensors and input edges; the node can no longer run.
+  void release();
+
+ private:
+  std::string name_;
+  std::vector<Tensor> inputs_;
+  std::vector<OutputMeta> outputs_;
+  Context ctx_;
+  BackwardFn fn_;
+  bool released_ = false;
+};
+
+// Links outputs to a new node when grad is enabled and some input requires grad; the
+// outputs then require grad. Returns the outputs (same handles).
+std::vector<Tensor> record(std::string name, const std::vector<Tensor>& inputs,
+                           const std::vector<Tensor>& outputs, Context ctx, BackwardFn fn);
+// Single-output convenience.
+Tensor record(std::string name, const std::vector<Tensor>& inputs, const Tensor& output,
+              Context ctx, BackwardFn fn);
+
+// Runs reverse mode from root. grad defaults to ones (root must then have one element).
+void backward(const Tensor& root, const Tensor& grad = Tensor());
+
+}  // namespace driftless::autograd

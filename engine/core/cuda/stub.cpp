@@ -1,0 +1,21 @@
+// CUDA primitives when driftless is built without CUDA: every call explains the build.
+#include "engine/core/device_ops.h"
+
+namespace driftless::cuda {
+
+namespace {
+[[noreturn]] void no_cuda(const char* op) {
+  DL_FAIL(op, "this driftless was built without CUDA (configure with -DDRIFTLESS_CUDA=ON "
+              "on a machine with nvcc)");
+}
+}  // namespace
+
+bool built_with_cuda() { return false; }
+int device_count() { return 0; }
+Allocator& allocator() { no_cuda("cuda.alloc"); }
+void copy(const Tensor&, const Tensor&) { no_cuda("cuda.copy"); }
+void fill(const Tensor&, double) { no_cuda("cuda.fill"); }
+void add_(const Tensor&, const Tensor&) { no_cuda("cuda.add_"); }
+void synchronize() {}
+
+}  // namespace driftless::cuda

@@ -1,0 +1,18 @@
+// The few device primitives engine/core needs from a backend: allocation, elementwise
+// copy with dtype conversion, fill and accumulate. The CPU bodies live in tensor.cpp; the
+// CUDA bodies in engine/core/cuda/, or a stub that throws when built without CUDA.
+#pragma once
+#include "engine/core/tensor.h"
+
+namespace driftless::cuda {
+
+bool built_with_cuda();
+int device_count();  // 0 when built without CUDA or no GPU is present
+Allocator& allocator();
+// dst and src have the same shape; either may live on cpu, at least one on cuda.
+void copy(const Tensor& dst, const Tensor& src);
+void fill(const Tensor& dst, double value);
+void add_(const Tensor& dst, const Tensor& src);
+void synchronize();
+
+}  // namespace driftless::cuda
