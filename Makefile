@@ -1,0 +1,38 @@
+# The two commands of the README: `make demo` (the main job) and `make test` (every test).
+# Both install missing Debian packages, configure and build first.
+BUILD ?= build
+BUILD_TYPE ?= RelWithDebInfo
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+CCACHE := $(shell command -v ccache 2>/dev/null)
+ifneq ($(CCACHE),)
+  CMAKE_FLAGS += -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache
+endif
+
+.PHONY: all deps configure build test demo clean format gpu-test
+
+all: build
+
+deps:
+	@bash scripts/install_deps.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD) -j$(JOBS)
+
+test: build
+	@ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) --timeout 900
+
+demo: build
+	@bash scripts/demo.sh $(BUILD)
+
+gpu-test:
+	@bash tests/gpu/run.sh
+
+format:
+	@git ls-files '*.h' '*.cpp' '*.cu' '*.cuh' | xargs clang-format -i
+
+clean:
+	@rm -rf $(BUILD)

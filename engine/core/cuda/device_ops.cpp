@@ -1,0 +1,69 @@
+// CUDA bodies of the core device primitives (device_ops.h): host<->device transfers go
+// through contiguous staging buffers; strided views and dtype conversion run as kernels.
+#include "engine/core/device_ops.h"
+
+#include <cstring>
+
+#include "engine/core/cuda/check.h"
+#include "engine/core/cuda/elementwise.cuh"
+
+namespace driftless::cuda {
+
+namespace {
+StridedView view_of(const Tensor& t) {
+  DL_CHECK(t.dim() <= kMaxDims, "cuda", "tensors of rank " << t.dim() << " exceed " << kMaxDims);
+  StridedView v{};
+  v.data = t.raw_data();
+  v.dtype = t.dtype();
+  v.rank = int(t.dim());
+  for (int d = 0; d < v.rank; ++d) {
+    v.shape[d] = t.shape()[d];
+    v.strides[d] = t.strides()[d];
+  }
+  return v;
+}
+}  // namespace
+
+bool built_with_cuda() { return true; }
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+void synchronize() { DL_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+void copy(const Tensor& dst, const Tensor& src) {
+  const bool dst_gpu = dst.device() == Device::cuda, src_gpu = src.device() == Device::cuda;
+  if (dst_gpu && src_gpu) return launch_copy(view_of(dst), view_of(src), dst.numel());
+  if (dst_gpu) {
+    // Host -> device: convert and compact on the host, one memcpy, then scatter if needed.
+    Tensor staged = src.dtype() == dst.dtype() ? src.contiguous() : src.to(dst.dtype());
+    if (dst.is_contiguous()) {
+      DL_CUDA_CHECK(cudaMemcpy(dst.raw_data(), staged.raw_data(), dst.nbytes(),
+                               cudaMemcpyHostToDevice));
+      return;
+    }
+    Tensor dev = Tensor::empty(dst.shape(), dst.dtype(), Device::cuda);
+    DL_CUDA_CHECK(
+        cudaMemcpy(dev.raw_data(), staged.raw_data(), dst.nbytes(), cudaMemcpyHostToDevice));
+    return launch_copy(view_of(dst), view_of(dev), dst.numel());
+  }
+  // Device -> host: compact on the device, one memcpy, convert on the host.
+  Tensor dev = src.contiguous();
+  Tensor host = Tensor::empty(src.shape(), src.dtype(), Device::cpu);
+  DL_CUDA_CHECK(cudaMemcpy(host.raw_data(), dev.raw_data(), src.nbytes(), cudaMemcpyDeviceToHost));
+  dst.copy_(host);
+}
+
+void fill(const Tensor& dst, double value) { launch_fill(view_of(dst), value, dst.numel()); }
+
+void add_(const Tensor& dst, const Tensor& src) {
+  launch_add(view_of(dst), view_of(src), dst.numel());
+}
+
+}  // namespace driftless::cuda

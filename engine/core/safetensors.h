@@ -1,0 +1,73 @@
+// Reader and writer of the safetensors format (8-byte little-endian header length, JSON
+// header, raw little-endian data), used by checkpoints, tensor logs (DESIGN.md "Tensor
+// logs") and attention replay. Writes are atomic (temporary name, fsync, rename: DESIGN.md
+// "Errors"); reads memory-map the file and copy each tensor out on request.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/core/tensor.h"
+
+namespace driftless {
+
+// The safetensors name of a dtype ("F32", "F64", "BF16", "I32", "I64").
+const char* safetensors_dtype_name(DType dtype);
+
+// Writes `tensors` (in the given order, names unique, none called "__metadata__") and
+// `metadata` to `path`. Tensors may live on any device and be non-contiguous views; they
+// are copied to contiguous cpu memory first. The file is written to
+// `path + ".tmp.<pid>"`, fsync'ed and renamed over `path`, so a reader never sees a
+// partial file; on failure the temporary is removed and Error is thrown.
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+// An open, memory-mapped safetensors file. The header is validated when opening (every
+// tensor's dtype, shape and byte range), so get() cannot read out of bounds. Move-only.
+class SafetensorsFile {
+ public:
+  struct Entry {
+    DType dtype = DType::f32;
+    Shape shape;
+    uint64_t begin = 0;  // byte offsets into the data section, [begin, end)
+    uint64_t end = 0;
+  };
+
+  SafetensorsFile(SafetensorsFile&&) noexcept;
+  SafetensorsFile& operator=(SafetensorsFile&&) noexcept;
+  ~SafetensorsFile();
+
+  const std::string& path() const { return path_; }
+  // Tensor names in file order (ascending data offset).
+  const std::vector<std::string>& names() const { return names_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  bool contains(const std::string& name) const { return entries_.count(name) != 0; }
+  // dtype, shape and byte range without reading the data; throws when absent.
+  const Entry& entry(const std::string& name) const;
+  // A fresh contiguous cpu tensor holding a copy of the data; throws when absent.
+  Tensor get(const std::string& name) const;
+
+ private:
+  friend SafetensorsFile read_safetensors(const std::string& path);
+  struct Mapping;
+  SafetensorsFile();
+
+  std::string path_;
+  std::unique_ptr<Mapping> mapping_;
+  uint64_t data_start_ = 0;  // file offset of the data section (8 + header length)
+  std::vector<std::string> names_;
+  std::map<std::string, Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Opens and validates `path`. Errors name the file and, for a malformed file, the byte
+// offset of the problem: truncated file, header length past the end of the file, bad
+// JSON, a dtype we do not hold, a shape that does not match its byte range, offsets out
+// of bounds or overlapping.
+SafetensorsFile read_safetensors(const std::string& path);
+
+}  // namespace driftless
