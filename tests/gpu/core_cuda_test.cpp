@@ -1,0 +1,75 @@
+// Backends agree (CONVENTIONS.md tier 2) for engine/core: transfers, strided copies,
+// dtype conversion, fill and accumulate on cuda equal their CPU results bit for bit, and
+// the caching allocator reuses blocks. Skips when no GPU is present.
+#include <gtest/gtest.h>
+
+#include "engine/core/device_ops.h"
+#include "engine/core/tensor.h"
+#ifdef DRIFTLESS_HAVE_CUDA
+#include "engine/core/cuda/caching_allocator.h"
+#endif
+
+namespace driftless {
+namespace {
+
+#define DL_REQUIRE_GPU() \
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device present"
+
+TEST(CoreCuda, RoundTripEveryDtype) {
+  DL_REQUIRE_GPU();
+  for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::i32, DType::i64}) {
+    Tensor h = Tensor::randn({37, 5}, 3, DType::f64).to(dt);
+    Tensor d = h.to(Device::cuda);
+    EXPECT_EQ(d.device(), Device::cuda);
+    EXPECT_EQ(d.to(Device::cpu).to_vector<double>(), h.to_vector<double>()) << dtype_name(dt);
+  }
+}
+
+TEST(CoreCuda, StridedViewsAndConversionMatchCpu) {
+  DL_REQUIRE_GPU();
+  Tensor h = Tensor::randn({6, 7, 9}, 5);
+  Tensor d = h.to(Device::cuda);
+  Tensor hv = h.permute({2, 0, 1}).narrow(1, 1, 4);
+  Tensor dv = d.permute({2, 0, 1}).narrow(1, 1, 4);
+  EXPECT_EQ(dv.contiguous().to_vector<float>(), hv.contiguous().to_vector<float>());
+  // Device-side bf16 conversion rounds exactly like the host conversion.
+  EXPECT_EQ(dv.to(DType::bf16).to_vector<float>(), hv.to(DType::bf16).to_vector<float>());
+  // Host -> strided device destination.
+  Tensor target = Tensor::zeros({9, 6, 7}, DType::f32, Device::cuda);
+  target.narrow(1, 2, 3).copy_(h.permute({2, 0, 1}).narrow(1, 1, 3));
+  Tensor expect = Tensor::zeros({9, 6, 7});
+  expect.narrow(1, 2, 3).copy_(h.permute({2, 0, 1}).narrow(1, 1, 3));
+  EXPECT_EQ(target.to_vector<float>(), expect.to_vector<float>());
+}
+
+TEST(CoreCuda, FillAndAccumulate) {
+  DL_REQUIRE_GPU();
+  Tensor d = Tensor::full({129}, 1.5, DType::f32, Device::cuda);
+  Tensor h = Tensor::randn({129}, 9);
+  d.add_(h.to(Device::cuda));
+  Tensor e = Tensor::full({129}, 1.5);
+  e.add_(h);
+  EXPECT_EQ(d.to_vector<float>(), e.to_vector<float>());
+  d.narrow(0, 10, 5).zero_();
+  auto v = d.to_vector<float>();
+  EXPECT_EQ(v[9], e.to_vector<float>()[9]);
+  for (int i = 10; i < 15; ++i) EXPECT_EQ(v[i], 0.0f);
+  EXPECT_EQ(v[15], e.to_vector<float>()[15]);
+}
+
+#ifdef DRIFTLESS_HAVE_CUDA
+TEST(CoreCuda, CachingAllocatorReusesBlocks) {
+  DL_REQUIRE_GPU();
+  auto& a = cuda::caching_allocator();
+  { Tensor t = Tensor::empty({1 << 20}, DType::f32, Device::cuda); }
+  size_t before = a.stats().system_allocations;
+  for (int i = 0; i < 10; ++i) {
+    Tensor t = Tensor::empty({1 << 20}, DType::f32, Device::cuda);
+  }
+  EXPECT_EQ(a.stats().system_allocations, before);
+  EXPECT_GE(a.stats().bytes_reserved, size_t(4) << 20);
+}
+#endif
+
+}  // namespace
+}  // namespace driftless
