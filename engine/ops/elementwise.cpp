@@ -1,0 +1,155 @@
+// Elementwise ops with numpy broadcasting (add, sub, mul), scalar ops, and the
+// broadcast_to / sum_to pair that every broadcasting backward reduces through.
+// Kernels read strided inputs directly; outputs are contiguous.
+#include <vector>
+
+#include "engine/ops/op_utils.h"
+#include "engine/ops/ops.h"
+
+namespace driftless::ops {
+
+using autograd::Context;
+using detail::broadcast_strides;
+using detail::dispatch_float;
+using detail::for_each_broadcast;
+
+namespace {
+
+template <class Fn>
+Tensor binary_kernel(const char* op, const Tensor& a, const Tensor& b, Fn fn) {
+  detail::require_float(op, a, "a");
+  detail::require_float(op, b, "b");
+  detail::require_same_dtype(op, a, "a", b, "b");
+  detail::require_cpu(op, {a, b});
+  Shape out_shape = detail::broadcast_shape(op, a.shape(), b.shape());
+  Tensor out = Tensor::empty(out_shape, a.dtype());
+  dispatch_float(op, a.dtype(), [&](auto z) {
+    using T = decltype(z);
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* po = out.data<T>();
+    std::array<Shape, 2> st{broadcast_strides(a.shape(), a.strides(), out_shape),
+                            broadcast_strides(b.shape(), b.strides(), out_shape)};
+    for_each_broadcast<2>(out_shape, st,
+                          [&](int64_t i, const auto& o) { po[i] = fn(pa[o[0]], pb[o[1]]); });
+  });
+  return out;
+}
+
+template <class Fn>
+Tensor unary_kernel(const char* op, const Tensor& x, Fn fn) {
+  detail::require_float(op, x, "x");
+  detail::require_cpu(op, {x});
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  dispatch_float(op, x.dtype(), [&](auto z) {
+    using T = decltype(z);
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+    for_each_broadcast<1>(x.shape(), std::array<Shape, 1>{x.strides()},
+                          [&](int64_t i, const auto& o) { po[i] = fn(px[o[0]]); });
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_kernel("add", a, b, [](auto x, auto y) { return x + y; });
+  Shape sa = a.shape(), sb = b.shape();
+  return autograd::record("add", {a, b}, out, Context(),
+                          [sa, sb](Context&, const std::vector<Tensor>& g) {
+                            return std::vector<Tensor>{sum_to(g[0], sa), sum_to(g[0], sb)};
+                          });
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_kernel("sub", a, b, [](auto x, auto y) { return x - y; });
+  Shape sa = a.shape(), sb = b.shape();
+  return autograd::record("sub", {a, b}, out, Context(),
+                          [sa, sb](Context&, const std::vector<Tensor>& g) {
+                            return std::vector<Tensor>{sum_to(g[0], sa), sum_to(neg(g[0]), sb)};
+                          });
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_kernel("mul", a, b, [](auto x, auto y) { return x * y; });
+  Context ctx;
+  ctx.save_for_backward({a, b});
+  return autograd::record("mul", {a, b}, out, std::move(ctx),
+                          [](Context& c, const std::vector<Tensor>& g) {
+                            const Tensor& sa = c.saved_tensors()[0];
+                            const Tensor& sb = c.saved_tensors()[1];
+                            return std::vector<Tensor>{sum_to(mul(g[0], sb), sa.shape()),
+                                                       sum_to(mul(g[0], sa), sb.shape())};
+                          });
+}
+
+Tensor scale(const Tensor& x, double s) {
+  Tensor out = unary_kernel("scale", x, [s](auto v) { return decltype(v)(v * s); });
+  return autograd::record(
+      "scale", {x}, out, Context(),
+      [s](Context&, const std::vector<Tensor>& g) { return std::vector<Tensor>{scale(g[0], s)}; });
+}
+
+Tensor add_scalar(const Tensor& x, double s) {
+  Tensor out = unary_kernel("add_scalar", x, [s](auto v) { return decltype(v)(v + s); });
+  return autograd::record(
+      "add_scalar", {x}, out, Context(),
+      [](Context&, const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
+}
+
+Tensor neg(const Tensor& x) {
+  Tensor out = unary_kernel("neg", x, [](auto v) { return -v; });
+  return autograd::record("neg", {x}, out, Context(), [](Context&, const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{neg(g[0])};
+  });
+}
+
+Tensor broadcast_to(const Tensor& x, const Shape& shape) {
+  const char* op = "broadcast_to";
+  detail::require_float(op, x, "x");
+  detail::require_cpu(op, {x});
+  DL_CHECK(
+      x.dim() <= int64_t(shape.size()) && detail::broadcast_shape(op, x.shape(), shape) == shape,
+      op, "cannot broadcast " << shape_str(x.shape()) << " to " << shape_str(shape));
+  Tensor out = Tensor::empty(shape, x.dtype());
+  dispatch_float(op, x.dtype(), [&](auto z) {
+    using T = decltype(z);
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+    std::array<Shape, 1> st{broadcast_strides(x.shape(), x.strides(), shape)};
+    for_each_broadcast<1>(shape, st, [&](int64_t i, const auto& o) { po[i] = px[o[0]]; });
+  });
+  Shape sx = x.shape();
+  return autograd::record(op, {x}, out, Context(), [sx](Context&, const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{sum_to(g[0], sx)};
+  });
+}
+
+Tensor sum_to(const Tensor& x, const Shape& shape) {
+  const char* op = "sum_to";
+  detail::require_float(op, x, "x");
+  detail::require_cpu(op, {x});
+  DL_CHECK(int64_t(shape.size()) <= x.dim() &&
+               detail::broadcast_shape(op, shape, x.shape()) == x.shape(),
+           op, "cannot sum " << shape_str(x.shape()) << " down to " << shape_str(shape));
+  if (shape == x.shape()) return x;
+  Tensor out = Tensor::empty(shape, x.dtype());
+  dispatch_float(op, x.dtype(), [&](auto z) {
+    using T = decltype(z);
+    std::vector<double> acc(size_t(shape_numel(shape)), 0.0);
+    const T* px = x.data<T>();
+    std::array<Shape, 2> st{x.strides(),
+                            broadcast_strides(shape, contiguous_strides(shape), x.shape())};
+    for_each_broadcast<2>(x.shape(), st,
+                          [&](int64_t, const auto& o) { acc[size_t(o[1])] += px[o[0]]; });
+    T* po = out.data<T>();
+    for (size_t i = 0; i < acc.size(); ++i) po[i] = T(acc[i]);
+  });
+  Shape sx = x.shape();
+  return autograd::record(op, {x}, out, Context(), [sx](Context&, const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{broadcast_to(g[0], sx)};
+  });
+}
+
+}  // namespace driftless::ops

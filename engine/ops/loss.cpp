@@ -1,0 +1,98 @@
+// Fused cross-entropy with a loss mask and SUM reduction (DESIGN.md data flow: "loss (sum
+// over real tokens ...)"): one node; backward = (softmax - onehot) * mask * g, and the mask
+// gets the per-row loss. The caller scales by 1 / tokens in the global batch.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "engine/ops/op_utils.h"
+#include "engine/ops/ops.h"
+
+namespace driftless::ops {
+
+using autograd::Context;
+
+namespace {
+
+// Per-row target indices as int64, validated against [0, v).
+std::vector<int64_t> read_targets(const Tensor& targets, int64_t v) {
+  std::vector<int64_t> t = targets.to_vector<int64_t>();
+  for (size_t i = 0; i < t.size(); ++i)
+    DL_CHECK(t[i] >= 0 && t[i] < v, "cross_entropy",
+             "target " << t[i] << " at row " << i << " is out of range [0, " << v << ")");
+  return t;
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, const Tensor& mask_in) {
+  const char* op = "cross_entropy";
+  detail::require_float(op, logits_in, "logits");
+  detail::require_int(op, targets, "targets");
+  DL_CHECK(logits_in.dim() == 2, op, "logits must be (N, V), got " << shape_str(logits_in.shape()));
+  const int64_t n = logits_in.size(0), v = logits_in.size(1);
+  DL_CHECK(targets.shape() == Shape{n}, op,
+           "targets must have shape [" << n << "] for logits " << shape_str(logits_in.shape())
+                                       << ", got " << shape_str(targets.shape()));
+  if (mask_in.defined()) {
+    detail::require_same_dtype(op, logits_in, "logits", mask_in, "loss_mask");
+    DL_CHECK(mask_in.shape() == Shape{n}, op,
+             "loss_mask must have shape [" << n << "] for logits " << shape_str(logits_in.shape())
+                                           << ", got " << shape_str(mask_in.shape()));
+  }
+  detail::require_cpu(op, {logits_in, targets, mask_in});
+  DL_CHECK(v > 0 || n == 0, op, "logits " << shape_str(logits_in.shape()) << " have no classes");
+  Tensor logits = logits_in.contiguous();
+  std::vector<int64_t> t = read_targets(targets, v);
+  std::vector<double> mask =
+      mask_in.defined() ? mask_in.to_vector<double>() : std::vector<double>(size_t(n), 1.0);
+  Tensor lse = Tensor::empty({n}, DType::f64);  // per-row log-sum-exp, kept in double
+  Tensor out = Tensor::empty({}, logits.dtype());
+  detail::dispatch_float(op, logits.dtype(), [&](auto z) {
+    using T = decltype(z);
+    const T* px = logits.data<T>();
+    double* pl = lse.data<double>();
+    double total = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      const T* row = px + r * v;
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < v; ++j) m = std::max(m, double(row[j]));
+      double s = 0;
+      for (int64_t j = 0; j < v; ++j) s += std::exp(double(row[j]) - m);
+      pl[r] = m + std::log(s);
+      if (mask[size_t(r)] != 0) total += mask[size_t(r)] * (pl[r] - double(row[t[size_t(r)]]));
+    }
+    *out.data<T>() = T(total);
+  });
+  Context ctx;
+  ctx.save_for_backward({logits, lse});
+  ctx.data() = std::make_pair(std::move(t), std::move(mask));
+  const bool want_mask = mask_in.defined();
+  return autograd::record(
+      op, {logits_in, targets, mask_in}, out, std::move(ctx),
+      [want_mask](Context& c, const std::vector<Tensor>& g) {
+        const Tensor& logits = c.saved_tensors()[0];
+        const double* pl = c.saved_tensors()[1].data<double>();
+        auto& [t, mask] =
+            std::any_cast<std::pair<std::vector<int64_t>, std::vector<double>>&>(c.data());
+        const double go = g[0].item();
+        const int64_t n = logits.size(0), v = logits.size(1);
+        Tensor dlogits = Tensor::empty(logits.shape(), logits.dtype());
+        Tensor dmask = want_mask ? Tensor::empty({n}, logits.dtype()) : Tensor();
+        detail::dispatch_float("cross_entropy", logits.dtype(), [&](auto z) {
+          using T = decltype(z);
+          const T* px = logits.data<T>();
+          T* pd = dlogits.data<T>();
+          for (int64_t r = 0; r < n; ++r) {
+            const double w = go * mask[size_t(r)];
+            const T* row = px + r * v;
+            for (int64_t j = 0; j < v; ++j) pd[r * v + j] = T(w * std::exp(double(row[j]) - pl[r]));
+            pd[r * v + t[size_t(r)]] -= T(w);
+            if (want_mask) dmask.data<T>()[r] = T(go * (pl[r] - double(row[t[size_t(r)]])));
+          }
+        });
+        return std::vector<Tensor>{dlogits, Tensor(), dmask};
+      });
+}
+
+}  // namespace driftless::ops

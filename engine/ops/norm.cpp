@@ -1,0 +1,126 @@
+// Layer norm over the last dim as one node with a hand-written fused backward (llm.c
+// style): forward saves the per-row mean and reciprocal std, backward makes dx, dweight
+// and dbias in one pass over the rows.
+#include <cmath>
+#include <vector>
+
+#include "engine/ops/op_utils.h"
+#include "engine/ops/ops.h"
+
+namespace driftless::ops {
+
+using autograd::Context;
+
+namespace {
+
+// x (R, C) contiguous; weight (C) or undefined. Returns {dx, dweight, dbias}.
+std::vector<Tensor> layer_norm_backward(const Tensor& g_in, const Tensor& x_in,
+                                        const Tensor& weight_in, const Tensor& mean,
+                                        const Tensor& rstd, bool want_w, bool want_b) {
+  Tensor g = g_in.contiguous(), x = x_in.contiguous();
+  Tensor weight = weight_in.defined() ? weight_in.contiguous() : Tensor();
+  const int64_t c = x.size(-1), rows = c == 0 ? 0 : x.numel() / c;
+  Tensor dx = Tensor::empty(x.shape(), x.dtype());
+  Tensor dw, db;
+  detail::dispatch_float("layer_norm", x.dtype(), [&](auto z) {
+    using T = decltype(z);
+    const T* px = x.data<T>();
+    const T* pg = g.data<T>();
+    const T* pw = weight.defined() ? weight.data<T>() : nullptr;
+    const T* pm = mean.data<T>();
+    const T* pr = rstd.data<T>();
+    T* pd = dx.data<T>();
+    std::vector<double> acc_w(size_t(c), 0.0), acc_b(size_t(c), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = px + r * c;
+      const T* gr = pg + r * c;
+      const double m = double(pm[r]), s = double(pr[r]);
+      double mean_d = 0, mean_dx = 0;  // mean(dxhat), mean(dxhat * xhat)
+      for (int64_t i = 0; i < c; ++i) {
+        const double xhat = (double(xr[i]) - m) * s;
+        const double d = double(gr[i]) * (pw ? double(pw[i]) : 1.0);
+        mean_d += d;
+        mean_dx += d * xhat;
+        acc_w[size_t(i)] += double(gr[i]) * xhat;
+        acc_b[size_t(i)] += double(gr[i]);
+      }
+      mean_d /= double(c);
+      mean_dx /= double(c);
+      for (int64_t i = 0; i < c; ++i) {
+        const double xhat = (double(xr[i]) - m) * s;
+        const double d = double(gr[i]) * (pw ? double(pw[i]) : 1.0);
+        pd[r * c + i] = T(s * (d - mean_d - xhat * mean_dx));
+      }
+    }
+    if (want_w) {
+      dw = Tensor::empty({c}, x.dtype());
+      for (int64_t i = 0; i < c; ++i) dw.data<T>()[i] = T(acc_w[size_t(i)]);
+    }
+    if (want_b) {
+      db = Tensor::empty({c}, x.dtype());
+      for (int64_t i = 0; i < c; ++i) db.data<T>()[i] = T(acc_b[size_t(i)]);
+    }
+  });
+  return {dx.reshape(x_in.shape()), dw, db};
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, double eps) {
+  const char* op = "layer_norm";
+  detail::require_float(op, x_in, "x");
+  DL_CHECK(x_in.dim() >= 1, op, "x must have at least one dim, got a zero-dim tensor");
+  const int64_t c = x_in.size(-1);
+  for (auto [t, name] : {std::pair{weight_in, "weight"}, std::pair{bias_in, "bias"}}) {
+    if (!t.defined()) continue;
+    detail::require_same_dtype(op, x_in, "x", t, name);
+    DL_CHECK(t.shape() == Shape{c}, op,
+             name << " must have shape [" << c << "] for x " << shape_str(x_in.shape()) << ", got "
+                  << shape_str(t.shape()));
+  }
+  DL_CHECK(eps >= 0, op, "eps must be >= 0, got " << eps);
+  detail::require_cpu(op, {x_in, weight_in, bias_in});
+  DL_CHECK(c > 0, op, "last dim of x " << shape_str(x_in.shape()) << " is empty");
+  Tensor x = x_in.contiguous();
+  Tensor w = weight_in.defined() ? weight_in.contiguous() : Tensor();
+  Tensor b = bias_in.defined() ? bias_in.contiguous() : Tensor();
+  const int64_t rows = x.numel() / c;
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  Tensor mean = Tensor::empty({rows}, x.dtype());
+  Tensor rstd = Tensor::empty({rows}, x.dtype());
+  detail::dispatch_float(op, x.dtype(), [&](auto z) {
+    using T = decltype(z);
+    const T* px = x.data<T>();
+    const T* pw = w.defined() ? w.data<T>() : nullptr;
+    const T* pb = b.defined() ? b.data<T>() : nullptr;
+    T* po = out.data<T>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = px + r * c;
+      double m = 0, v = 0;
+      for (int64_t i = 0; i < c; ++i) m += double(xr[i]);
+      m /= double(c);
+      for (int64_t i = 0; i < c; ++i) v += (double(xr[i]) - m) * (double(xr[i]) - m);
+      v /= double(c);
+      const double s = 1.0 / std::sqrt(v + eps);
+      mean.data<T>()[r] = T(m);
+      rstd.data<T>()[r] = T(s);
+      for (int64_t i = 0; i < c; ++i) {
+        double y = (double(xr[i]) - m) * s;
+        if (pw) y *= double(pw[i]);
+        if (pb) y += double(pb[i]);
+        po[r * c + i] = T(y);
+      }
+    }
+  });
+  Context ctx;
+  ctx.save_for_backward({x, w, mean, rstd});
+  const bool want_w = weight_in.defined(), want_b = bias_in.defined();
+  return autograd::record(op, {x_in, weight_in, bias_in}, out, std::move(ctx),
+                          [want_w, want_b](Context& ctx, const std::vector<Tensor>& g) {
+                            const auto& s = ctx.saved_tensors();
+                            return layer_norm_backward(g[0], s[0], s[1], s[2], s[3], want_w,
+                                                       want_b);
+                          });
+}
+
+}  // namespace driftless::ops

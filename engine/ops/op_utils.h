@@ -1,0 +1,136 @@
+// Helpers shared by the op files (not public API): input checks with "[op] ..." errors, the
+// device check that is each op's single dispatch point, the f32/f64 dtype dispatch, and
+// broadcast iteration.
+#pragma once
+#include <array>
+#include <initializer_list>
+#include <string>
+#include <type_traits>
+
+#include "engine/autograd/autograd.h"
+#include "engine/core/tensor.h"
+
+namespace driftless::ops::detail {
+
+// Every op calls this once before computing. There is no CUDA backend yet: when
+// engine/ops/cuda/ lands, this is the one place per op that branches to it.
+inline void require_cpu(const char* op, std::initializer_list<Tensor> tensors) {
+  for (const Tensor& t : tensors)
+    if (t.defined())
+      DL_CHECK(t.device() == Device::cpu, op,
+               "no CUDA backend for this op yet: inputs must be on cpu, got a "
+                   << device_name(t.device()) << " tensor of shape " << shape_str(t.shape()));
+}
+
+inline void require_defined(const char* op, const Tensor& t, const char* name) {
+  DL_CHECK(t.defined(), op, name << " is an undefined tensor");
+}
+
+// f32 or f64 (CPU kernels have no bf16 body).
+inline void require_float(const char* op, const Tensor& t, const char* name) {
+  require_defined(op, t, name);
+  DL_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64, op,
+           name << " must be f32 or f64 on cpu, got " << dtype_name(t.dtype()) << " of shape "
+                << shape_str(t.shape()));
+}
+
+inline void require_int(const char* op, const Tensor& t, const char* name) {
+  require_defined(op, t, name);
+  DL_CHECK(t.dtype() == DType::i32 || t.dtype() == DType::i64, op,
+           name << " must be i32 or i64, got " << dtype_name(t.dtype()) << " of shape "
+                << shape_str(t.shape()));
+}
+
+inline void require_same_dtype(const char* op, const Tensor& a, const char* an, const Tensor& b,
+                               const char* bn) {
+  DL_CHECK(a.dtype() == b.dtype(), op,
+           an << " " << shape_str(a.shape()) << " is " << dtype_name(a.dtype()) << " but " << bn
+              << " " << shape_str(b.shape()) << " is " << dtype_name(b.dtype()));
+}
+
+// Calls f(T{}) with T = float or double.
+template <class F>
+decltype(auto) dispatch_float(const char* op, DType dtype, F&& f) {
+  if (dtype == DType::f64) return f(double{});
+  DL_CHECK(dtype == DType::f32, op, "no cpu kernel for dtype " << dtype_name(dtype));
+  return f(float{});
+}
+
+// Calls f(I{}) with I = int32_t or int64_t.
+template <class F>
+decltype(auto) dispatch_int(const char* op, DType dtype, F&& f) {
+  if (dtype == DType::i64) return f(int64_t{});
+  DL_CHECK(dtype == DType::i32, op, "no index kernel for dtype " << dtype_name(dtype));
+  return f(int32_t{});
+}
+
+// A dim splits a contiguous tensor into (outer, n, inner).
+struct Dims3 {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+inline Dims3 dims3(const Shape& shape, int64_t d) {
+  Dims3 r;
+  for (int64_t i = 0; i < d; ++i) r.outer *= shape[i];
+  r.n = shape[d];
+  for (size_t i = size_t(d) + 1; i < shape.size(); ++i) r.inner *= shape[i];
+  return r;
+}
+
+// Numpy broadcast of two shapes; throws naming op and both shapes.
+inline Shape broadcast_shape(const char* op, const Shape& a, const Shape& b) {
+  size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    DL_CHECK(da == db || da == 1 || db == 1, op,
+             "shapes " << shape_str(a) << " and " << shape_str(b) << " do not broadcast (dim " << i
+                       << ": " << da << " vs " << db << ")");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+// Strides (in elements) that read a tensor of `shape` and `strides` as if broadcast to
+// `out` (stride 0 along broadcast dims). `out` must be a valid broadcast of `shape`.
+inline Shape broadcast_strides(const Shape& shape, const Shape& strides, const Shape& out) {
+  Shape st(out.size(), 0);
+  size_t lead = out.size() - shape.size();
+  for (size_t i = 0; i < shape.size(); ++i) st[lead + i] = shape[i] == 1 ? 0 : strides[i];
+  return st;
+}
+
+// Calls f(i, offs) for every element of `out` in row-major order, i the linear index and
+// offs[k] the element offset into operand k (given its broadcast strides).
+template <size_t K, class F>
+void for_each_broadcast(const Shape& out, const std::array<Shape, K>& strides, F&& f) {
+  const int64_t n = shape_numel(out);
+  if (n == 0) return;
+  const int64_t rank = int64_t(out.size());
+  if (rank == 0) {
+    f(int64_t(0), std::array<int64_t, K>{});
+    return;
+  }
+  std::vector<int64_t> idx(rank, 0);
+  std::array<int64_t, K> offs{};
+  const int64_t last = out[rank - 1];
+  std::array<int64_t, K> step;
+  for (size_t k = 0; k < K; ++k) step[k] = strides[k][rank - 1];
+  for (int64_t i = 0; i < n; i += last) {
+    std::array<int64_t, K> o = offs;
+    for (int64_t j = 0; j < last; ++j) {
+      f(i + j, o);
+      for (size_t k = 0; k < K; ++k) o[k] += step[k];
+    }
+    for (int64_t d = rank - 2; d >= 0; --d) {
+      if (++idx[d] < out[d]) {
+        for (size_t k = 0; k < K; ++k) offs[k] += strides[k][d];
+        break;
+      }
+      for (size_t k = 0; k < K; ++k) offs[k] -= strides[k][d] * (out[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+}  // namespace driftless::ops::detail

@@ -1,0 +1,86 @@
+// Reductions over one dim (sum, mean) and over everything (sum_all). Accumulation is in
+// double on cpu, so the result does not depend on the reduction order.
+#include <vector>
+
+#include "engine/ops/op_utils.h"
+#include "engine/ops/ops.h"
+
+namespace driftless::ops {
+
+using autograd::Context;
+
+namespace {
+
+// sum over dim d of x, times factor; output keeps dim d with size 1.
+Tensor reduce_dim(const char* op, const Tensor& x_in, int64_t d, double factor) {
+  Tensor x = x_in.contiguous();
+  detail::Dims3 s = detail::dims3(x.shape(), d);
+  Shape out_shape = x.shape();
+  out_shape[d] = 1;
+  Tensor out = Tensor::empty(out_shape, x.dtype());
+  detail::dispatch_float(op, x.dtype(), [&](auto z) {
+    using T = decltype(z);
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+    std::vector<double> acc(size_t(s.inner));
+    for (int64_t o = 0; o < s.outer; ++o) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t j = 0; j < s.n; ++j) {
+        const T* row = px + (o * s.n + j) * s.inner;
+        for (int64_t i = 0; i < s.inner; ++i) acc[size_t(i)] += double(row[i]);
+      }
+      for (int64_t i = 0; i < s.inner; ++i) po[o * s.inner + i] = T(acc[size_t(i)] * factor);
+    }
+  });
+  return out;
+}
+
+Tensor reduce_op(const char* op, const Tensor& x, int64_t dim, bool keepdim, bool is_mean) {
+  detail::require_float(op, x, "x");
+  detail::require_cpu(op, {x});
+  DL_CHECK(x.dim() > 0, op, "cannot reduce a zero-dim tensor over dim " << dim);
+  const int64_t d = normalize_dim(dim, x.dim(), op);
+  const int64_t n = x.size(d);
+  DL_CHECK(!is_mean || n > 0, op, "mean over an empty dim " << d << " of " << shape_str(x.shape()));
+  const double factor = is_mean ? 1.0 / double(n) : 1.0;
+  Tensor out = reduce_dim(op, x, d, factor);
+  if (!keepdim) out = out.squeeze(d);
+  Shape sx = x.shape();
+  return autograd::record(op, {x}, out, Context(),
+                          [sx, d, keepdim, factor](Context&, const std::vector<Tensor>& g) {
+                            Tensor gk = keepdim ? g[0] : g[0].unsqueeze(d);
+                            Tensor r = broadcast_to(gk, sx);
+                            return std::vector<Tensor>{factor == 1.0 ? r : scale(r, factor)};
+                          });
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x, int64_t dim, bool keepdim) {
+  return reduce_op("sum", x, dim, keepdim, false);
+}
+
+Tensor mean(const Tensor& x, int64_t dim, bool keepdim) {
+  return reduce_op("mean", x, dim, keepdim, true);
+}
+
+Tensor sum_all(const Tensor& x) {
+  const char* op = "sum_all";
+  detail::require_float(op, x, "x");
+  detail::require_cpu(op, {x});
+  Tensor out = Tensor::empty({}, x.dtype());
+  detail::dispatch_float(op, x.dtype(), [&](auto z) {
+    using T = decltype(z);
+    const T* px = x.data<T>();
+    double acc = 0;
+    detail::for_each_broadcast<1>(x.shape(), std::array<Shape, 1>{x.strides()},
+                                  [&](int64_t, const auto& o) { acc += double(px[o[0]]); });
+    *out.data<T>() = T(acc);
+  });
+  Shape sx = x.shape();
+  return autograd::record(op, {x}, out, Context(), [sx](Context&, const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{broadcast_to(g[0], sx)};
+  });
+}
+
+}  // namespace driftless::ops
