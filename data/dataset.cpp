@@ -1,0 +1,58 @@
+// open_dataset: picks the format from the path (see dataset.h).
+#include "data/dataset.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "data/llmc_shards.h"
+#include "data/memmap_dataset.h"
+#include "engine/core/error.h"
+
+namespace driftless::data {
+
+std::unique_ptr<Dataset> open_dataset(const std::string& path, int32_t vocab_size,
+                                      int32_t end_of_text) {
+  namespace fs = std::filesystem;
+  auto defaults = [&](int32_t vocab, int32_t eot) {
+    if (vocab_size <= 0) vocab_size = vocab;
+    if (end_of_text < 0) end_of_text = eot;
+  };
+  auto strip = [](const std::string& p, const std::string& ext) {
+    return p.size() > ext.size() && p.compare(p.size() - ext.size(), ext.size(), ext) == 0
+               ? p.substr(0, p.size() - ext.size())
+               : p;
+  };
+  if (fs::is_directory(path)) {  // a folder of llm.c shards, in name order
+    defaults(50257, 50256);
+    std::vector<std::string> shards;
+    for (const auto& e : fs::directory_iterator(path))
+      if (e.path().extension() == ".bin" && LlmcShardDataset::is_shard(e.path().string()))
+        shards.push_back(e.path().string());
+    std::sort(shards.begin(), shards.end());
+    DL_CHECK(!shards.empty(), "dataset", "expected llm.c .bin shards in folder " << path);
+    return std::make_unique<LlmcShardDataset>(shards, vocab_size, end_of_text);
+  }
+  if (fs::is_regular_file(path) && LlmcShardDataset::is_shard(path)) {
+    defaults(50257, 50256);
+    return std::make_unique<LlmcShardDataset>(std::vector<std::string>{path}, vocab_size,
+                                              end_of_text);
+  }
+  std::string prefix = strip(strip(path, ".bin"), ".idx");
+  DL_CHECK(fs::exists(prefix + ".idx") && fs::exists(prefix + ".bin"), "dataset",
+           "expected PREFIX.bin + PREFIX.idx, an llm.c shard or a folder of shards, got " << path);
+  if (fs::exists(prefix + ".json")) {
+    nlohmann::json meta;
+    try {
+      meta = nlohmann::json::parse(std::ifstream(prefix + ".json"));
+    } catch (const nlohmann::json::exception& e) {
+      DL_FAIL("dataset", "expected JSON metadata in " << prefix << ".json, got " << e.what());
+    }
+    defaults(meta.value("vocab_size", 50257), meta.value("end_of_text", 50256));
+  }
+  defaults(50257, 50256);
+  return std::make_unique<MemmapDataset>(prefix, vocab_size, end_of_text);
+}
+
+}  // namespace driftless::data
