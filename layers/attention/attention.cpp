@@ -1,0 +1,77 @@
+// The built-in score modifiers bound to the kernels, and the public entry points of the
+// attention op (attention.h). Each (compute type, modifier) pair is its own instantiation
+// of the CPU kernels (DESIGN.md "Score modifiers": kernels instantiated per modifier).
+#include "layers/attention/attention.h"
+
+namespace driftless::layers {
+
+namespace {
+
+// Builds the functor of spec.score_mod for compute type T; converted parameter tensors
+// live for the duration of the call.
+struct BuiltinBinder {
+  template <class T, class F>
+  void operator()(T, const AttentionSpec& spec, F&& f) const {
+    const ScoreModSpec& m = spec.score_mod;
+    const DType ct = dtype_of<T>;
+    switch (m.kind) {
+      case ScoreModKind::none:
+        f(score_mod::None<T>{});
+        return;
+      case ScoreModKind::softcap:
+        f(score_mod::Softcap<T>{T(m.softcap)});
+        return;
+      case ScoreModKind::alibi: {
+        Tensor slopes = detail::as_compute(m.alibi_slopes, ct);
+        f(score_mod::Alibi<T>{slopes.data<T>()});
+        return;
+      }
+      case ScoreModKind::relative_position: {
+        Tensor table = detail::as_compute(m.relative_position_table, ct);
+        f(score_mod::RelativePosition<T>{table.data<T>(), int(table.size(0)),
+                                         int(m.relative_position_max_distance)});
+        return;
+      }
+    }
+    DL_FAIL(detail::kOp, "unknown score modifier kind " << int(m.kind));
+  }
+};
+
+}  // namespace
+
+namespace detail {
+
+std::pair<Tensor, Tensor> learnable_inputs(const AttentionSpec& spec) {
+  Tensor table;
+  if (spec.score_mod.kind == ScoreModKind::relative_position)
+    table = spec.score_mod.relative_position_table;
+  return {spec.bias, table};
+}
+
+void finish_grads(const AttentionSpec& spec, AttentionGrads& g) {
+  if (spec.score_mod.kind != ScoreModKind::relative_position || !g.dscore_mod.defined()) return;
+  const Tensor& table = spec.score_mod.relative_position_table;
+  g.dscore_mod = g.dscore_mod.reshape(table.shape()).to(table.dtype());
+}
+
+}  // namespace detail
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec,
+                 AttentionResult* result) {
+  return detail::attention_node(q, k, v, spec, BuiltinBinder{}, result);
+}
+
+AttentionOutputs attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const AttentionSpec& spec) {
+  return detail::forward_impl(q, k, v, spec, BuiltinBinder{});
+}
+
+AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const AttentionSpec& spec, const Tensor& out, const Tensor& lse,
+                                  const Tensor& dout) {
+  AttentionGrads g = detail::backward_impl(q, k, v, spec, out, lse, dout, BuiltinBinder{});
+  detail::finish_grads(spec, g);
+  return g;
+}
+
+}  // namespace driftless::layers

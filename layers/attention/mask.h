@@ -1,0 +1,34 @@
+// Which keys a query row sees (DESIGN.md "Causal alignment"), shared by the CPU and CUDA
+// kernels. Masks decide visibility before any score modifier runs; within one document the
+// visible keys of a row are always one contiguous range, so a row is described by [lo, hi].
+#pragma once
+#include <cstdint>
+
+#include "layers/attention/host_device.h"
+
+namespace driftless::layers {
+
+// Position of query row i (0 <= i < n_q) of a document in key coordinates: queries are
+// aligned bottom-right, i.e. the last query row sits at the last key. This is the position
+// of the query token inside its document when the K extent starts at the document start.
+DL_HOST_DEVICE inline int64_t query_position(int64_t i, int64_t n_q, int64_t n_k) {
+  return i + n_k - n_q;
+}
+
+// Visible key range [lo, hi] (key rows within the document) of query row i; empty when
+// lo > hi. window_left / window_right of -1 mean unbounded; causal is the same as a right
+// window of 0, and the two combine by intersection.
+DL_HOST_DEVICE inline void visible_keys(int64_t i, int64_t n_q, int64_t n_k, bool causal,
+                                        int64_t window_left, int64_t window_right, int64_t* lo,
+                                        int64_t* hi) {
+  const int64_t p = query_position(i, n_q, n_k);
+  int64_t a = 0;
+  int64_t b = n_k - 1;
+  if (causal && p < b) b = p;
+  if (window_right >= 0 && p + window_right < b) b = p + window_right;
+  if (window_left >= 0 && p - window_left > a) a = p - window_left;
+  *lo = a;
+  *hi = b;
+}
+
+}  // namespace driftless::layers

@@ -1,0 +1,87 @@
+// AttentionSpec: everything about one varlen attention call besides q, k, v (DESIGN.md
+// "Canonical varlen layout", "Padding between sequences", "Score modifiers"), and
+// validate(), which checks all of it before any work and resolves it into per-document
+// spans the kernels iterate over.
+//
+// Layout. cu_seqlens_q / cu_seqlens_k are i32 prefix sums [N + 1] starting at 0. Without
+// padding they are both the memory offsets and the lengths, and end at T_q / T_k.
+// Padding, two accepted conventions (both give offsets and real lengths per document):
+//   * cu_seqlens_*_padded given: it holds the memory offsets (ends at T), and the real
+//     lengths are diff(cu_seqlens_*) (TransformerEngine), or seqused_* when that is given
+//     too (then the two must agree).
+//   * only seqused_* given: cu_seqlens_* are the offsets, seqused_* the real lengths
+//     (FlashAttention 3).
+// Rows of a document past its real length are padding: never visible, written as 0.
+// The K extent handed to attention starts at first_document_begin, so cu_seqlens_k index
+// into it; nothing before it exists for attention.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "engine/core/tensor.h"
+
+namespace driftless::layers {
+
+enum class ScoreModKind { none, softcap, alibi, relative_position };
+
+// The built-in score modifiers (score_mod.h) as runtime data. User-defined functors go
+// through the templates in attention.h instead.
+struct ScoreModSpec {
+  ScoreModKind kind = ScoreModKind::none;
+  double softcap = 0.0;            // cap > 0
+  Tensor alibi_slopes;             // (H) floating, not learnable
+  Tensor relative_position_table;  // (H, 2 * max_distance + 1) floating, learnable
+  int64_t relative_position_max_distance = 0;
+
+  static ScoreModSpec none() { return {}; }
+  static ScoreModSpec make_softcap(double cap);
+  static ScoreModSpec make_alibi(Tensor slopes);
+  static ScoreModSpec make_relative_position(Tensor table, int64_t max_distance);
+};
+
+const char* score_mod_name(ScoreModKind kind);
+
+struct AttentionSpec {
+  Tensor cu_seqlens_q;         // (N + 1) i32
+  Tensor cu_seqlens_k;         // (N + 1) i32
+  int64_t max_seqlen_q = 0;    // >= every real query length
+  int64_t max_seqlen_k = 0;    // >= every real key length
+  Tensor cu_seqlens_q_padded;  // optional (N + 1) i32 memory offsets
+  Tensor cu_seqlens_k_padded;
+  Tensor seqused_q;  // optional (N) i32 real lengths
+  Tensor seqused_k;
+  bool causal = false;       // bottom-right aligned
+  int64_t window_left = -1;  // -1: unbounded
+  int64_t window_right = -1;
+  std::optional<double> softmax_scale;  // default 1 / sqrt(D)
+  ScoreModSpec score_mod;
+  // Optional additive bias, (H | 1, T_q | 1, T_k | 1) floating, learnable; indexed by the
+  // memory rows of q and of the K extent. Added to the scaled score before the modifier.
+  Tensor bias;
+
+  // Unpadded spec from per-document lengths (q_lens[i] queries over k_lens[i] keys).
+  static AttentionSpec from_lengths(const std::vector<int64_t>& q_lens,
+                                    const std::vector<int64_t>& k_lens, bool causal);
+};
+
+// One document of a call: memory offset and real length of its q rows and k rows.
+struct DocSpan {
+  int64_t q_offset, q_len, k_offset, k_len;
+};
+
+// A validated call, in the form the kernels use.
+struct ResolvedAttention {
+  std::vector<DocSpan> docs;
+  int64_t t_q = 0, t_k = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  double scale = 1.0;
+  bool causal = false;
+  int64_t window_left = -1, window_right = -1;
+};
+
+// Checks spec against q (T_q, H, D), k and v (T_k, H_kv, D) and throws driftless::Error
+// "[attention] ..." naming the offending index and values. Does no other work.
+ResolvedAttention validate(const AttentionSpec& spec, const Tensor& q, const Tensor& k,
+                           const Tensor& v);
+
+}  // namespace driftless::layers

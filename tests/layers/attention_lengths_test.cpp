@@ -1,0 +1,115 @@
+// The tiled CPU kernels against the dense float64 reference (CONVENTIONS.md tier 3) over
+// lengths that straddle every tile boundary (tiles are 32 query rows x 64 keys), packed
+// documents including empty ones, a past (k longer than q), GQA/MQA, head dims and
+// windows. fp32 must be within 1e-5 (max-norm relative error), f64 within 1e-12.
+#include <gtest/gtest.h>
+
+#include "tests/layers/attention_test_util.h"
+
+namespace driftless::testing {
+namespace {
+
+constexpr double kTolF32 = 1e-5;
+constexpr double kTolF64 = 1e-12;
+
+void check_both(const Case& c) {
+  expect_matches_reference(c, DType::f32, kTolF32);
+  expect_matches_reference(c, DType::f64, kTolF64);
+}
+
+TEST(AttentionLengths, SingleDocumentEveryLength) {
+  for (int64_t n : {1, 7, 63, 65, 113, 127, 129})
+    for (bool causal : {true, false}) {
+      Case c;
+      c.docs = {{n, n}};
+      c.causal = causal;
+      c.seed = uint64_t(n);
+      check_both(c);
+    }
+}
+
+TEST(AttentionLengths, Length1023) {
+  Case c;
+  c.docs = {{1023, 1023}};
+  c.heads = 1;
+  c.kv_heads = 1;
+  c.head_dim = 32;
+  expect_matches_reference(c, DType::f32, kTolF32);
+}
+
+TEST(AttentionLengths, PackedDocumentsWithEmptyOnes) {
+  Case c;
+  c.docs = {{7, 7}, {0, 0}, {63, 63}, {1, 1}, {65, 65}, {0, 0}, {113, 113}, {0, 0}};
+  check_both(c);
+  c.causal = false;
+  c.seed = 2;
+  check_both(c);
+}
+
+TEST(AttentionLengths, PastKeysLongerThanQueries) {
+  Case c;
+  // The micro-sequence shape: each document's queries are the last rows of its keys.
+  c.docs = {{5, 70}, {64, 129}, {1, 127}, {7, 7}, {33, 1023 - 70 - 129 - 127 - 7}};
+  check_both(c);
+}
+
+TEST(AttentionLengths, RowsThatSeeNoKey) {
+  Case c;
+  // More queries than keys: under bottom-right causal alignment the first rows see
+  // nothing; a document with keys but no... and one with queries but no keys.
+  c.docs = {{10, 3}, {4, 0}, {0, 5}, {9, 9}};
+  check_both(c);
+}
+
+TEST(AttentionLengths, GroupedQueryAttention) {
+  for (auto [h, hkv] : std::vector<std::pair<int64_t, int64_t>>{{4, 4}, {4, 2}, {8, 2}, {3, 1}}) {
+    Case c;
+    c.docs = {{65, 65}, {7, 40}, {0, 3}};
+    c.heads = h;
+    c.kv_heads = hkv;
+    c.head_dim = 16;
+    c.seed = uint64_t(h * 10 + hkv);
+    check_both(c);
+  }
+}
+
+TEST(AttentionLengths, HeadDims) {
+  for (int64_t d : {32, 64, 80, 128}) {
+    Case c;
+    c.docs = {{129, 129}, {30, 63}};
+    c.head_dim = d;
+    c.seed = uint64_t(d);
+    expect_matches_reference(c, DType::f32, kTolF32);
+  }
+  Case c;
+  c.docs = {{127, 200}};
+  c.head_dim = 80;
+  expect_matches_reference(c, DType::f64, kTolF64);
+}
+
+TEST(AttentionLengths, SlidingWindows) {
+  struct W {
+    bool causal;
+    int64_t left, right;
+  };
+  for (W w : {W{true, 16, -1}, W{true, 0, -1}, W{false, 5, 3}, W{false, -1, 0}, W{false, 70, 70},
+              W{false, 0, 0}}) {
+    Case c;
+    c.docs = {{129, 129}, {20, 100}, {1, 1}};
+    c.causal = w.causal;
+    c.window_left = w.left;
+    c.window_right = w.right;
+    c.seed = uint64_t(w.left * 7 + w.right + 3);
+    check_both(c);
+  }
+}
+
+TEST(AttentionLengths, CustomSoftmaxScale) {
+  Case c;
+  c.docs = {{65, 65}};
+  c.scale = 0.37;
+  check_both(c);
+}
+
+}  // namespace
+}  // namespace driftless::testing
