@@ -53,9 +53,9 @@ class TempFile {
 
   void open(const std::string& final_path) {
     fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    DL_CHECK(fd_ >= 0, kOp,
-             final_path << ": cannot create temporary file " << path_ << ": "
-                        << std::strerror(errno));
+    DL_CHECK(
+        fd_ >= 0, kOp,
+        final_path << ": cannot create temporary file " << path_ << ": " << std::strerror(errno));
   }
   void write(const void* data, size_t bytes, const std::string& final_path) {
     const char* p = static_cast<const char*>(data);
@@ -97,11 +97,16 @@ class TempFile {
 
 const char* safetensors_dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "F32";
-    case DType::f64: return "F64";
-    case DType::bf16: return "BF16";
-    case DType::i32: return "I32";
-    case DType::i64: return "I64";
+    case DType::f32:
+      return "F32";
+    case DType::f64:
+      return "F64";
+    case DType::bf16:
+      return "BF16";
+    case DType::i32:
+      return "I32";
+    case DType::i64:
+      return "I64";
   }
   return "?";
 }
@@ -119,9 +124,9 @@ void write_safetensors(const std::string& path,
   header["__metadata__"] = std::move(meta);
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    DL_CHECK(!name.empty() && name != "__metadata__", kOp,
-             path << ": tensor name must be non-empty and not \"__metadata__\", got \"" << name
-                  << "\"");
+    DL_CHECK(
+        !name.empty() && name != "__metadata__", kOp,
+        path << ": tensor name must be non-empty and not \"__metadata__\", got \"" << name << "\"");
     DL_CHECK(!header.contains(name), kOp, path << ": tensor name \"" << name << "\" given twice");
     DL_CHECK(t.defined(), kOp, path << ": tensor \"" << name << "\" is undefined");
     Tensor h = t.to(Device::cpu).contiguous();
@@ -137,8 +142,7 @@ void write_safetensors(const std::string& path,
   try {
     text = header.dump();
   } catch (const nlohmann::json::exception& e) {
-    DL_FAIL(kOp, path << ": cannot encode header (names and metadata must be UTF-8): "
-                      << e.what());
+    DL_FAIL(kOp, path << ": cannot encode header (names and metadata must be UTF-8): " << e.what());
   }
   text.append((8 - text.size() % 8) % 8, ' ');
   uint64_t header_len = text.size();
@@ -180,7 +184,8 @@ const SafetensorsFile::Entry& SafetensorsFile::entry(const std::string& name) co
 Tensor SafetensorsFile::get(const std::string& name) const {
   const Entry& e = entry(name);
   Tensor t = Tensor::empty(e.shape, e.dtype, Device::cpu);
-  if (e.end > e.begin) std::memcpy(t.raw_data(), mapping_->data + data_start_ + e.begin, e.end - e.begin);
+  if (e.end > e.begin)
+    std::memcpy(t.raw_data(), mapping_->data + data_start_ + e.begin, e.end - e.begin);
   return t;
 }
 
@@ -258,20 +263,20 @@ SafetensorsFile read_safetensors(const std::string& path) {
       continue;
     }
     const uint64_t at = where(name);
-    DL_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") &&
-                 v.contains("data_offsets"),
-             kOp,
-             path << ": tensor \"" << name << "\" at byte " << at
-                  << ": expected an object with dtype, shape and data_offsets, got " << v.dump());
+    DL_CHECK(
+        v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
+        kOp,
+        path << ": tensor \"" << name << "\" at byte " << at
+             << ": expected an object with dtype, shape and data_offsets, got " << v.dump());
     SafetensorsFile::Entry e;
     const OrderedJson& dt = v["dtype"];
     DL_CHECK(dt.is_string() && dtype_from_name(dt.get<std::string>(), &e.dtype), kOp,
-             path << ": tensor \"" << name << "\" at byte " << at
-                  << ": unknown dtype " << dt.dump() << " (expected F32, F64, BF16, I32 or I64)");
+             path << ": tensor \"" << name << "\" at byte " << at << ": unknown dtype " << dt.dump()
+                  << " (expected F32, F64, BF16, I32 or I64)");
     const OrderedJson& sh = v["shape"];
     DL_CHECK(sh.is_array(), kOp,
-             path << ": tensor \"" << name << "\" at byte " << at << ": shape must be an array, got "
-                  << sh.dump());
+             path << ": tensor \"" << name << "\" at byte " << at
+                  << ": shape must be an array, got " << sh.dump());
     uint64_t numel = 1;
     for (const auto& s : sh) {
       DL_CHECK(s.is_number_unsigned(), kOp,
