@@ -1,0 +1,108 @@
+// The autograd engine's rules (engine/autograd/autograd.h), exercised through ops: leaves
+// accumulate, a reused tensor gets the summed gradient, a second backward through a freed
+// graph throws, NoGradGuard records nothing, unused outputs of a multi-output node get zeros.
+#include "engine/autograd/autograd.h"
+
+#include "engine/ops/ops.h"
+#include "tests/engine/ops_test_util.h"
+
+namespace driftless {
+namespace {
+
+using testing::all_close;
+using testing::rnd;
+
+TEST(Autograd, LeavesAccumulateAcrossBackwardCalls) {
+  Tensor x = Tensor::from_vector<double>({1, 2, 3}).set_requires_grad();
+  autograd::backward(ops::sum_all(ops::scale(x, 2.0)));
+  EXPECT_TRUE(all_close(x.grad(), {2, 2, 2}));
+  autograd::backward(ops::sum_all(ops::mul(x, x)));
+  EXPECT_TRUE(all_close(x.grad(), {4, 6, 8}));  // 2 + 2x
+  x.zero_grad();
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST(Autograd, TensorUsedTwiceGetsSummedGradient) {
+  Tensor x = Tensor::from_vector<double>({1, -2}).set_requires_grad();
+  Tensor y = ops::scale(x, 3.0);           // interior, used twice below
+  Tensor z = ops::add(ops::mul(y, y), y);  // d/dy = 2y + 1, dy/dx = 3
+  autograd::backward(ops::sum_all(z));
+  EXPECT_TRUE(all_close(x.grad(), {3 * (2 * 3 + 1), 3 * (2 * -6 + 1)}));
+}
+
+TEST(Autograd, SeedGradientIsNotModified) {
+  // add returns the same gradient tensor for both inputs and p also reaches the root
+  // through q: summing into p's slot must not write into the caller's seed (or q's slot).
+  Tensor x = Tensor::from_vector<double>({1, 2}).set_requires_grad();
+  Tensor p = ops::scale(x, 1.0);
+  Tensor q = ops::scale(p, 2.0);
+  Tensor root = ops::add(p, q);
+  Tensor seed = Tensor::from_vector<double>({1, 10});
+  autograd::backward(root, seed);
+  EXPECT_TRUE(all_close(seed, {1, 10}));
+  EXPECT_TRUE(all_close(x.grad(), {3, 30}));
+}
+
+TEST(Autograd, SharedGradientSlotsStayIndependent) {
+  // u = a + b hands one tensor to both a's and b's slots; a then gets a second
+  // contribution. b's gradient must stay 1 whatever order the nodes run in.
+  for (int order = 0; order < 2; ++order) {
+    Tensor x = Tensor::from_vector<double>({1, 2}).set_requires_grad();
+    Tensor y = Tensor::from_vector<double>({3, 4}).set_requires_grad();
+    Tensor a = ops::scale(x, 1.0), b = ops::scale(y, 1.0);
+    Tensor u = ops::add(a, b), v = ops::scale(a, 5.0);
+    Tensor w = order ? ops::add(u, v) : ops::add(v, u);
+    autograd::backward(ops::sum_all(w));
+    EXPECT_TRUE(all_close(x.grad(), {6, 6})) << order;
+    EXPECT_TRUE(all_close(y.grad(), {1, 1})) << order;
+  }
+}
+
+TEST(Autograd, BackwardTwiceThroughSameGraphThrows) {
+  Tensor x = rnd({3}, 1).set_requires_grad();
+  Tensor loss = ops::sum_all(ops::gelu(x));
+  autograd::backward(loss);
+  EXPECT_DL_ERROR(autograd::backward(loss), "sum_all", "backward");
+  // A graph that shares a freed node also throws, naming that node.
+  Tensor h = ops::scale(x, 2.0);
+  autograd::backward(ops::sum_all(h));
+  EXPECT_DL_ERROR(autograd::backward(ops::sum_all(ops::mul(h, h))), "[scale]", "freed");
+}
+
+TEST(Autograd, NoGradGuardRecordsNothing) {
+  Tensor x = rnd({2, 3}, 1).set_requires_grad();
+  {
+    autograd::NoGradGuard guard;
+    EXPECT_FALSE(autograd::grad_enabled());
+    Tensor y = ops::matmul(x, ops::transpose(x, 0, 1));
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_EQ(y.grad_fn(), nullptr);
+    EXPECT_DL_ERROR(autograd::backward(ops::sum_all(y)), "[backward]", "does not require grad");
+  }
+  EXPECT_TRUE(autograd::grad_enabled());
+  EXPECT_NE(ops::gelu(x).grad_fn(), nullptr);
+  EXPECT_EQ(ops::gelu(x).grad_fn()->name(), "gelu");
+  // An op whose inputs need no gradient records nothing either.
+  EXPECT_EQ(ops::gelu(x.detach()).grad_fn(), nullptr);
+}
+
+TEST(Autograd, MultiOutputNodeWithOneOutputUsed) {
+  Tensor x = Tensor::from_vector<double>({1, 2, 3, 4, 5}).set_requires_grad();
+  auto parts = ops::split(x, {2, 3}, 0);
+  EXPECT_EQ(parts[0].grad_fn(), parts[1].grad_fn());
+  EXPECT_EQ(parts[1].output_nr(), 1);
+  autograd::backward(ops::sum_all(ops::mul(parts[1], parts[1])));
+  EXPECT_TRUE(all_close(x.grad(), {0, 0, 6, 8, 10}));
+}
+
+TEST(Autograd, OpsOnNonLeafViewsAccumulateIntoTheBase) {
+  // Both halves of one split feed the loss through different ops.
+  Tensor x = Tensor::from_vector<double>({1, 2, 3, 4}, {2, 2}).set_requires_grad();
+  auto rows = ops::split(x, {1, 1}, 0);
+  Tensor loss = ops::add(ops::sum_all(ops::scale(rows[0], 2.0)), ops::sum_all(rows[1]));
+  autograd::backward(loss);
+  EXPECT_TRUE(all_close(x.grad(), {2, 2, 1, 1}));
+}
+
+}  // namespace
+}  // namespace driftless
