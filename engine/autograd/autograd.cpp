@@ -83,9 +83,11 @@ void accumulate(Tensor& slot, const Tensor& g) {
   if (!slot.defined()) {
     slot = g;
   } else {
-    // Never add into a tensor the producer may still hold: copy on first sum.
-    if (slot.shares_storage(g) || !slot.is_contiguous()) slot = slot.clone();
-    slot.add_(g.dtype() == slot.dtype() ? g : g.to(slot.dtype()));
+    // Never add into the slot's tensor in place: it may be the caller's seed, or the same
+    // tensor an op returned for two inputs (add's backward), so sum into a fresh one.
+    Tensor sum = slot.clone();
+    sum.add_(g.dtype() == slot.dtype() ? g : g.to(slot.dtype()));
+    slot = sum;
   }
 }
 }  // namespace
