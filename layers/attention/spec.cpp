@@ -164,13 +164,16 @@ ResolvedAttention validate(const AttentionSpec& spec, const Tensor& q, const Ten
   r.heads = q.size(1);
   r.kv_heads = k.size(1);
   r.head_dim = q.size(2);
+  DL_CHECK(spec.cu_seqlens_q.defined(), kOp, "cu_seqlens_q is required");
+  DL_CHECK(spec.cu_seqlens_k.defined(), kOp, "cu_seqlens_k is required");
+  DL_CHECK(spec.cu_seqlens_q.numel() == spec.cu_seqlens_k.numel(), kOp,
+           "cu_seqlens_q lists " << spec.cu_seqlens_q.numel() - 1 << " documents, cu_seqlens_k "
+                                 << spec.cu_seqlens_k.numel() - 1);
   std::vector<int64_t> oq, lq, ok, lk;
   resolve_side(spec.cu_seqlens_q, spec.cu_seqlens_q_padded, spec.seqused_q, r.t_q,
                spec.max_seqlen_q, 'q', oq, lq);
   resolve_side(spec.cu_seqlens_k, spec.cu_seqlens_k_padded, spec.seqused_k, r.t_k,
                spec.max_seqlen_k, 'k', ok, lk);
-  DL_CHECK(lq.size() == lk.size(), kOp,
-           "cu_seqlens_q lists " << lq.size() << " documents, cu_seqlens_k " << lk.size());
   for (size_t i = 0; i < lq.size(); ++i) r.docs.push_back({oq[i], lq[i], ok[i], lk[i]});
 
   DL_CHECK(spec.window_left >= -1 && spec.window_right >= -1, kOp,

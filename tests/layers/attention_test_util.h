@@ -6,6 +6,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +15,8 @@
 #include "tests/layers/attention_reference.h"
 
 namespace driftless::testing {
+
+struct Inputs;
 
 struct DocLen {
   int64_t q, k;
@@ -37,6 +40,8 @@ struct Case {
   int64_t max_distance = 6;
   std::optional<double> scale;
   uint64_t seed = 1;
+  // Edits the built inputs (op and reference alike) before the run, e.g. to poison rows.
+  std::function<void(Inputs&)> tweak;
   std::string str() const;
 };
 
@@ -79,7 +84,8 @@ Inputs make_inputs(const Case& c);
 // The spec with its floating tensors (bias, modifier inputs) converted to dtype.
 layers::AttentionSpec spec_in(const layers::AttentionSpec& spec, DType dtype);
 
-double rel_error(const std::vector<double>& t, const std::vector<double>& r);
+// max|t - r| / max(max|r|, floor).
+double rel_error(const std::vector<double>& t, const std::vector<double>& r, double floor = 0.0);
 
 // Runs the op in dtype (forward and backward) and the reference; checks every output
 // within tol, LSE -inf exactly where the reference has it, no NaN, and exact zeros in
