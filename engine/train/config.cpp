@@ -1,0 +1,358 @@
+// Strict YAML loading of the run config: includes, overrides, type and range checks,
+// cross-field rules, and dumping (see config.h). All problems go into one message.
+#include "engine/train/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "engine/core/error.h"
+#include "engine/train/config_schema.h"
+
+namespace driftless::train {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Deep merge: keys of `over` replace those of `base`; maps merge recursively.
+YAML::Node merge(const YAML::Node& base, const YAML::Node& over) {
+  if (!base.IsMap() || !over.IsMap()) return YAML::Clone(over);
+  YAML::Node out = YAML::Clone(base);
+  for (const auto& kv : over) {
+    std::string key = kv.first.as<std::string>();
+    out[key] = out[key] ? merge(out[key], kv.second) : YAML::Clone(kv.second);
+  }
+  return out;
+}
+
+YAML::Node load_with_includes(const YAML::Node& root, const fs::path& base_dir, int depth) {
+  DL_CHECK(depth < 16, "config", "include nesting deeper than 16 (a cycle?)");
+  if (!root.IsMap() || !root["include"]) return root;
+  YAML::Node inc = root["include"];
+  std::vector<std::string> files;
+  if (inc.IsScalar()) files.push_back(inc.as<std::string>());
+  else if (inc.IsSequence())
+    for (const auto& f : inc) files.push_back(f.as<std::string>());
+  else DL_FAIL("config", "include: expected a file name or a list of file names");
+  YAML::Node merged(YAML::NodeType::Map);
+  for (const auto& f : files) {
+    fs::path p = base_dir / f;
+    DL_CHECK(fs::exists(p), "config", "include: file " << p.string() << " does not exist");
+    YAML::Node sub;
+    try {
+      sub = YAML::LoadFile(p.string());
+    } catch (const YAML::Exception& e) {
+      DL_FAIL("config", p.string() << ": " << e.what());
+    }
+    merged = merge(merged, load_with_includes(sub, p.parent_path(), depth + 1));
+  }
+  YAML::Node own = YAML::Clone(root);
+  own.remove("include");
+  return merge(merged, own);
+}
+
+void apply_override(YAML::Node& root, const std::string& spec) {
+  auto eq = spec.find('=');
+  DL_CHECK(eq != std::string::npos && eq > 0, "config",
+           "override '" << spec << "' must look like key.path=value");
+  std::string path = spec.substr(0, eq), value = spec.substr(eq + 1);
+  std::vector<std::string> parts;
+  std::stringstream ss(path);
+  for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+  YAML::Node parsed;
+  try {
+    parsed = YAML::Load(value);
+  } catch (const YAML::Exception&) {
+    parsed = YAML::Node(value);
+  }
+  // yaml-cpp node assignment aliases; walk with fresh handles.
+  std::function<void(YAML::Node, size_t)> set = [&](YAML::Node node, size_t i) {
+    if (i + 1 == parts.size()) {
+      node[parts[i]] = parsed;
+      return;
+    }
+    if (!node[parts[i]] || !node[parts[i]].IsMap()) node[parts[i]] = YAML::Node(YAML::NodeType::Map);
+    set(node[parts[i]], i + 1);
+  };
+  set(root, 0);
+}
+
+void flatten(const YAML::Node& node, const std::string& prefix,
+             std::map<std::string, YAML::Node>& out) {
+  if (node.IsMap() && !prefix.empty() && node.size() == 0) {
+    out[prefix] = node;
+    return;
+  }
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      std::string key = kv.first.as<std::string>();
+      flatten(kv.second, prefix.empty() ? key : prefix + "." + key, out);
+    }
+    return;
+  }
+  out[prefix] = node;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string choices_str(const std::vector<std::string>& c) {
+  std::string s;
+  for (size_t i = 0; i < c.size(); ++i) s += (i ? ", " : "") + c[i];
+  return s;
+}
+
+// Reads one scalar into a typed member; returns an error text or "".
+template <class T>
+std::string read_scalar(const YAML::Node& n, T& out) {
+  if (!n.IsScalar()) return "expected a single value";
+  try {
+    if constexpr (std::is_same_v<T, int64_t>) {
+      std::string s = n.as<std::string>();
+      size_t pos = 0;
+      long long v = std::stoll(s, &pos);
+      if (pos != s.size()) return "expected an integer, got '" + s + "'";
+      out = v;
+    } else if constexpr (std::is_same_v<T, bool>) {
+      out = n.as<bool>();
+    } else {
+      out = n.as<T>();
+    }
+  } catch (const std::exception&) {
+    const char* what = std::is_same_v<T, bool> ? "true or false"
+                       : std::is_same_v<T, double> ? "a number" : "an integer";
+    return std::string("expected ") + what + ", got '" + n.as<std::string>() + "'";
+  }
+  return "";
+}
+
+std::string check_range(const Field& f, double v) {
+  if (f.min == 0 && f.max == 0) return "";
+  if (v < f.min || v > f.max) {
+    std::ostringstream os;
+    os << "value " << v << " out of range [" << f.min << ", " << f.max << "]";
+    return os.str();
+  }
+  return "";
+}
+
+std::string check_choice(const Field& f, const std::string& v) {
+  if (f.choices.empty() || std::find(f.choices.begin(), f.choices.end(), v) != f.choices.end())
+    return "";
+  return "'" + v + "' is not one of: " + choices_str(f.choices);
+}
+
+std::string read_field(const Field& f, FieldRef ref, const YAML::Node& n) {
+  return std::visit(
+      [&](auto* p) -> std::string {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, std::vector<int64_t>> ||
+                      std::is_same_v<T, std::vector<std::string>>) {
+          if (!n.IsSequence()) return "expected a list";
+          T values;
+          for (const auto& item : n) {
+            typename T::value_type v{};
+            std::string err = read_scalar(item, v);
+            if (err.empty()) {
+              if constexpr (std::is_same_v<T, std::vector<int64_t>>) err = check_range(f, double(v));
+              else err = check_choice(f, v);
+            }
+            if (!err.empty()) return err;
+            values.push_back(v);
+          }
+          *p = values;
+          return "";
+        } else {
+          T v{};
+          std::string err = read_scalar(n, v);
+          if (!err.empty()) return err;
+          if constexpr (std::is_same_v<T, std::string>) err = check_choice(f, v);
+          else if constexpr (!std::is_same_v<T, bool>) err = check_range(f, double(v));
+          if (!err.empty()) return err;
+          *p = v;
+          return "";
+        }
+      },
+      ref);
+}
+
+void cross_check(const Config& c, std::vector<std::string>& errors) {
+  auto need = [&](bool ok, const std::string& msg) {
+    if (!ok) errors.push_back(msg);
+  };
+  const auto& m = c.model;
+  need(m.n_embd % m.n_head == 0, "model.n_embd (" + std::to_string(m.n_embd) +
+                                     ") must be divisible by model.n_head (" +
+                                     std::to_string(m.n_head) + ")");
+  need(m.n_head % m.kv_heads() == 0, "model.n_head (" + std::to_string(m.n_head) +
+                                         ") must be divisible by model.n_kv_head (" +
+                                         std::to_string(m.kv_heads()) + ")");
+  const int64_t S = c.batch.sequence_length, ms = c.schedule.micro_sequences;
+  const int64_t sdp = c.distributed.sequence_data_parallel;
+  need(S % ms == 0, "batch.sequence_length (" + std::to_string(S) +
+                        ") must be divisible by schedule.micro_sequences (" +
+                        std::to_string(ms) + ")");
+  need((S / ms) % sdp == 0, "a micro-sequence (" + std::to_string(S / ms) +
+                                " tokens) must divide over distributed.sequence_data_parallel (" +
+                                std::to_string(sdp) + ")");
+  const int64_t split = c.distributed.data_parallel * c.schedule.breadth_first *
+                        c.schedule.depth_first;
+  need(c.batch.sequences % split == 0,
+       "batch.sequences (" + std::to_string(c.batch.sequences) +
+           ") must be divisible by data_parallel x breadth_first x depth_first (" +
+           std::to_string(split) + ")");
+  need(c.data.format == "random" || !c.data.path.empty(),
+       "data.path is required for data.format " + c.data.format);
+  need(c.precision.compute == "f32" || c.precision.device == "cuda",
+       "precision.compute bf16 needs precision.device cuda");
+  need(c.optimizer.min_lr <= c.optimizer.lr, "optimizer.min_lr must not exceed optimizer.lr");
+  need(c.data.pad_documents_to <= 1 || S % c.data.pad_documents_to == 0,
+       "data.pad_documents_to must divide batch.sequence_length");
+  need(c.data.random_mean_length <= c.data.random_max_length,
+       "data.random_mean_length must not exceed data.random_max_length");
+}
+
+}  // namespace
+
+static Config parse_config_node(const YAML::Node& root_in, const std::vector<std::string>& overrides,
+                         const std::string& base_dir) {
+  YAML::Node root = load_with_includes(root_in.IsNull() ? YAML::Node(YAML::NodeType::Map) : root_in,
+                                       base_dir, 0);
+  DL_CHECK(root.IsMap(), "config", "the top level must be a mapping of sections");
+  for (const auto& o : overrides) apply_override(root, o);
+  std::map<std::string, YAML::Node> leaves;
+  flatten(root, "", leaves);
+
+  Config config;
+  std::vector<std::string> errors;
+  std::set<std::string> known;
+  visit_schema(config, [&](const Field& f, FieldRef ref) {
+    known.insert(f.path);
+    auto it = leaves.find(f.path);
+    if (it == leaves.end()) return;
+    std::string err = read_field(f, ref, it->second);
+    if (!err.empty()) errors.push_back(std::string(f.path) + ": " + err);
+    leaves.erase(it);
+  });
+  for (const auto& [path, node] : leaves) {
+    bool is_section = std::any_of(known.begin(), known.end(), [&](const std::string& k) {
+      return k.rfind(path + ".", 0) == 0;
+    });
+    if (is_section) {
+      errors.push_back(path + ": expected a mapping of keys");
+      continue;
+    }
+    std::string best;
+    size_t best_d = 4;
+    for (const auto& k : known) {
+      size_t d = edit_distance(path, k);
+      if (d < best_d) best_d = d, best = k;
+    }
+    errors.push_back(path + ": unknown key" + (best.empty() ? "" : " (did you mean " + best + "?)"));
+  }
+  if (errors.empty()) cross_check(config, errors);
+  if (!errors.empty()) {
+    std::ostringstream os;
+    os << errors.size() << " problem" << (errors.size() > 1 ? "s" : "") << " in the config:";
+    for (const auto& e : errors) os << "\n  - " << e;
+    DL_FAIL("config", os.str());
+  }
+  return config;
+}
+
+Config parse_config_text(const std::string& yaml, const std::vector<std::string>& overrides,
+                         const std::string& base_dir) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    DL_FAIL("config", "invalid YAML: " << e.what());
+  }
+  return parse_config_node(root, overrides, base_dir);
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  DL_CHECK(fs::exists(path), "config", "file " << path << " does not exist");
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    DL_FAIL("config", path << ": invalid YAML: " << e.what());
+  }
+  try {
+    return parse_config_node(root, overrides, fs::path(path).parent_path().string());
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + "\n  (in " + path + ")");
+  }
+}
+
+std::string config_to_yaml(const Config& config_in) {
+  Config config = config_in;
+  YAML::Node root(YAML::NodeType::Map);
+  visit_schema(config, [&](const Field& f, FieldRef ref) {
+    std::vector<std::string> parts;
+    std::stringstream ss(f.path);
+    for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+    YAML::Node value = std::visit([](auto* p) { return YAML::Node(*p); }, ref);
+    if (std::holds_alternative<std::vector<int64_t>*>(ref) ||
+        std::holds_alternative<std::vector<std::string>*>(ref))
+      value.SetStyle(YAML::EmitterStyle::Flow);
+    std::function<void(YAML::Node, size_t)> set = [&](YAML::Node n, size_t i) {
+      if (i + 1 == parts.size()) {
+        n[parts[i]] = value;
+        return;
+      }
+      if (!n[parts[i]]) n[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      set(n[parts[i]], i + 1);
+    };
+    set(root, 0);
+  });
+  YAML::Emitter out;
+  out << root;
+  return std::string(out.c_str()) + "\n";
+}
+
+std::string config_reference() {
+  Config defaults;
+  std::ostringstream os;
+  os << "| key | type | default | allowed | meaning |\n| --- | --- | --- | --- | --- |\n";
+  visit_schema(defaults, [&](const Field& f, FieldRef ref) {
+    std::string type, def;
+    std::visit(
+        [&](auto* p) {
+          using T = std::remove_pointer_t<decltype(p)>;
+          YAML::Emitter e;
+          e << YAML::Flow << YAML::Node(*p);
+          def = e.c_str();
+          if constexpr (std::is_same_v<T, int64_t>) type = "int";
+          else if constexpr (std::is_same_v<T, double>) type = "float";
+          else if constexpr (std::is_same_v<T, bool>) type = "bool";
+          else if constexpr (std::is_same_v<T, std::string>) type = "string";
+          else if constexpr (std::is_same_v<T, std::vector<int64_t>>) type = "list of int";
+          else type = "list of string";
+        },
+        ref);
+    std::ostringstream allowed;
+    if (!f.choices.empty()) allowed << choices_str(f.choices);
+    else if (f.min != 0 || f.max != 0) allowed << f.min << " .. " << f.max;
+    os << "| `" << f.path << "` | " << type << " | `" << (def.empty() ? "\"\"" : def) << "` | "
+       << allowed.str() << " | " << f.help << " |\n";
+  });
+  return os.str();
+}
+
+}  // namespace driftless::train

@@ -1,0 +1,118 @@
+// The run configuration (issue "GPT-2 model, trainer, YAML configs"): every section of a
+// YAML run config as a plain struct. The schema (names, types, ranges, help) lives in one
+// place, config_schema.cpp, and drives parsing, validation, dumping and the reference.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace driftless::train {
+
+struct ModelConfig {
+  int64_t vocab_size = 50257;
+  int64_t n_positions = 1024;
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  int64_t n_kv_head = 0;  // 0: same as n_head
+  int64_t n_embd = 768;
+  double dropout = 0.0;
+  double softcap = 0.0;  // 0: off
+  bool alibi = false;
+  int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+};
+
+struct DataConfig {
+  std::string format = "random";  // memmap | llmc | random
+  std::string path;               // .bin/.idx prefix or shard file
+  std::string validation_path;    // optional
+  std::string tokenizer = "gpt2";  // gpt2 | bytes
+  std::string long_documents = "split";  // split | truncate
+  int64_t pad_documents_to = 0;
+  bool shuffle = true;
+  // random datasets
+  int64_t random_documents = 1000;
+  int64_t random_mean_length = 200;
+  int64_t random_max_length = 2048;
+  std::string random_distribution = "exponential";  // exponential | uniform | fixed
+};
+
+struct BatchConfig {
+  int64_t sequence_length = 1024;
+  int64_t sequences = 8;  // global batch, sequences per step
+};
+
+struct ScheduleConfig {
+  int64_t micro_sequences = 1;
+  int64_t breadth_first = 1;
+  int64_t depth_first = 1;
+};
+
+struct OptimizerConfig {
+  double lr = 6e-4;
+  double min_lr = 6e-5;
+  int64_t warmup_steps = 10;
+  std::string decay = "cosine";  // cosine | linear | constant
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;  // 0: off
+};
+
+struct TrainingConfig {
+  int64_t steps = 100;
+  int64_t eval_interval = 50;  // 0: off
+  int64_t eval_batches = 4;
+  int64_t checkpoint_interval = 0;  // 0: only at the end
+  int64_t log_interval = 1;
+  int64_t seed = 1234;
+  bool deterministic = true;
+};
+
+struct DistributedConfig {
+  int64_t sequence_data_parallel = 1;
+  int64_t data_parallel = 1;
+  int64_t zero_stage = 0;
+  double timeout_seconds = 600;
+};
+
+struct PrecisionConfig {
+  std::string device = "cpu";    // cpu | cuda
+  std::string compute = "f32";   // f32 | bf16 (bf16 needs cuda)
+};
+
+struct TensorLogConfig {
+  std::vector<int64_t> steps;  // steps at which tensors are logged
+  std::vector<std::string> kinds = {"forward", "backward", "param_grad", "param"};
+};
+
+struct RunConfig {
+  std::string output_dir = "runs/default";
+  TensorLogConfig tensor_logs;
+};
+
+struct Config {
+  ModelConfig model;
+  DataConfig data;
+  BatchConfig batch;
+  ScheduleConfig schedule;
+  OptimizerConfig optimizer;
+  TrainingConfig training;
+  DistributedConfig distributed;
+  PrecisionConfig precision;
+  RunConfig run;
+};
+
+// Reads a YAML file (with optional top-level `include:` of other files, merged first),
+// applies `key.path=value` overrides, and validates strictly: every unknown key, wrong type
+// and out-of-range value is reported with its YAML path, all in one driftless::Error.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// Same from YAML text (include paths relative to base_dir).
+Config parse_config_text(const std::string& yaml, const std::vector<std::string>& overrides = {},
+                         const std::string& base_dir = ".");
+// The effective config as YAML (every key, defaults included).
+std::string config_to_yaml(const Config& config);
+// A Markdown table of every key: path, type, default, allowed values, help.
+std::string config_reference();
+
+}  // namespace driftless::train

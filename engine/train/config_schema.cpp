@@ -1,0 +1,75 @@
+// The one config schema: every key with its range or allowed values and its help text.
+// Parsing, dumping and `driftless config --reference` all walk visit_schema().
+#include "engine/train/config_schema.h"
+
+namespace driftless::train {
+
+template <class C, class V>
+void visit_schema_impl(C& c, V&& v) {
+  const double kBig = 1e15;
+  // model
+  v(Field{"model.vocab_size", "tokens in the vocabulary (50257 for GPT-2, 257 for bytes)", 2, kBig}, c.model.vocab_size);
+  v(Field{"model.n_positions", "length of the learned position table; >= longest document piece", 1, kBig}, c.model.n_positions);
+  v(Field{"model.n_layer", "transformer blocks", 1, 1000}, c.model.n_layer);
+  v(Field{"model.n_head", "query heads per attention layer", 1, 1024}, c.model.n_head);
+  v(Field{"model.n_kv_head", "key/value heads (GQA); 0 means n_head", 0, 1024}, c.model.n_kv_head);
+  v(Field{"model.n_embd", "model width; divisible by n_head", 1, 1e6}, c.model.n_embd);
+  v(Field{"model.dropout", "dropout probability (0 for regression runs)", 0, 0.999}, c.model.dropout);
+  v(Field{"model.softcap", "attention score softcap c (c*tanh(s/c)); 0 is off", 0, 1e6}, c.model.softcap);
+  v(Field{"model.alibi", "ALiBi position biases in attention (in addition to learned positions)"}, c.model.alibi);
+  // data
+  v(Field{"data.format", "dataset format", 0, 0, {"memmap", "llmc", "random"}}, c.data.format);
+  v(Field{"data.path", "memmap .bin/.idx prefix, or llm.c shard; relative to the working directory"}, c.data.path);
+  v(Field{"data.validation_path", "validation dataset (same format); empty: no validation"}, c.data.validation_path);
+  v(Field{"data.tokenizer", "tokenizer used for sampling text", 0, 0, {"gpt2", "bytes"}}, c.data.tokenizer);
+  v(Field{"data.long_documents", "documents longer than a sequence", 0, 0, {"split", "truncate"}}, c.data.long_documents);
+  v(Field{"data.pad_documents_to", "round every document up to a multiple of N with padding (0: off)", 0, 1 << 20}, c.data.pad_documents_to);
+  v(Field{"data.shuffle", "shuffle document order every epoch (seeded)"}, c.data.shuffle);
+  v(Field{"data.random_documents", "random format: number of documents", 1, kBig}, c.data.random_documents);
+  v(Field{"data.random_mean_length", "random format: mean document length", 1, kBig}, c.data.random_mean_length);
+  v(Field{"data.random_max_length", "random format: longest document", 1, kBig}, c.data.random_max_length);
+  v(Field{"data.random_distribution", "random format: length distribution", 0, 0, {"exponential", "uniform", "fixed"}}, c.data.random_distribution);
+  // batch
+  v(Field{"batch.sequence_length", "tokens per packed sequence (S)", 1, 1 << 24}, c.batch.sequence_length);
+  v(Field{"batch.sequences", "sequences per optimizer step (global batch B)", 1, 1 << 20}, c.batch.sequences);
+  // schedule
+  v(Field{"schedule.micro_sequences", "pieces each sequence is cut into, processed in order (m)", 1, 1 << 16}, c.schedule.micro_sequences);
+  v(Field{"schedule.breadth_first", "micro-batches run forward all, then backward all", 1, 1 << 16}, c.schedule.breadth_first);
+  v(Field{"schedule.depth_first", "micro-batches each run forward+backward (gradient accumulation)", 1, 1 << 16}, c.schedule.depth_first);
+  // optimizer
+  v(Field{"optimizer.lr", "peak learning rate", 0, 10}, c.optimizer.lr);
+  v(Field{"optimizer.min_lr", "learning rate at the end of decay", 0, 10}, c.optimizer.min_lr);
+  v(Field{"optimizer.warmup_steps", "linear warm-up steps", 0, kBig}, c.optimizer.warmup_steps);
+  v(Field{"optimizer.decay", "decay after warm-up", 0, 0, {"cosine", "linear", "constant"}}, c.optimizer.decay);
+  v(Field{"optimizer.beta1", "AdamW beta1", 0, 0.999999}, c.optimizer.beta1);
+  v(Field{"optimizer.beta2", "AdamW beta2", 0, 0.999999}, c.optimizer.beta2);
+  v(Field{"optimizer.eps", "AdamW epsilon", 0, 1}, c.optimizer.eps);
+  v(Field{"optimizer.weight_decay", "decoupled weight decay (not on biases and layer-norm gains)", 0, 10}, c.optimizer.weight_decay);
+  v(Field{"optimizer.grad_clip", "global gradient-norm clip (0: off)", 0, 1e9}, c.optimizer.grad_clip);
+  // training
+  v(Field{"training.steps", "optimizer steps", 1, kBig}, c.training.steps);
+  v(Field{"training.eval_interval", "steps between validation losses (0: off)", 0, kBig}, c.training.eval_interval);
+  v(Field{"training.eval_batches", "global batches per validation", 1, kBig}, c.training.eval_batches);
+  v(Field{"training.checkpoint_interval", "steps between checkpoints (0: only at the end)", 0, kBig}, c.training.checkpoint_interval);
+  v(Field{"training.log_interval", "steps between progress lines and metrics", 1, kBig}, c.training.log_interval);
+  v(Field{"training.seed", "seed of data order, initialisation and dropout", 0, 9e15}, c.training.seed);
+  v(Field{"training.deterministic", "bitwise reproducible runs (fixed reduction orders)"}, c.training.deterministic);
+  // distributed
+  v(Field{"distributed.sequence_data_parallel", "ranks sharing one sequence (SDP)", 1, 1 << 16}, c.distributed.sequence_data_parallel);
+  v(Field{"distributed.data_parallel", "ranks splitting the batch", 1, 1 << 16}, c.distributed.data_parallel);
+  v(Field{"distributed.zero_stage", "0: all-reduce gradients; 1: shard optimizer state", 0, 1}, c.distributed.zero_stage);
+  v(Field{"distributed.timeout_seconds", "a collective waiting longer ends the job", 1, 1e6}, c.distributed.timeout_seconds);
+  // precision
+  v(Field{"precision.device", "where the run computes", 0, 0, {"cpu", "cuda"}}, c.precision.device);
+  v(Field{"precision.compute", "compute dtype (master weights stay f32)", 0, 0, {"f32", "bf16"}}, c.precision.compute);
+  // run
+  v(Field{"run.output_dir", "run directory: effective config, metrics.jsonl, checkpoints, tensor logs"}, c.run.output_dir);
+  v(Field{"run.tensor_logs.steps", "steps whose tensors are logged", 0, kBig}, c.run.tensor_logs.steps);
+  v(Field{"run.tensor_logs.kinds", "which tensors to log", 0, 0, {"forward", "backward", "param_grad", "param"}}, c.run.tensor_logs.kinds);
+}
+
+void visit_schema(Config& c, const FieldVisitor& v) {
+  visit_schema_impl(c, [&](const Field& f, auto& value) { v(f, FieldRef(&value)); });
+}
+
+}  // namespace driftless::train
