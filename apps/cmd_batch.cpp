@@ -1,0 +1,129 @@
+// `driftless batch`: prints the ModelInput of every micro-sequence of a step as JSON, as
+// each rank would see it (how a user sees what the model sees). Flags are named after the
+// run-config keys they will read from `--config` (data.path, batch.sequence_length, ...).
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "apps/command.h"
+#include "data/dataset.h"
+#include "data/random_dataset.h"
+#include "data/sampler.h"
+#include "engine/core/error.h"
+
+namespace driftless::apps {
+namespace {
+
+struct BatchOptions {
+  std::string dataset;  // data.path
+  bool random = false;  // data.random
+  data::RandomDatasetConfig random_config;
+  std::string long_documents = "split";  // data.long_documents
+  data::SamplerConfig sampler;
+  int32_t micro_sequences = 1;  // schedule.micro_sequences
+  int32_t sdp = 1;              // distributed.sequence_data_parallel
+  int32_t data_parallel = 1;    // distributed.data_parallel
+  int64_t step = 0;
+  int32_t rank = -1;  // -1: every rank
+  std::string config;
+  bool compact = false;
+};
+
+int run_batch(const BatchOptions& o) {
+  DL_CHECK(o.config.empty(), "batch",
+           "expected flags for now (--config is not supported yet), got --config " << o.config);
+  DL_CHECK(o.random != !o.dataset.empty(), "batch",
+           "expected exactly one of --dataset PATH or --random");
+  std::unique_ptr<data::Dataset> ds = o.random
+                                          ? std::make_unique<data::RandomDataset>(o.random_config)
+                                          : data::open_dataset(o.dataset);
+  data::SamplerConfig sc = o.sampler;
+  sc.long_documents = data::parse_long_documents(o.long_documents);
+  const int32_t world = o.sdp * o.data_parallel;
+  DL_CHECK(o.sdp >= 1 && o.data_parallel >= 1 && o.micro_sequences >= 1, "batch",
+           "expected --sdp, --data-parallel and --micro-sequences >= 1");
+  DL_CHECK(sc.sequences % o.data_parallel == 0, "batch",
+           "expected --data-parallel (" << o.data_parallel << ") to divide --batch, got "
+                                        << sc.sequences);
+  DL_CHECK(o.rank < world, "batch", "expected --rank in [0, " << world << "), got " << o.rank);
+  data::Sampler sampler(*ds, sc);
+  data::GlobalBatch batch = sampler.batch(o.step);
+  const int64_t per_group = sc.sequences / o.data_parallel;
+
+  nlohmann::json out;
+  out["dataset"] = ds->describe();
+  out["step"] = o.step;
+  out["sequence_length"] = sc.sequence_length;
+  out["sequences"] = sc.sequences;
+  out["micro_sequences"] = o.micro_sequences;
+  out["sequence_data_parallel"] = o.sdp;
+  out["data_parallel"] = o.data_parallel;
+  out["loss_tokens"] = batch.loss_tokens;
+  out["ranks"] = nlohmann::json::array();
+  // Rank R = batch_data_rank * sdp + sdp_rank: the sdp ranks of a sequence are adjacent.
+  for (int32_t rank = 0; rank < world; ++rank) {
+    if (o.rank >= 0 && rank != o.rank) continue;
+    const int32_t sdp_rank = rank % o.sdp, group = rank / o.sdp;
+    nlohmann::json r;
+    r["rank"] = rank;
+    r["sdp_rank"] = sdp_rank;
+    r["batch_data_rank"] = group;
+    r["sequences"] = nlohmann::json::array();
+    for (int64_t b = group * per_group; b < (group + 1) * per_group; ++b) {
+      const data::PackedSequence& seq = batch.sequences[size_t(b)];
+      nlohmann::json js;
+      js["sequence"] = seq.index;
+      js["epoch"] = seq.epoch;
+      js["document_lengths"] = seq.document_lengths;
+      js["source_documents"] = seq.source_documents;
+      js["source_offsets"] = seq.source_offsets;
+      js["micro_sequences"] = nlohmann::json::array();
+      for (int32_t i = 0; i < o.micro_sequences; ++i)
+        js["micro_sequences"].push_back(data::to_json(data::make_model_input(
+            seq, {i, o.micro_sequences, sdp_rank, o.sdp}, sc.pad_documents_to)));
+      r["sequences"].push_back(js);
+    }
+    out["ranks"].push_back(r);
+  }
+  std::cout << out.dump(o.compact ? -1 : 1) << "\n";
+  return 0;
+}
+
+Registrar reg(
+    {"batch", "Print the ModelInput of every micro-sequence of a step as JSON", [](CLI::App& sub) {
+       auto o = std::make_shared<BatchOptions>();
+       sub.add_option("--config", o->config, "Run config (YAML; not supported yet)");
+       sub.add_option("--dataset", o->dataset,
+                      "data.path: PREFIX of a .bin/.idx pair, an llm.c shard or a "
+                      "folder of shards");
+       sub.add_flag("--random", o->random, "data.random: seeded synthetic documents");
+       sub.add_option("--random-documents", o->random_config.num_documents)->capture_default_str();
+       sub.add_option("--random-mean-length", o->random_config.mean_length)->capture_default_str();
+       sub.add_option("--random-max-length", o->random_config.max_length)->capture_default_str();
+       sub.add_option("--seq-len", o->sampler.sequence_length, "batch.sequence_length")
+           ->capture_default_str();
+       sub.add_option("--batch", o->sampler.sequences,
+                      "batch.sequences: sequences per step (global)")
+           ->capture_default_str();
+       sub.add_option("--micro-sequences", o->micro_sequences, "schedule.micro_sequences")
+           ->capture_default_str();
+       sub.add_option("--sdp", o->sdp, "distributed.sequence_data_parallel")->capture_default_str();
+       sub.add_option("--data-parallel", o->data_parallel,
+                      "distributed.data_parallel: groups that split the sequences")
+           ->capture_default_str();
+       sub.add_option("--step", o->step, "Training step")->capture_default_str();
+       sub.add_option("--rank", o->rank, "Only this rank (default: all)");
+       sub.add_option("--seed", o->sampler.seed, "training.seed")->capture_default_str();
+       sub.add_option("--pad-documents-to", o->sampler.pad_documents_to, "data.pad_documents_to")
+           ->capture_default_str();
+       sub.add_option("--long-documents", o->long_documents,
+                      "data.long_documents: split or truncate")
+           ->capture_default_str();
+       sub.add_flag("--compact", o->compact, "One-line JSON");
+       return std::function<int()>([o] {
+         o->random_config.seed = o->sampler.seed;
+         return run_batch(*o);
+       });
+     }});
+
+}  // namespace
+}  // namespace driftless::apps
