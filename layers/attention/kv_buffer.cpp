@@ -1,0 +1,80 @@
+// K/V buffer allocation and the write/read node with its gradient rule (kv_buffer.h).
+#include "layers/attention/kv_buffer.h"
+
+#include "engine/autograd/autograd.h"
+
+namespace driftless::layers {
+
+void KvBuffer::ensure(int64_t sequences, int64_t sequence_length, int64_t kv_heads,
+                      int64_t head_dim, DType dtype, Device device) {
+  const Shape shape{sequences, sequence_length, 2, kv_heads, head_dim};
+  if (kv_.defined() && kv_.shape() == shape && kv_.dtype() == dtype && kv_.device() == device)
+    return;
+  kv_ = Tensor::zeros(shape, dtype, device);
+  grad_ = Tensor::zeros(shape, dtype, device);
+}
+
+namespace {
+// (T, H_kv, D) rows [begin, end) of sequence b, component c (0 = K, 1 = V).
+Tensor rows(const Tensor& buf, int64_t b, int64_t begin, int64_t end, int64_t c) {
+  return buf.select(0, b).narrow(0, begin, end - begin).select(1, c);
+}
+// (L, 2, H_kv, D) span of the micro-sequence containing [q0, q1) on rank r of P.
+Tensor span(const Tensor& buf, const KvSlice& s, const KvExchange& ex) {
+  const int64_t rows_local = s.q1 - s.q0;
+  const int64_t begin = s.q0 - ex.rank() * rows_local;
+  return buf.select(0, s.sequence).narrow(0, begin, rows_local * ex.ranks());
+}
+}  // namespace
+
+std::pair<Tensor, Tensor> kv_write_read(KvBuffer& buffer, const KvSlice& slice,
+                                        const Tensor& k_local, const Tensor& v_local,
+                                        KvExchange* exchange, const KvFaults* faults) {
+  static KvExchange single_rank;
+  KvExchange& ex = exchange ? *exchange : single_rank;
+  const Tensor& kv = buffer.kv();
+  DL_CHECK(kv.defined(), "kv_buffer", "buffer not allocated (call ensure first)");
+  DL_CHECK(slice.sequence >= 0 && slice.sequence < kv.size(0), "kv_buffer",
+           "sequence " << slice.sequence << " out of range for a buffer of " << kv.size(0));
+  DL_CHECK(0 <= slice.first_document_begin && slice.first_document_begin <= slice.q0 &&
+               slice.q0 <= slice.q1 && slice.q1 <= kv.size(1),
+           "kv_buffer",
+           "slice first_document_begin " << slice.first_document_begin << ", q [" << slice.q0
+                                         << ", " << slice.q1 << ") does not fit a sequence of "
+                                         << kv.size(1));
+  const Shape local{slice.q1 - slice.q0, kv.size(3), kv.size(4)};
+  DL_CHECK(k_local.shape() == local && v_local.shape() == local, "kv_buffer",
+           "k/v " << shape_str(k_local.shape()) << " / " << shape_str(v_local.shape())
+                  << " must be " << shape_str(local));
+  {
+    autograd::NoGradGuard no_grad;
+    rows(kv, slice.sequence, slice.q0, slice.q1, 0).copy_(k_local);
+    rows(kv, slice.sequence, slice.q0, slice.q1, 1).copy_(v_local);
+    if (ex.ranks() > 1) ex.all_gather(span(kv, slice, ex));
+  }
+  Tensor k_ext = rows(kv, slice.sequence, slice.first_document_begin, slice.q1, 0).detach();
+  Tensor v_ext = rows(kv, slice.sequence, slice.first_document_begin, slice.q1, 1).detach();
+  autograd::Context ctx;
+  const bool drop = faults && faults->drop_grad_slice;
+  auto outs = autograd::record(
+      "kv_buffer", {k_local, v_local}, {k_ext, v_ext}, std::move(ctx),
+      [&buffer, slice, &ex, drop](autograd::Context&,
+                                  const std::vector<Tensor>& g) -> std::vector<Tensor> {
+        autograd::NoGradGuard no_grad;
+        const Tensor& grad = buffer.grad();
+        rows(grad, slice.sequence, slice.first_document_begin, slice.q1, 0).add_(g[0]);
+        rows(grad, slice.sequence, slice.first_document_begin, slice.q1, 1).add_(g[1]);
+        // Every later micro-sequence has run its backward: the slice is complete.
+        if (ex.ranks() > 1) ex.reduce_scatter(span(grad, slice, ex));
+        Tensor dk = rows(grad, slice.sequence, slice.q0, slice.q1, 0).clone();
+        Tensor dv = rows(grad, slice.sequence, slice.q0, slice.q1, 1).clone();
+        if (drop) {
+          dk.zero_();
+          dv.zero_();
+        }
+        return {dk, dv};
+      });
+  return {outs[0], outs[1]};
+}
+
+}  // namespace driftless::layers

@@ -1,0 +1,67 @@
+// Per-layer K/V buffers (DESIGN.md "K/V buffers"): kv (B, S, 2, H_kv, D) and a gradient
+// buffer of the same shape, allocated once and reused across steps. A micro-sequence writes
+// only its slice [q0, q1) of sequence b; attention reads the extent [first_document_begin,
+// q1) as views (no concatenation of pasts, no copies). In backward, the extent's dK/dV are
+// added into the gradient buffer, and the slice [q0, q1) flows back into the K/V projection;
+// because micro-sequences run backward in reverse order, every later micro-sequence has
+// added to that slice by then.
+#pragma once
+#include <functional>
+#include <memory>
+
+#include "engine/core/tensor.h"
+
+namespace driftless::layers {
+
+// How K/V are exchanged between the P ranks sharing a sequence (SDP). A micro-sequence's
+// span of L rows is cut into P chunks of L/P rows; rank r owns chunk r. The single-rank
+// exchange (P = 1) does nothing; parallel/ provides the collective one.
+class KvExchange {
+ public:
+  virtual ~KvExchange() = default;
+  virtual int64_t ranks() const { return 1; }
+  virtual int64_t rank() const { return 0; }
+  // span (L, 2, H_kv, D), contiguous view of the buffer: this rank filled its chunk; fill
+  // the others' (all-gather in place).
+  virtual void all_gather(const Tensor& span) {}
+  // grad span (L, 2, H_kv, D): sum over ranks; afterwards this rank's chunk holds the sum
+  // (reduce-scatter in place; other chunks are left undefined).
+  virtual void reduce_scatter(const Tensor& grad_span) {}
+};
+
+// Test-only fault switches (issue "regress": prove the report catches real bugs).
+struct KvFaults {
+  bool drop_grad_slice = false;  // return a zero K/V gradient instead of the slice
+};
+
+class KvBuffer {
+ public:
+  // (Re)allocates only when the shape grows or changes dtype/device.
+  void ensure(int64_t sequences, int64_t sequence_length, int64_t kv_heads, int64_t head_dim,
+              DType dtype, Device device);
+  const Tensor& kv() const { return kv_; }      // (B, S, 2, H_kv, D)
+  const Tensor& grad() const { return grad_; }  // (B, S, 2, H_kv, D)
+  void zero_grad() const {
+    if (grad_.defined()) grad_.zero_();
+  }
+  int64_t bytes() const { return kv_.defined() ? 2 * int64_t(kv_.nbytes()) : 0; }
+
+ private:
+  Tensor kv_, grad_;
+};
+
+struct KvSlice {
+  int64_t sequence = 0;              // b: which sequence of the buffer
+  int64_t q0 = 0, q1 = 0;            // this rank's query rows (absolute in the sequence)
+  int64_t first_document_begin = 0;  // start of the K extent
+};
+
+// Writes k_local/v_local (T_q, H_kv, D) into the buffer at [q0, q1) of sequence b (then
+// all-gathers the micro-sequence span over the exchange), and returns the extent [first_document_begin, q1) as (k, v) views,
+// linked to k_local/v_local by one autograd node implementing the gradient rule above.
+std::pair<Tensor, Tensor> kv_write_read(KvBuffer& buffer, const KvSlice& slice,
+                                        const Tensor& k_local, const Tensor& v_local,
+                                        KvExchange* exchange = nullptr,
+                                        const KvFaults* faults = nullptr);
+
+}  // namespace driftless::layers

@@ -1,0 +1,226 @@
+// GPT-2 forward as a handful of autograd nodes per block (DESIGN.md "Granularity").
+#include "layers/gpt.h"
+
+#include <cmath>
+
+#include "engine/autograd/autograd.h"
+#include "engine/core/random.h"
+#include "engine/ops/ops.h"
+#include "layers/attention/attention.h"
+#include "layers/linear.h"
+
+namespace driftless::layers {
+
+namespace {
+
+std::string layer_name(int64_t l, const std::string& part) {
+  return "h." + std::to_string(l) + "." + part;
+}
+
+// The attention call of one sequence from its ModelInput (padding in FA3 convention:
+// memory offsets in cu_seqlens_*, real lengths in seqused_*).
+AttentionSpec spec_from_input(const data::ModelInput& in, bool fault_cu_k) {
+  AttentionSpec s;
+  s.causal = true;
+  if (in.padded()) {
+    s.cu_seqlens_q = Tensor::from_vector(in.cu_seqlens_q_padded);
+    s.cu_seqlens_k = Tensor::from_vector(in.cu_seqlens_k_padded);
+    s.seqused_q = Tensor::from_vector(in.seqused_q);
+    s.seqused_k = Tensor::from_vector(in.seqused_k);
+  } else {
+    s.cu_seqlens_q = Tensor::from_vector(in.cu_seqlens_q);
+    std::vector<int32_t> cu_k = in.cu_seqlens_k;
+    if (fault_cu_k && in.first_document_begin > 0 && !cu_k.empty()) {
+      // The classic bug: cu_seqlens_k in absolute positions, shifted by the past.
+      const int32_t shift = int32_t(in.first_document_begin);
+      for (auto& c : cu_k) c = std::min<int32_t>(c + shift, cu_k.back());
+      cu_k[0] = 0;
+    }
+    s.cu_seqlens_k = Tensor::from_vector(cu_k);
+  }
+  s.max_seqlen_q = std::max<int64_t>(in.max_seqlen_q, 1);
+  s.max_seqlen_k = std::max<int64_t>(in.max_seqlen_k, 1);
+  return s;
+}
+
+Tensor int_tensor(const std::vector<int32_t>& v) { return Tensor::from_vector(v); }
+
+}  // namespace
+
+Gpt::Gpt(const GptConfig& c, Device device) : config_(c), device_(device) {
+  DL_CHECK(c.n_embd % c.n_head == 0 && c.n_head % c.kv_heads() == 0, "gpt",
+           "n_embd " << c.n_embd << ", n_head " << c.n_head << ", n_kv_head " << c.kv_heads()
+                     << " do not divide");
+  DL_CHECK(!(c.alibi && c.softcap > 0), "gpt",
+           "alibi and softcap together are not supported (one score modifier per layer)");
+  const int64_t C = c.n_embd, D = c.head_dim(), qkv = (c.n_head + 2 * c.kv_heads()) * D;
+  slab_.declare("wte.weight", {c.vocab_size, C}, true);
+  slab_.declare("wpe.weight", {c.n_positions, C}, true);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    slab_.declare(layer_name(l, "ln_1.weight"), {C}, false);
+    slab_.declare(layer_name(l, "ln_1.bias"), {C}, false);
+    slab_.declare(layer_name(l, "attn.c_attn.weight"), {qkv, C}, true);
+    slab_.declare(layer_name(l, "attn.c_attn.bias"), {qkv}, false);
+    slab_.declare(layer_name(l, "attn.c_proj.weight"), {C, C}, true);
+    slab_.declare(layer_name(l, "attn.c_proj.bias"), {C}, false);
+    slab_.declare(layer_name(l, "ln_2.weight"), {C}, false);
+    slab_.declare(layer_name(l, "ln_2.bias"), {C}, false);
+    slab_.declare(layer_name(l, "mlp.c_fc.weight"), {4 * C, C}, true);
+    slab_.declare(layer_name(l, "mlp.c_fc.bias"), {4 * C}, false);
+    slab_.declare(layer_name(l, "mlp.c_proj.weight"), {C, 4 * C}, true);
+    slab_.declare(layer_name(l, "mlp.c_proj.bias"), {C}, false);
+  }
+  slab_.declare("ln_f.weight", {C}, false);
+  slab_.declare("ln_f.bias", {C}, false);
+  slab_.allocate(device);
+  kv_buffers_.resize(size_t(c.n_layer));
+  if (c.alibi) {
+    std::vector<float> slopes(size_t(c.n_head));
+    for (int64_t h = 0; h < c.n_head; ++h)
+      slopes[size_t(h)] = float(std::pow(2.0, -8.0 * double(h + 1) / double(c.n_head)));
+    alibi_slopes_ = Tensor::from_vector(slopes);
+  }
+}
+
+void Gpt::init(uint64_t seed) {
+  autograd::NoGradGuard no_grad;
+  const double residual_std = 0.02 / std::sqrt(2.0 * double(config_.n_layer));
+  uint64_t index = 0;
+  for (const auto& prm : slab_.parameters()) {
+    const std::string& n = prm.name;
+    auto ends_with = [&](const std::string& s) {
+      return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0;
+    };
+    if (ends_with("ln_1.weight") || ends_with("ln_2.weight") || n == "ln_f.weight") {
+      prm.value.fill_(1.0);
+    } else if (ends_with(".bias")) {
+      prm.value.fill_(0.0);
+    } else {
+      double std = ends_with("c_proj.weight") ? residual_std : 0.02;
+      prm.value.copy_(Tensor::randn(prm.value.shape(), random::derive(seed, index), DType::f32,
+                                    0.0, std));
+    }
+    ++index;
+  }
+}
+
+void Gpt::prepare_buffers(int64_t slots, int64_t sequence_length) {
+  for (auto& b : kv_buffers_)
+    b.ensure(slots, sequence_length, config_.kv_heads(), config_.head_dim(), DType::f32, device_);
+}
+
+void Gpt::zero_kv_grads() {
+  for (auto& b : kv_buffers_) b.zero_grad();
+}
+
+int64_t Gpt::kv_buffer_bytes() const {
+  int64_t n = 0;
+  for (const auto& b : kv_buffers_) n += b.bytes();
+  return n;
+}
+
+Tensor Gpt::hidden(const std::vector<SliceInput>& slice, const ForwardOptions& o,
+                   std::vector<RowBlock>& rows) {
+  DL_CHECK(!slice.empty(), "gpt", "empty micro-batch slice");
+  std::vector<int32_t> tokens, positions;
+  rows.clear();
+  for (const auto& s : slice) {
+    const data::ModelInput& in = *s.input;
+    for (int32_t t : in.tokens)
+      DL_CHECK(t >= 0 && t < config_.vocab_size, "gpt",
+               "token " << t << " outside the vocabulary of " << config_.vocab_size);
+    for (int32_t pos : in.position_index)
+      DL_CHECK(pos < config_.n_positions, "gpt",
+               "position " << pos << " exceeds model.n_positions (" << config_.n_positions
+                           << "); use shorter documents or a larger n_positions");
+    tokens.insert(tokens.end(), in.tokens.begin(), in.tokens.end());
+    positions.insert(positions.end(), in.position_index.begin(), in.position_index.end());
+    rows.push_back({s.global_sequence, in.sequence_k_past, in.num_queries()});
+  }
+  Tensor x = ops::add(ops::embedding(p("wte.weight"), int_tensor(tokens)),
+                      ops::embedding(p("wpe.weight"), int_tensor(positions)));  // (T, C)
+  x = ops::dropout(x, config_.dropout, random::derive(o.dropout_seed, 0), o.training);
+  x = tap(x, "embed", o.sink, rows);
+  for (int64_t l = 0; l < config_.n_layer; ++l) x = block(l, x, slice, o, rows);
+  x = ops::layer_norm(x, p("ln_f.weight"), p("ln_f.bias"));
+  return tap(x, "ln_f", o.sink, rows);
+}
+
+Tensor Gpt::block(int64_t l, const Tensor& x, const std::vector<SliceInput>& slice,
+                  const ForwardOptions& o, const std::vector<RowBlock>& rows) {
+  Tensor h = ops::layer_norm(x, p(layer_name(l, "ln_1.weight")), p(layer_name(l, "ln_1.bias")));
+  h = tap(h, layer_name(l, "ln_1"), o.sink, rows);
+  Tensor a = self_attention(l, h, slice, o, rows);
+  a = ops::dropout(a, config_.dropout, random::derive(o.dropout_seed, 2 * l + 1), o.training);
+  Tensor r = ops::add(x, tap(a, layer_name(l, "attn"), o.sink, rows));
+  Tensor m = ops::layer_norm(r, p(layer_name(l, "ln_2.weight")), p(layer_name(l, "ln_2.bias")));
+  m = tap(m, layer_name(l, "ln_2"), o.sink, rows);
+  m = linear(m, p(layer_name(l, "mlp.c_fc.weight")), p(layer_name(l, "mlp.c_fc.bias")));
+  m = ops::gelu(m);
+  m = linear(m, p(layer_name(l, "mlp.c_proj.weight")), p(layer_name(l, "mlp.c_proj.bias")));
+  m = ops::dropout(m, config_.dropout, random::derive(o.dropout_seed, 2 * l + 2), o.training);
+  Tensor out = ops::add(r, tap(m, layer_name(l, "mlp"), o.sink, rows));
+  return tap(out, layer_name(l, "out"), o.sink, rows);
+}
+
+Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<SliceInput>& slice,
+                           const ForwardOptions& o, const std::vector<RowBlock>& rows) {
+  const int64_t H = config_.n_head, Hkv = config_.kv_heads(), D = config_.head_dim();
+  Tensor qkv = linear(x, p(layer_name(l, "attn.c_attn.weight")),
+                      p(layer_name(l, "attn.c_attn.bias")));  // (T, (H + 2 Hkv) D)
+  qkv = tap(qkv, layer_name(l, "attn.qkv"), o.sink, rows);
+  auto parts = ops::split(qkv, {H * D, Hkv * D, Hkv * D}, 1);
+  const int64_t T = x.size(0);
+  Tensor q = ops::reshape(parts[0], {T, H, D});
+  Tensor k = ops::reshape(parts[1], {T, Hkv, D});
+  Tensor v = ops::reshape(parts[2], {T, Hkv, D});
+  const bool in_fault_layer = o.faults && o.faults->layer == l;
+  KvFaults kv_faults;
+  kv_faults.drop_grad_slice = in_fault_layer && o.faults->drop_kv_grad_slice;
+  std::vector<Tensor> outs;
+  int64_t row = 0;
+  for (const auto& s : slice) {
+    const data::ModelInput& in = *s.input;
+    const int64_t tq = in.num_queries();
+    KvSlice ks{s.slot, in.sequence_k_past, in.sequence_k_end, in.first_document_begin};
+    auto [k_ext, v_ext] = kv_write_read(kv_buffers_[size_t(l)], ks, ops::narrow(k, 0, row, tq),
+                                        ops::narrow(v, 0, row, tq), o.exchange,
+                                        kv_faults.drop_grad_slice ? &kv_faults : nullptr);
+    AttentionSpec spec =
+        spec_from_input(in, in_fault_layer && o.faults->cu_seqlens_k_from_begin);
+    if (config_.softcap > 0) spec.score_mod = ScoreModSpec::make_softcap(config_.softcap);
+    if (config_.alibi) spec.score_mod = ScoreModSpec::make_alibi(alibi_slopes_);
+    outs.push_back(attention(ops::narrow(q, 0, row, tq), k_ext, v_ext, spec));
+    row += tq;
+  }
+  Tensor y = outs.size() == 1 ? outs[0] : ops::concat(outs, 0);  // (T, H, D)
+  y = ops::reshape(y, {T, H * D});
+  y = tap(y, layer_name(l, "attn.core"), o.sink, rows);
+  return linear(y, p(layer_name(l, "attn.c_proj.weight")), p(layer_name(l, "attn.c_proj.bias")));
+}
+
+Tensor Gpt::logits(const std::vector<SliceInput>& slice, const ForwardOptions& o) {
+  std::vector<RowBlock> rows;
+  Tensor x = hidden(slice, o, rows);
+  return linear(x, p("wte.weight"), Tensor());  // (T, V), tied head
+}
+
+Tensor Gpt::loss(const std::vector<SliceInput>& slice, double loss_scale,
+                 const ForwardOptions& o) {
+  std::vector<RowBlock> rows;
+  Tensor x = hidden(slice, o, rows);
+  Tensor logits = linear(x, p("wte.weight"), Tensor());
+  std::vector<int32_t> labels;
+  std::vector<float> mask;
+  for (const auto& s : slice) {
+    for (size_t t = 0; t < s.input->labels.size(); ++t) {
+      const int32_t lab = s.input->labels[t];
+      labels.push_back(lab >= 0 ? lab : 0);
+      mask.push_back(s.input->loss_mask[t] ? 1.0f : 0.0f);
+    }
+  }
+  Tensor l = ops::cross_entropy(logits, int_tensor(labels), Tensor::from_vector(mask));
+  return ops::scale(l, loss_scale);
+}
+
+}  // namespace driftless::layers

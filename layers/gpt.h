@@ -1,0 +1,92 @@
+// The GPT-2 model (issue "GPT-2 model, trainer"): token + learned position embeddings
+// (positions from the length model, restarting per document), pre-LN blocks with varlen
+// per-document causal attention over per-layer K/V buffers, GELU MLP, final LN, LM head
+// tied to the token embedding. Parameters live in one ParameterSlab with HF GPT-2 names
+// (without the "transformer." prefix), weights stored (out, in).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/model_input.h"
+#include "layers/attention/kv_buffer.h"
+#include "layers/parameters.h"
+#include "layers/tap.h"
+
+namespace driftless::layers {
+
+struct GptConfig {
+  int64_t vocab_size = 50257;
+  int64_t n_positions = 1024;
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  int64_t n_kv_head = 0;  // 0: n_head
+  int64_t n_embd = 768;
+  double dropout = 0.0;
+  double softcap = 0.0;
+  bool alibi = false;
+  int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int64_t head_dim() const { return n_embd / n_head; }
+};
+
+// Test-only faults (regression must catch them; see tests/e2e).
+struct ModelFaults {
+  int64_t layer = -1;                   // which layer the fault is in (-1: none)
+  bool cu_seqlens_k_from_begin = false;  // cu_seqlens_k[0] = first_document_begin (micro-seq >= 1)
+  bool drop_kv_grad_slice = false;      // a K/V gradient slice is lost
+};
+
+// One sequence of the micro-batch slice the model runs now.
+struct SliceInput {
+  const data::ModelInput* input = nullptr;
+  int64_t slot = 0;             // which K/V buffer sequence it uses
+  int64_t global_sequence = 0;  // index in the step's global batch (for tensor logs)
+};
+
+struct ForwardOptions {
+  TensorSink* sink = nullptr;       // tensor logs
+  KvExchange* exchange = nullptr;   // SDP K/V exchange (nullptr: single rank)
+  const ModelFaults* faults = nullptr;
+  bool training = true;             // dropout on
+  uint64_t dropout_seed = 0;
+};
+
+class Gpt {
+ public:
+  explicit Gpt(const GptConfig& config, Device device = Device::cpu);
+  const GptConfig& config() const { return config_; }
+  ParameterSlab& slab() { return slab_; }
+  const ParameterSlab& slab() const { return slab_; }
+  int64_t num_parameters() const { return slab_.numel(); }
+  // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2 n_layer)),
+  // zero biases, unit layer-norm gains. Seeded per parameter: same on every machine.
+  void init(uint64_t seed);
+
+  // K/V buffers for `slots` sequences of `sequence_length` tokens (allocated once).
+  void prepare_buffers(int64_t slots, int64_t sequence_length);
+  void zero_kv_grads();
+  int64_t kv_buffer_bytes() const;
+
+  // Sum over loss-masked rows of the slice of the cross-entropy, times loss_scale: ()
+  Tensor loss(const std::vector<SliceInput>& slice, double loss_scale,
+              const ForwardOptions& options);
+  // Logits (sum of T_q, V) of the slice.
+  Tensor logits(const std::vector<SliceInput>& slice, const ForwardOptions& options);
+
+ private:
+  Tensor hidden(const std::vector<SliceInput>& slice, const ForwardOptions& options,
+                std::vector<RowBlock>& rows);
+  Tensor block(int64_t layer, const Tensor& x, const std::vector<SliceInput>& slice,
+               const ForwardOptions& options, const std::vector<RowBlock>& rows);
+  Tensor self_attention(int64_t layer, const Tensor& x, const std::vector<SliceInput>& slice,
+                        const ForwardOptions& options, const std::vector<RowBlock>& rows);
+  const Tensor& p(const std::string& name) const { return slab_[name]; }
+
+  GptConfig config_;
+  Device device_;
+  ParameterSlab slab_;
+  std::vector<KvBuffer> kv_buffers_;
+  Tensor alibi_slopes_;
+};
+
+}  // namespace driftless::layers
