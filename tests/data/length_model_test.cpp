@@ -14,9 +14,9 @@ namespace driftless::data {
 namespace {
 
 // Every composition of S <= kExhaustive; for longer S (up to 24) a seeded sample.
-constexpr int kExhaustive = 15;
+constexpr int kExhaustive = 16;
 constexpr int kMaxLength = 24;
-constexpr int kSamplesPerLength = 3000;
+constexpr int kSamplesPerLength = 4000;
 
 struct Reference {
   std::vector<int32_t> doc;    // [S] document index of each position
