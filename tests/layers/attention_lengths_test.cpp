@@ -55,8 +55,8 @@ TEST(AttentionLengths, PastKeysLongerThanQueries) {
 
 TEST(AttentionLengths, RowsThatSeeNoKey) {
   Case c;
-  // More queries than keys: under bottom-right causal alignment the first rows see
-  // nothing; a document with keys but no... and one with queries but no keys.
+  // More queries than keys: under bottom-right causal alignment the first 7 rows of
+  // (10, 3) see nothing; (4, 0) has queries but no keys, (0, 5) keys but no queries.
   c.docs = {{10, 3}, {4, 0}, {0, 5}, {9, 9}};
   check_both(c);
 }
