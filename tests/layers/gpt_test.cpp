@@ -47,7 +47,7 @@ std::vector<float> gradients(Gpt& model, const std::vector<data::PackedSequence>
   model.zero_kv_grads();
   int64_t tokens = 0;
   for (const auto& s : seqs) tokens += s.loss_tokens();
-  std::vector<std::vector<data::ModelInput>> inputs(size_t(m));
+  std::vector<std::vector<data::ModelInput>> inputs(static_cast<size_t>(m));
   std::vector<Tensor> losses;
   ForwardOptions o;
   o.faults = faults;
