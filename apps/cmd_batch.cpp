@@ -9,6 +9,7 @@
 #include "data/random_dataset.h"
 #include "data/sampler.h"
 #include "engine/core/error.h"
+#include "engine/train/config.h"
 
 namespace driftless::apps {
 namespace {
@@ -25,12 +26,36 @@ struct BatchOptions {
   int64_t step = 0;
   int32_t rank = -1;  // -1: every rank
   std::string config;
+  std::vector<std::string> overrides;  // --set key.path=value
   bool compact = false;
 };
 
+// Fills the options a flag did not set from the run config (flags win over the file).
+void apply_config(BatchOptions& o, const CLI::App& sub) {
+  const train::Config c = train::load_config(o.config, o.overrides);
+  auto unset = [&](const char* flag) { return sub.get_option(flag)->count() == 0; };
+  if (unset("--dataset") && unset("--random")) {
+    o.random = c.data.format == "random";
+    if (!o.random) o.dataset = c.data.path;
+  }
+  if (unset("--random-documents")) o.random_config.num_documents = c.data.random_documents;
+  if (unset("--random-mean-length"))
+    o.random_config.mean_length = double(c.data.random_mean_length);
+  if (unset("--random-max-length")) o.random_config.max_length = int32_t(c.data.random_max_length);
+  o.random_config.distribution = c.data.random_distribution;
+  o.random_config.vocab_size = int32_t(c.model.vocab_size);
+  if (unset("--long-documents")) o.long_documents = c.data.long_documents;
+  if (unset("--pad-documents-to")) o.sampler.pad_documents_to = int32_t(c.data.pad_documents_to);
+  o.sampler.shuffle = c.data.shuffle;
+  if (unset("--seq-len")) o.sampler.sequence_length = c.batch.sequence_length;
+  if (unset("--batch")) o.sampler.sequences = c.batch.sequences;
+  if (unset("--micro-sequences")) o.micro_sequences = int32_t(c.schedule.micro_sequences);
+  if (unset("--sdp")) o.sdp = int32_t(c.distributed.sequence_data_parallel);
+  if (unset("--data-parallel")) o.data_parallel = int32_t(c.distributed.data_parallel);
+  if (unset("--seed")) o.sampler.seed = uint64_t(c.training.seed);
+}
+
 int run_batch(const BatchOptions& o) {
-  DL_CHECK(o.config.empty(), "batch",
-           "expected flags for now (--config is not supported yet), got --config " << o.config);
   DL_CHECK(o.random != !o.dataset.empty(), "batch",
            "expected exactly one of --dataset PATH or --random");
   std::unique_ptr<data::Dataset> ds = o.random
@@ -91,11 +116,12 @@ int run_batch(const BatchOptions& o) {
 Registrar reg(
     {"batch", "Print the ModelInput of every micro-sequence of a step as JSON", [](CLI::App& sub) {
        auto o = std::make_shared<BatchOptions>();
-       sub.add_option("--config", o->config, "Run config (YAML; not supported yet)");
+       sub.add_option("--config", o->config, "Run config (YAML); flags override its keys");
+       sub.add_option("--set", o->overrides, "Config override key.path=value");
        sub.add_option("--dataset", o->dataset,
                       "data.path: PREFIX of a .bin/.idx pair, an llm.c shard or a "
                       "folder of shards");
-       sub.add_flag("--random", o->random, "data.random: seeded synthetic documents");
+       sub.add_flag("--random", o->random, "data.format: random (seeded synthetic documents)");
        sub.add_option("--random-documents", o->random_config.num_documents)->capture_default_str();
        sub.add_option("--random-mean-length", o->random_config.mean_length)->capture_default_str();
        sub.add_option("--random-max-length", o->random_config.max_length)->capture_default_str();
@@ -119,7 +145,9 @@ Registrar reg(
                       "data.long_documents: split or truncate")
            ->capture_default_str();
        sub.add_flag("--compact", o->compact, "One-line JSON");
-       return std::function<int()>([o] {
+       CLI::App* app = &sub;  // owned by the parent app, outlives the run
+       return std::function<int()>([o, app] {
+         if (!o->config.empty()) apply_config(*o, *app);
          o->random_config.seed = o->sampler.seed;
          return run_batch(*o);
        });

@@ -15,8 +15,8 @@ Registrar reg(
        auto c = std::make_shared<data::PrepareConfig>();
        sub.add_option("inputs", c->inputs, "Input files or folders")->required();
        sub.add_option("-o,--output", c->output,
-                      "Output prefix: writes PREFIX.train.{bin,idx,json} and "
-                      "PREFIX.validation.{bin,idx,json}")
+                      "Output folder: writes OUT/train.{bin,idx,json} and "
+                      "OUT/validation.{bin,idx,json}")
            ->required();
        sub.add_option("--format", c->format, "auto, text, jsonl or fortune")->capture_default_str();
        sub.add_option("--tokenizer", c->tokenizer, "gpt2 or byte")->capture_default_str();

@@ -67,7 +67,7 @@ struct SplitWriter {
 }  // namespace
 
 PrepareSummary prepare(const PrepareConfig& c, std::ostream& progress) {
-  DL_CHECK(!c.output.empty(), "prepare", "expected an output prefix, got none");
+  DL_CHECK(!c.output.empty(), "prepare", "expected an output folder, got none");
   DL_CHECK(c.validation_fraction >= 0 && c.validation_fraction < 1, "prepare",
            "expected validation fraction in [0, 1), got " << c.validation_fraction);
   const TextFormat format = parse_text_format(c.format);
@@ -75,15 +75,14 @@ PrepareSummary prepare(const PrepareConfig& c, std::ostream& progress) {
   const auto files = expand_inputs(c.inputs);
   uint64_t total_bytes = 0;
   for (const auto& f : files) total_bytes += std::filesystem::file_size(f);
-  if (auto parent = std::filesystem::path(c.output).parent_path(); !parent.empty())
-    std::filesystem::create_directories(parent);
+  std::filesystem::create_directories(c.output);
 
   std::vector<SplitWriter> splits;
   for (const char* name : {"train", "validation"}) {
     if (std::string(name) == "validation" && c.validation_fraction == 0) break;
     SplitWriter s;
     s.summary.name = name;
-    s.summary.prefix = c.output + "." + name;
+    s.summary.prefix = (std::filesystem::path(c.output) / name).string();
     s.writer =
         std::make_unique<MemmapWriter>(s.summary.prefix, token_type_for(tokenizer->vocab_size()));
     splits.push_back(std::move(s));

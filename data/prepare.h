@@ -10,9 +10,9 @@
 namespace driftless::data {
 
 struct PrepareConfig {
-  std::vector<std::string> inputs;    // files or folders
-  std::string format = "auto";        // auto, text, jsonl, fortune
-  std::string output;                 // PREFIX: writes PREFIX.train.{bin,idx,json}, ...
+  std::vector<std::string> inputs;  // files or folders
+  std::string format = "auto";      // auto, text, jsonl, fortune
+  std::string output;  // folder: writes OUTPUT/train.{bin,idx,json}, OUTPUT/validation.{...}
   std::string tokenizer = "gpt2";     // gpt2 or byte
   std::string vocab_dir;              // for gpt2; empty = default_vocab_dir()
   double validation_fraction = 0.05;  // of documents; 0 writes no validation split

@@ -11,8 +11,10 @@
 namespace driftless::data {
 
 RandomDataset::RandomDataset(const RandomDatasetConfig& c) : config_(c) {
-  DL_CHECK(c.distribution == "uniform" || c.distribution == "exponential", "random_dataset",
-           "expected distribution uniform or exponential, got " << c.distribution);
+  DL_CHECK(
+      c.distribution == "uniform" || c.distribution == "exponential" || c.distribution == "fixed",
+      "random_dataset",
+      "expected distribution uniform, exponential or fixed, got " << c.distribution);
   DL_CHECK(c.num_documents > 0 && c.min_length >= 1 && c.max_length >= c.min_length,
            "random_dataset",
            "expected num_documents > 0 and 1 <= min_length <= max_length, got "
@@ -28,7 +30,9 @@ int64_t RandomDataset::document_length(int64_t doc) const {
   const uint64_t s = random::derive(config_.seed, 0);
   const double u = random::uniform01(s, uint64_t(doc));
   double len;
-  if (exponential_)
+  if (config_.distribution == "fixed")
+    len = std::round(config_.mean_length);
+  else if (exponential_)
     len = std::ceil(-config_.mean_length * std::log(u));
   else
     len = config_.min_length + std::floor(u * (config_.max_length - config_.min_length + 1));

@@ -12,7 +12,8 @@ namespace driftless::data {
 struct RandomDatasetConfig {
   int64_t num_documents = 10000;
   // "uniform": lengths uniform in [min_length, max_length]; "exponential": mean
-  // mean_length, clamped to [min_length, max_length] (many short, few long documents).
+  // mean_length, clamped to [min_length, max_length] (many short, few long documents);
+  // "fixed": every document has mean_length tokens (clamped likewise).
   std::string distribution = "exponential";
   int32_t min_length = 1;
   int32_t max_length = 4096;

@@ -34,7 +34,7 @@ std::string default_vocab_dir() {
 }
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& vocab_dir) {
-  if (name == "byte") return std::make_unique<ByteTokenizer>();
+  if (name == "byte" || name == "bytes") return std::make_unique<ByteTokenizer>();
   if (name == "gpt2")
     return std::make_unique<Gpt2Tokenizer>(vocab_dir.empty() ? default_vocab_dir() : vocab_dir);
   DL_FAIL("tokenizer", "expected tokenizer byte or gpt2, got " << name);

@@ -37,7 +37,8 @@ class ByteTokenizer final : public Tokenizer {
 // ./.cache/gpt2-vocab (data/fetch_gpt2_vocab.sh fills it).
 std::string default_vocab_dir();
 
-// "byte" or "gpt2" (vocab_dir: folder with encoder.json and vocab.bpe; empty = default).
+// "byte" (alias "bytes", the run-config spelling) or "gpt2" (vocab_dir: folder with encoder.json
+// and vocab.bpe; empty = default).
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name,
                                           const std::string& vocab_dir = "");
 

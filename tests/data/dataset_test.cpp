@@ -182,6 +182,9 @@ TEST(RandomDataset, SeededAndEndsWithEndOfText) {
     differs |= doc != other.document(d);
   }
   EXPECT_TRUE(differs);
+  c.distribution = "fixed";
+  c.mean_length = 7;
+  EXPECT_EQ(RandomDataset(c).document_length(3), 7);
   c.distribution = "zipf";
   EXPECT_THROW(RandomDataset bad(c), Error);
 }

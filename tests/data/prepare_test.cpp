@@ -47,8 +47,8 @@ TEST(Prepare, AllFormatsRoundTripAndSplitIsSeeded) {
   ASSERT_EQ(s.splits.size(), 2u);
   EXPECT_EQ(s.files, 3);
   EXPECT_EQ(s.splits[0].documents + s.splits[1].documents, 6);
-  auto train = decoded_documents(c.output + ".train");
-  auto validation = decoded_documents(c.output + ".validation");
+  auto train = decoded_documents(c.output + "/train");
+  auto validation = decoded_documents(c.output + "/validation");
   std::set<std::string> all = train;
   all.insert(validation.begin(), validation.end());
   EXPECT_EQ(all,
@@ -57,7 +57,7 @@ TEST(Prepare, AllFormatsRoundTripAndSplitIsSeeded) {
   // The same seed gives the same split; the summary prints a histogram.
   PrepareSummary again = prepare(c, progress);
   EXPECT_EQ(again.splits[1].documents, s.splits[1].documents);
-  EXPECT_EQ(decoded_documents(c.output + ".validation"), validation);
+  EXPECT_EQ(decoded_documents(c.output + "/validation"), validation);
   std::ostringstream text;
   print_summary(s, text);
   EXPECT_NE(text.str().find("train: "), std::string::npos) << text.str();
