@@ -1,0 +1,71 @@
+// The Communicator of DESIGN.md "Communicator": one interface for the collectives a step
+// needs, with single-process, MPI (CPU tensors) and NCCL (cuda tensors) backends. Tensors are
+// contiguous and chunked along their flat element order; sums are deterministic.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "engine/core/tensor.h"
+
+namespace driftless::parallel {
+
+struct CommOptions {
+  // A collective that has not completed after this many seconds throws driftless::Error
+  // ("collective X timed out after N s on rank R"); the communicator is unusable afterwards
+  // and the job should end (run_guarded does that).
+  double timeout_s = 300.0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* backend() const = 0;  // "single", "mpi", "nccl"
+  // Which tensors this communicator moves (cpu for single/MPI, cuda for NCCL).
+  virtual Device device() const = 0;
+
+  // out (P·n), in (n): chunk r of out receives rank r's in. in may be out's own chunk
+  // (out.narrow(0, rank·n, n) of a contiguous out): then nothing is copied locally.
+  virtual void all_gather_into(const Tensor& out, const Tensor& in) = 0;
+  // in (P·n), out (n): out = Σ over ranks r = 0..P−1, in that order, of chunk rank() of
+  // rank r's in. out may be in's own chunk (in-place reduce-scatter).
+  virtual void reduce_scatter(const Tensor& out, const Tensor& in) = 0;
+  // t = Σ over ranks of t, bitwise identical on every rank. Any numel.
+  virtual void all_reduce(const Tensor& t) = 0;
+  // t = root's t.
+  virtual void broadcast(const Tensor& t, int root) = 0;
+  virtual void barrier() = 0;
+
+  // In-place forms: buffer (P·n, ...) of which this rank holds chunk rank() along dim 0.
+  void all_gather_in_place(const Tensor& buffer);
+  void reduce_scatter_in_place(const Tensor& buffer);
+  // This rank's chunk of a buffer split into size() equal parts along dim 0.
+  Tensor own_chunk(const Tensor& buffer) const;
+
+  double timeout_s() const { return options_.timeout_s; }
+  void set_timeout_s(double seconds);
+
+ protected:
+  explicit Communicator(CommOptions options);
+  // Shared argument checks; op names the collective in the message.
+  void check_tensor(const char* op, const Tensor& t) const;
+  void check_gather_shapes(const char* op, const Tensor& big, const Tensor& small) const;
+  void check_root(const char* op, int root) const;
+
+  CommOptions options_;
+};
+
+// World size 1, no MPI: every collective is the identity (or a copy between out and in).
+std::unique_ptr<Communicator> make_single_process_communicator(CommOptions options = {},
+                                                               Device device = Device::cpu);
+
+// Deterministic sum of P equal chunks laid out contiguously in parts (P·n): out = parts[0]
+// + parts[1] + ... in rank order, accumulated in the element type (float for bf16). out
+// may alias any chunk of parts. Used by the MPI backend; exposed for tests.
+void sum_chunks_in_rank_order(const Tensor& out, const Tensor& parts, int64_t chunks);
+
+}  // namespace driftless::parallel

@@ -1,0 +1,32 @@
+// The SDP K/V exchange (DESIGN.md "Data flow": K/V all-gathered straight into the buffer
+// slice, K/V gradients reduce-scattered) as layers::KvExchange over the sdp communicator.
+// Depends on layers/attention/kv_buffer.h for the interface only (header, no link).
+#pragma once
+#include <memory>
+
+#include "layers/attention/kv_buffer.h"
+#include "parallel/communicator.h"
+
+namespace driftless::parallel {
+
+class CommKvExchange final : public layers::KvExchange {
+ public:
+  // sdp: the ranks sharing a sequence; it must outlive this exchange.
+  explicit CommKvExchange(Communicator& sdp) : sdp_(sdp) {}
+  int64_t ranks() const override { return sdp_.size(); }
+  int64_t rank() const override { return sdp_.rank(); }
+  // span (L, 2, H_kv, D), contiguous: chunk rank() (L/P rows) is filled; fills the others.
+  void all_gather(const Tensor& span) override;
+  // grad span (L, 2, H_kv, D): chunk rank() becomes the rank-order sum of every rank's
+  // chunk rank(); the other chunks keep this rank's partial values.
+  void reduce_scatter(const Tensor& grad_span) override;
+
+ private:
+  void check_span(const char* op, const Tensor& span) const;
+  Communicator& sdp_;
+};
+
+// For callers that should not name the class (the trainer wires this into GptModel).
+std::unique_ptr<layers::KvExchange> make_kv_exchange(Communicator& sdp);
+
+}  // namespace driftless::parallel

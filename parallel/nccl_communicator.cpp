@@ -1,0 +1,206 @@
+// NCCL backend (nccl_communicator.h). Collectives run on the legacy default stream, so they
+// are ordered after the kernels that produced their inputs; the host then polls the stream
+// and ncclCommGetAsyncError until the deadline, and on error or timeout aborts the NCCL
+// communicator (ncclCommAbort) before throwing. Sums: NCCL's ring/tree order is fixed for a
+// given topology and every rank receives the same reduced bits.
+#include "parallel/nccl_communicator.h"
+
+#ifdef DRIFTLESS_HAVE_CUDA
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "engine/core/cuda/check.h"
+#endif
+
+namespace driftless::parallel {
+
+#ifndef DRIFTLESS_HAVE_CUDA
+
+int select_local_gpu(int) {
+  DL_FAIL("nccl", "rank " << world_rank()
+                          << " asked for a GPU, but driftless was built "
+                             "without CUDA (configure with -DDRIFTLESS_CUDA=ON)");
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(MpiComm, CommOptions) {
+  DL_FAIL("nccl",
+          "driftless was built without CUDA; NCCL communicators need "
+          "-DDRIFTLESS_CUDA=ON");
+}
+
+#else
+
+namespace {
+
+#define DL_NCCL_CHECK(op, expr)                             \
+  do {                                                      \
+    ncclResult_t dl_nccl_ = (expr);                         \
+    if (dl_nccl_ != ncclSuccess) fail(op, #expr, dl_nccl_); \
+  } while (0)
+
+ncclDataType_t nccl_datatype(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f64:
+      return ncclFloat64;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::i32:
+      return ncclInt32;
+    case DType::i64:
+      return ncclInt64;
+  }
+  DL_FAIL("nccl", "no NCCL datatype for dtype " << int(dtype));
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(MpiComm group, CommOptions options)
+      : Communicator(options), bootstrap_(std::move(group), options) {
+    rank_ = bootstrap_.rank();
+    size_ = bootstrap_.size();
+    // ncclUniqueId is 128 bytes: moved as 32 int32 through the MPI bootstrap (with timeout).
+    static_assert(sizeof(ncclUniqueId) % sizeof(int32_t) == 0);
+    ncclUniqueId id{};
+    Tensor id_bytes = Tensor::zeros({int64_t(sizeof(id) / sizeof(int32_t))}, DType::i32);
+    if (rank_ == 0) {
+      DL_NCCL_CHECK("nccl", ncclGetUniqueId(&id));
+      std::memcpy(id_bytes.raw_data(), &id, sizeof(id));
+    }
+    bootstrap_.broadcast(id_bytes, 0);
+    std::memcpy(&id, id_bytes.raw_data(), sizeof(id));
+    DL_NCCL_CHECK("nccl", ncclCommInitRank(&comm_, size_, id, rank_));
+  }
+  ~NcclCommunicator() override {
+    if (comm_ == nullptr) return;
+    if (broken_)
+      ncclCommAbort(comm_);
+    else
+      ncclCommDestroy(comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend() const override { return "nccl"; }
+  Device device() const override { return Device::cuda; }
+
+  void all_gather_into(const Tensor& out, const Tensor& in) override {
+    const char* op = "all_gather_into";
+    check_usable(op);
+    check_gather_shapes(op, out, in);
+    DL_NCCL_CHECK(op, ncclAllGather(in.raw_data(), out.raw_data(), size_t(in.numel()),
+                                    nccl_datatype(in.dtype()), comm_, stream()));
+    wait(op);
+  }
+  void reduce_scatter(const Tensor& out, const Tensor& in) override {
+    const char* op = "reduce_scatter";
+    check_usable(op);
+    check_gather_shapes(op, in, out);
+    DL_NCCL_CHECK(op, ncclReduceScatter(in.raw_data(), out.raw_data(), size_t(out.numel()),
+                                        nccl_datatype(in.dtype()), ncclSum, comm_, stream()));
+    wait(op);
+  }
+  void all_reduce(const Tensor& t) override {
+    const char* op = "all_reduce";
+    check_usable(op);
+    check_tensor(op, t);
+    DL_NCCL_CHECK(op, ncclAllReduce(t.raw_data(), t.raw_data(), size_t(t.numel()),
+                                    nccl_datatype(t.dtype()), ncclSum, comm_, stream()));
+    wait(op);
+  }
+  void broadcast(const Tensor& t, int root) override {
+    const char* op = "broadcast";
+    check_usable(op);
+    check_tensor(op, t);
+    check_root(op, root);
+    DL_NCCL_CHECK(op, ncclBroadcast(t.raw_data(), t.raw_data(), size_t(t.numel()),
+                                    nccl_datatype(t.dtype()), root, comm_, stream()));
+    wait(op);
+  }
+  void barrier() override {
+    const char* op = "barrier";
+    check_usable(op);
+    DL_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    bootstrap_.barrier();
+  }
+
+ private:
+  static cudaStream_t stream() { return cudaStreamLegacy; }
+
+  void check_usable(const char* op) const {
+    DL_CHECK(!broken_, op,
+             "NCCL communicator was aborted after an earlier failure on rank " << world_rank());
+  }
+
+  [[noreturn]] void fail(const char* op, const char* call, ncclResult_t code) {
+    abort_comm();
+    DL_FAIL(op, call << " failed on rank " << world_rank() << ": " << ncclGetErrorString(code));
+  }
+
+  void abort_comm() {
+    if (comm_ != nullptr && !broken_) ncclCommAbort(comm_);
+    broken_ = true;
+    comm_ = nullptr;
+  }
+
+  // Waits for the enqueued collective: completion of the stream, or an asynchronous NCCL
+  // error, or the deadline.
+  void wait(const char* op) {
+    using clock = std::chrono::steady_clock;
+    const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(
+                                             std::chrono::duration<double>(options_.timeout_s));
+    for (int polls = 0;; ++polls) {
+      const cudaError_t st = cudaStreamQuery(stream());
+      if (st == cudaSuccess) return;
+      if (st != cudaErrorNotReady) {
+        abort_comm();
+        DL_FAIL(op, "cuda error during collective " << op << " on rank " << world_rank() << ": "
+                                                    << cudaGetErrorString(st));
+      }
+      ncclResult_t async = ncclSuccess;
+      DL_NCCL_CHECK(op, ncclCommGetAsyncError(comm_, &async));
+      if (async != ncclSuccess) fail(op, "asynchronous NCCL error", async);
+      if (clock::now() > deadline) {
+        abort_comm();
+        DL_FAIL(op, "collective " << op << " timed out after " << options_.timeout_s
+                                  << " s on rank " << world_rank() << " (rank " << rank_ << " of "
+                                  << size_ << " in this group)");
+      }
+      if (polls < 64)
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(polls < 1024 ? 20 : 200));
+    }
+  }
+
+  MpiCommunicator bootstrap_;
+  ncclComm_t comm_ = nullptr;
+  int rank_ = 0, size_ = 1;
+  bool broken_ = false;
+};
+
+}  // namespace
+
+int select_local_gpu(int local_rank) {
+  int count = 0;
+  const cudaError_t st = cudaGetDeviceCount(&count);
+  DL_CHECK(st == cudaSuccess && count > 0, "nccl",
+           "rank " << world_rank() << " has no GPU (cudaGetDeviceCount: "
+                   << (st == cudaSuccess ? "0 devices" : cudaGetErrorString(st)) << ")");
+  const int device = local_rank % count;
+  DL_CUDA_CHECK(cudaSetDevice(device));
+  return device;
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(MpiComm group, CommOptions options) {
+  return std::make_unique<NcclCommunicator>(std::move(group), options);
+}
+
+#endif  // DRIFTLESS_HAVE_CUDA
+
+}  // namespace driftless::parallel
