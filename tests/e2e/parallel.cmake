@@ -32,3 +32,12 @@ foreach(fault throw hang)
   set_tests_properties(parallel_mpi_fault_${fault} PROPERTIES LABELS mpi TIMEOUT 60
                        ENVIRONMENT "${dl_mpi_env}")
 endforeach()
+
+# The same checks through NCCL on cuda tensors (one GPU per rank); skipped (exit 77) when the
+# machine has fewer GPUs than ranks.
+if(DRIFTLESS_HAVE_CUDA)
+  add_test(NAME parallel_nccl_np2
+           COMMAND ${dl_mpirun} -np 2 $<TARGET_FILE:test_parallel_mpi> --device cuda)
+  set_tests_properties(parallel_nccl_np2 PROPERTIES LABELS "mpi;gpu" TIMEOUT 180
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${dl_mpi_env}")
+endif()
