@@ -1,0 +1,56 @@
+// `driftless train --config C [--set k=v ...] [--resume]`: wiring of the trainer, with
+// Ctrl-C finishing the step, writing a checkpoint and exiting (status 130).
+#include <csignal>
+#include <iostream>
+
+#include "apps/command.h"
+#include "engine/train/trainer.h"
+
+namespace driftless::apps {
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void on_sigint(int) {
+  if (g_stop.exchange(true)) std::_Exit(130);  // second Ctrl-C: leave now
+}
+
+struct TrainArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  bool resume = false;
+  bool quiet = false;
+};
+
+int run_train(const TrainArgs& a) {
+  train::Config config = train::load_config(a.config, a.overrides);
+  train::TrainerOptions options;
+  options.resume = a.resume;
+  options.stop = &g_stop;
+  options.progress = !a.quiet;
+  std::signal(SIGINT, on_sigint);
+  train::Trainer trainer(config, options);
+  return trainer.run();
+}
+
+Registrar reg({"train",
+               "Train a GPT-2 model from a YAML config (progress, validation, metrics.jsonl, "
+               "checkpoints in run.output_dir)",
+               [](CLI::App& sub) {
+                 auto args = std::make_shared<TrainArgs>();
+                 sub.add_option("--config,-c", args->config, "run config (YAML)")
+                     ->required()
+                     ->check(CLI::ExistingFile);
+                 sub.add_option("--set", args->overrides,
+                                "override a config key, e.g. --set model.n_layer=4 (repeatable)");
+                 sub.add_flag("--resume", args->resume,
+                              "continue from the newest checkpoint in run.output_dir");
+                 sub.add_flag("--quiet,-q", args->quiet, "no progress display");
+                 sub.footer(
+                     "Ctrl-C finishes the current step, writes a checkpoint and exits with "
+                     "status 130; `--resume` continues bit for bit.");
+                 return std::function<int()>([args] { return run_train(*args); });
+               }});
+
+}  // namespace
+}  // namespace driftless::apps

@@ -1,0 +1,104 @@
+// Checkpoint save/load (checkpoint.h).
+#include "engine/train/checkpoint.h"
+
+#include <filesystem>
+#include <iomanip>
+#include <regex>
+#include <sstream>
+
+#include "engine/autograd/autograd.h"
+#include "engine/core/safetensors.h"
+
+namespace driftless::train {
+
+namespace fs = std::filesystem;
+
+std::string checkpoint_path(const std::string& run_dir, int64_t step) {
+  std::ostringstream os;
+  os << run_dir << "/checkpoints/step_" << std::setw(6) << std::setfill('0') << step
+     << ".safetensors";
+  return os.str();
+}
+
+std::string latest_checkpoint(const std::string& run_dir) {
+  const fs::path dir = fs::path(run_dir) / "checkpoints";
+  if (!fs::exists(dir)) return "";
+  const std::regex pattern(R"(step_(\d+)\.safetensors)");
+  int64_t best = -1;
+  std::string path;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (!std::regex_match(name, m, pattern)) continue;
+    const int64_t step = std::stoll(m[1]);
+    if (step > best) best = step, path = e.path().string();
+  }
+  return path;
+}
+
+void save_checkpoint(const std::string& path, const layers::Gpt& model,
+                     const optim::AdamW* optimizer, const CheckpointInfo& info) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& p : model.slab().parameters()) tensors.push_back({"model." + p.name, p.value});
+  std::map<std::string, std::string> meta{{"format", kCheckpointFormat},
+                                          {"step", std::to_string(info.step)},
+                                          {"config", info.config_yaml}};
+  if (optimizer) {
+    tensors.push_back({"optim.m", optimizer->state().m});
+    tensors.push_back({"optim.v", optimizer->state().v});
+    meta["optim_step"] = std::to_string(optimizer->state().step);
+    meta["optim_shard"] = std::to_string(optimizer->shard_begin()) + ":" +
+                          std::to_string(optimizer->shard_end());
+  }
+  write_safetensors(path, tensors, meta);
+}
+
+namespace {
+CheckpointInfo info_of(const SafetensorsFile& f) {
+  auto get = [&](const std::string& key) -> std::string {
+    auto it = f.metadata().find(key);
+    DL_CHECK(it != f.metadata().end(), "checkpoint",
+             f.path() << " has no '" << key << "' metadata; not a driftless checkpoint");
+    return it->second;
+  };
+  DL_CHECK(get("format") == kCheckpointFormat, "checkpoint",
+           f.path() << " has format '" << get("format") << "', expected " << kCheckpointFormat);
+  CheckpointInfo info;
+  info.step = std::stoll(get("step"));
+  info.config_yaml = get("config");
+  return info;
+}
+}  // namespace
+
+CheckpointInfo read_checkpoint_info(const std::string& path) {
+  return info_of(read_safetensors(path));
+}
+
+CheckpointInfo load_checkpoint(const std::string& path, layers::Gpt& model,
+                               optim::AdamW* optimizer) {
+  SafetensorsFile f = read_safetensors(path);
+  CheckpointInfo info = info_of(f);
+  autograd::NoGradGuard no_grad;
+  for (const auto& p : model.slab().parameters()) {
+    Tensor t = f.get("model." + p.name);
+    DL_CHECK(t.shape() == p.value.shape(), "checkpoint",
+             path << ": model." << p.name << " has shape " << shape_str(t.shape())
+                  << ", the model expects " << shape_str(p.value.shape()));
+    p.value.copy_(t);
+  }
+  if (optimizer) {
+    DL_CHECK(f.contains("optim.m") && f.contains("optim.v"), "checkpoint",
+             path << " holds no optimizer state (optim.m, optim.v)");
+    const std::string shard = f.metadata().at("optim_shard");
+    const std::string want = std::to_string(optimizer->shard_begin()) + ":" +
+                             std::to_string(optimizer->shard_end());
+    DL_CHECK(shard == want, "checkpoint",
+             path << ": optimizer shard " << shard << " does not match this rank's " << want);
+    optimizer->load_state(f.get("optim.m"), f.get("optim.v"),
+                          std::stoll(f.metadata().at("optim_step")));
+  }
+  return info;
+}
+
+}  // namespace driftless::train

@@ -1,0 +1,45 @@
+// Layout arithmetic (layout.h).
+#include "engine/train/layout.h"
+
+#include <sstream>
+
+#include "engine/core/error.h"
+
+namespace driftless::train {
+
+Layout Layout::from_config(const Config& c, int64_t rank) {
+  Layout l;
+  l.data_parallel = c.distributed.data_parallel;
+  l.sequence_data_parallel = c.distributed.sequence_data_parallel;
+  l.breadth_first = c.schedule.breadth_first;
+  l.depth_first = c.schedule.depth_first;
+  l.micro_sequences = c.schedule.micro_sequences;
+  l.rank = rank;
+  return l;
+}
+
+std::string Layout::describe() const {
+  std::ostringstream os;
+  os << "dp " << data_parallel << " x sdp " << sequence_data_parallel << ", depth-first "
+     << depth_first << " x breadth-first " << breadth_first << ", micro-sequences "
+     << micro_sequences;
+  return os.str();
+}
+
+std::vector<std::vector<std::vector<int64_t>>> micro_batches(const Layout& l, int64_t B) {
+  const int64_t split = l.data_parallel * l.depth_first * l.breadth_first;
+  DL_CHECK(B % split == 0, "layout",
+           "batch.sequences (" << B << ") must be divisible by data_parallel x depth_first x "
+                               << "breadth_first (" << split << ")");
+  const int64_t per_rank = B / l.data_parallel, per_mb = per_rank / (l.depth_first * l.breadth_first);
+  std::vector<std::vector<std::vector<int64_t>>> groups(size_t(l.depth_first));
+  int64_t next = l.data_rank() * per_rank;
+  for (auto& g : groups) {
+    g.resize(size_t(l.breadth_first));
+    for (auto& mb : g)
+      for (int64_t j = 0; j < per_mb; ++j) mb.push_back(next++);
+  }
+  return groups;
+}
+
+}  // namespace driftless::train

@@ -1,0 +1,30 @@
+// The batch layout of a run: dp × depth-first × breadth-first × micro-sequences(m) × sdp
+// (DESIGN.md "Data flow"). Rank R of dp·sdp ranks is sdp rank R % sdp of batch-data rank
+// R / sdp; batch-data rank d takes a contiguous block of B / dp sequences of the global
+// batch, cut into depth_first groups of breadth_first micro-batches.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/train/config.h"
+
+namespace driftless::train {
+
+struct Layout {
+  int64_t data_parallel = 1, sequence_data_parallel = 1;
+  int64_t breadth_first = 1, depth_first = 1, micro_sequences = 1;
+  int64_t rank = 0;  // world rank
+  int64_t sdp_rank() const { return rank % sequence_data_parallel; }
+  int64_t data_rank() const { return rank / sequence_data_parallel; }
+  int64_t world_size() const { return data_parallel * sequence_data_parallel; }
+  static Layout from_config(const Config& c, int64_t rank);
+  std::string describe() const;
+};
+
+// groups[g][mb] = global sequence indices of micro-batch mb of depth-first group g on this
+// rank. Throws when the batch does not divide.
+std::vector<std::vector<std::vector<int64_t>>> micro_batches(const Layout& layout,
+                                                             int64_t sequences);
+
+}  // namespace driftless::train

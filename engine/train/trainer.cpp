@@ -1,0 +1,321 @@
+// The training loop (trainer.h).
+#include "engine/train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "data/random_dataset.h"
+#include "engine/autograd/autograd.h"
+#include "engine/core/random.h"
+#include "engine/optim/clip.h"
+#include "engine/train/checkpoint.h"
+#include "engine/train/progress.h"
+#include "engine/train/tensor_log.h"
+
+namespace driftless::train {
+
+namespace fs = std::filesystem;
+
+layers::GptConfig gpt_config(const ModelConfig& m) {
+  layers::GptConfig g;
+  g.vocab_size = m.vocab_size;
+  g.n_positions = m.n_positions;
+  g.n_layer = m.n_layer;
+  g.n_head = m.n_head;
+  g.n_kv_head = m.n_kv_head;
+  g.n_embd = m.n_embd;
+  g.dropout = m.dropout;
+  g.softcap = m.softcap;
+  g.alibi = m.alibi;
+  return g;
+}
+
+std::unique_ptr<data::Dataset> open_training_data(const Config& c, bool validation) {
+  const DataConfig& d = c.data;
+  if (d.format == "random") {
+    data::RandomDatasetConfig r;
+    r.num_documents = d.random_documents;
+    r.distribution = d.random_distribution;
+    r.max_length = int32_t(d.random_max_length);
+    r.mean_length = double(d.random_mean_length);
+    r.vocab_size = int32_t(c.model.vocab_size);
+    r.seed = uint64_t(c.training.seed) ^ (validation ? 0x9e3779b97f4a7c15ull : 0);
+    return std::make_unique<data::RandomDataset>(r);
+  }
+  const std::string& path = validation ? d.validation_path : d.path;
+  if (path.empty()) return nullptr;
+  auto ds = data::open_dataset(path);
+  DL_CHECK(ds->vocab_size() <= c.model.vocab_size, "train",
+           path << " uses a vocabulary of " << ds->vocab_size()
+                << " tokens, more than model.vocab_size (" << c.model.vocab_size << ")");
+  return ds;
+}
+
+data::SamplerConfig sampler_config(const Config& c) {
+  data::SamplerConfig s;
+  s.sequence_length = c.batch.sequence_length;
+  s.sequences = c.batch.sequences;
+  s.seed = uint64_t(c.training.seed);
+  s.long_documents = data::parse_long_documents(c.data.long_documents);
+  s.pad_documents_to = int32_t(c.data.pad_documents_to);
+  s.shuffle = c.data.shuffle;
+  return s;
+}
+
+Trainer::Trainer(const Config& config, const TrainerOptions& options)
+    : config_(config), options_(options), layout_(Layout::from_config(config, options.rank)) {
+  const int64_t world = options.data_group ? options.data_group->size() : 1;
+  DL_CHECK(world == layout_.world_size(), "train",
+           "world size " << world << " does not equal data_parallel ("
+                         << layout_.data_parallel << ") x sequence_data_parallel ("
+                         << layout_.sequence_data_parallel << ")");
+  DL_CHECK(layout_.sequence_data_parallel == 1 || options.sdp_exchange, "train",
+           "sequence_data_parallel > 1 needs an SDP exchange (run under mpirun)");
+  DL_CHECK(config.precision.device == "cpu", "train",
+           "precision.device " << config.precision.device
+                               << ": GPU training is not available yet in this build");
+  micro_batches(layout_, config.batch.sequences);  // validates the split before any work
+  train_data_ = open_training_data(config, false);
+  val_data_ = open_training_data(config, true);
+  sampler_ = std::make_unique<data::Sampler>(*train_data_, sampler_config(config));
+  if (val_data_) val_sampler_ = std::make_unique<data::Sampler>(*val_data_, sampler_config(config));
+
+  model_ = std::make_unique<layers::Gpt>(gpt_config(config.model));
+  model_->init(uint64_t(config.training.seed));
+  const int64_t slots = config.batch.sequences / layout_.data_parallel / layout_.depth_first;
+  model_->prepare_buffers(slots, config.batch.sequence_length);
+
+  std::vector<optim::ParamRange> ranges;
+  for (const auto& p : model_->slab().parameters())
+    ranges.push_back({p.name, p.begin, p.end, p.weight_decay});
+  optim::AdamWConfig ac;
+  ac.beta1 = config.optimizer.beta1;
+  ac.beta2 = config.optimizer.beta2;
+  ac.eps = config.optimizer.eps;
+  ac.weight_decay = config.optimizer.weight_decay;
+  optimizer_ = std::make_unique<optim::AdamW>(ac, ranges, model_->slab().numel());
+  schedule_.max_lr = config.optimizer.lr;
+  schedule_.min_lr = config.optimizer.min_lr;
+  schedule_.warmup_steps = config.optimizer.warmup_steps;
+  schedule_.total_steps = config.training.steps;
+  schedule_.decay = optim::lr_decay_from_name(config.optimizer.decay);
+  optim::validate(schedule_);
+
+  if (options.resume) {
+    const std::string ckpt = latest_checkpoint(config.run.output_dir);
+    DL_CHECK(!ckpt.empty(), "train",
+             "--resume: no checkpoint in " << config.run.output_dir << "/checkpoints");
+    CheckpointInfo info = load_checkpoint(ckpt, *model_, optimizer_.get());
+    next_step_ = info.step + 1;
+    log() << "resumed from " << ckpt << " (step " << info.step << ")\n";
+  }
+}
+
+Trainer::~Trainer() = default;
+
+std::ostream& Trainer::log() const { return options_.log ? *options_.log : std::cerr; }
+
+void Trainer::all_reduce(const Tensor& t) const {
+  if (options_.data_group && options_.data_group->size() > 1) options_.data_group->all_reduce(t);
+}
+
+StepStats Trainer::train_step(int64_t step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const data::GlobalBatch batch = sampler_->batch(step);
+  DL_CHECK(batch.loss_tokens > 0, "train", "global batch " << step << " has no loss tokens");
+  const double loss_scale = 1.0 / double(batch.loss_tokens);
+  const bool logging = std::find(config_.run.tensor_logs.steps.begin(),
+                                 config_.run.tensor_logs.steps.end(),
+                                 step) != config_.run.tensor_logs.steps.end();
+  std::unique_ptr<TensorLogger> logger;
+  if (logging)
+    logger = std::make_unique<TensorLogger>(config_.batch.sequences,
+                                            config_.batch.sequence_length,
+                                            config_.run.tensor_logs.kinds);
+  layers::ForwardOptions fo;
+  fo.sink = logger.get();
+  fo.exchange = options_.sdp_exchange;
+  fo.faults = options_.faults;
+  fo.training = true;
+  fo.dropout_seed = random::derive(uint64_t(config_.training.seed), uint64_t(step));
+
+  const int64_t m = layout_.micro_sequences;
+  const data::SliceSpec base{0, int32_t(m), int32_t(layout_.sdp_rank()),
+                             int32_t(layout_.sequence_data_parallel)};
+  model_->slab().zero_grads();
+  double loss_sum = 0;
+  for (const auto& group : micro_batches(layout_, config_.batch.sequences)) {
+    model_->zero_kv_grads();
+    // inputs[mb][i][j]: ModelInput of sequence j of micro-batch mb, micro-sequence i.
+    std::vector<std::vector<std::vector<data::ModelInput>>> inputs(group.size());
+    std::vector<std::vector<Tensor>> losses(group.size());
+    int64_t slot = 0;
+    for (size_t mb = 0; mb < group.size(); ++mb) {
+      inputs[mb].resize(size_t(m));
+      for (int64_t i = 0; i < m; ++i) {
+        data::SliceSpec spec = base;
+        spec.micro_sequence = int32_t(i);
+        for (int64_t s : group[mb])
+          inputs[mb][size_t(i)].push_back(data::make_model_input(
+              batch.sequences[size_t(s)], spec, int32_t(config_.data.pad_documents_to)));
+        std::vector<layers::SliceInput> slice;
+        for (size_t j = 0; j < group[mb].size(); ++j)
+          slice.push_back({&inputs[mb][size_t(i)][j], slot + int64_t(j), group[mb][j]});
+        losses[mb].push_back(model_->loss(slice, loss_scale, fo));
+      }
+      slot += int64_t(group[mb].size());
+    }
+    // Backward: micro-batches and micro-sequences in reverse order (the K/V gradient rule).
+    for (size_t mb = group.size(); mb-- > 0;)
+      for (int64_t i = m; i-- > 0;) {
+        loss_sum += losses[mb][size_t(i)].item();
+        autograd::backward(losses[mb][size_t(i)]);
+      }
+  }
+  const Tensor& grads = model_->slab().grads();
+  all_reduce(grads);
+  Tensor loss_t = Tensor::full({1}, loss_sum, DType::f64);
+  all_reduce(loss_t);
+
+  StepStats st;
+  st.step = step;
+  st.loss = loss_t.item();
+  st.tokens = config_.batch.sequences * config_.batch.sequence_length;
+  st.grad_norm = config_.optimizer.grad_clip > 0
+                     ? optim::clip_grad_norm(grads, config_.optimizer.grad_clip)
+                     : std::sqrt(optim::grad_norm_squared(grads));
+  st.lr = optim::learning_rate(schedule_, step);
+  if (logger)
+    for (const auto& p : model_->slab().parameters())
+      logger->write_whole("param_grad/" + p.name, "param_grad", p.grad);
+  if (std::isfinite(st.grad_norm)) {
+    optimizer_->step(model_->slab().params(), grads, st.lr);
+  } else if (is_root()) {
+    log() << "step " << step << ": gradient norm is " << st.grad_norm << "; update skipped\n";
+  }
+  if (logger) {
+    for (const auto& p : model_->slab().parameters())
+      logger->write_whole("param/" + p.name, "param", p.value);
+    logger->combine([&](Tensor& t) { all_reduce(t); });
+    if (is_root()) logger->save(config_.run.output_dir + "/tensor_logs", step);
+  }
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  next_step_ = step + 1;
+  return st;
+}
+
+double Trainer::evaluate() {
+  autograd::NoGradGuard no_grad;
+  data::Sampler& sampler = val_sampler_ ? *val_sampler_ : *sampler_;
+  // Without a validation set, evaluate on training batches far beyond the run's steps.
+  const int64_t offset = val_sampler_ ? 0 : int64_t(1) << 40;
+  double loss = 0, tokens = 0;
+  Layout whole = layout_;
+  whole.micro_sequences = 1;
+  whole.depth_first = whole.breadth_first = 1;
+  for (int64_t k = 0; k < config_.training.eval_batches; ++k) {
+    const data::GlobalBatch batch = sampler.batch(offset + k);
+    tokens += double(batch.loss_tokens);
+    if (layout_.sdp_rank() != 0) continue;  // whole sequences, one rank per sequence
+    for (int64_t s : micro_batches(whole, config_.batch.sequences)[0][0]) {
+      data::ModelInput in = data::make_model_input(batch.sequences[size_t(s)], {0, 1, 0, 1},
+                                                   int32_t(config_.data.pad_documents_to));
+      layers::ForwardOptions fo;
+      fo.training = false;
+      loss += model_->loss({{&in, 0, s}}, 1.0, fo).item();
+    }
+  }
+  Tensor t = Tensor::full({1}, loss, DType::f64);
+  all_reduce(t);
+  return t.item() / std::max(tokens, 1.0);
+}
+
+void Trainer::save(int64_t step) {
+  if (!is_root()) return;
+  save_checkpoint(checkpoint_path(config_.run.output_dir, step), *model_, optimizer_.get(),
+                  {step, config_to_yaml(config_)});
+}
+
+int Trainer::run() {
+  const std::string dir = config_.run.output_dir;
+  std::ofstream metrics;
+  if (is_root()) {
+    fs::create_directories(dir);
+    std::ofstream(dir + "/config.yaml") << config_to_yaml(config_);
+    metrics.open(dir + "/metrics.jsonl", options_.resume ? std::ios::app : std::ios::trunc);
+    DL_CHECK(metrics.good(), "train", "cannot write " << dir << "/metrics.jsonl");
+    log() << "driftless train: " << model_->num_parameters() << " parameters, "
+          << layout_.describe() << ", " << config_.batch.sequences << " x "
+          << config_.batch.sequence_length << " tokens per step, run dir " << dir << "\n";
+  }
+  Progress progress(log(), config_.training.steps, config_.training.log_interval,
+                    options_.progress && is_root());
+  const auto start = std::chrono::steady_clock::now();
+  int64_t tokens_done = 0;
+  StepStats last;
+  double last_val = std::nan("");
+  int status = 0;
+  for (int64_t step = next_step_; step < config_.training.steps; ++step) {
+    last = train_step(step);
+    tokens_done += last.tokens;
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double tps = double(tokens_done) / std::max(elapsed, 1e-9);
+    if (is_root()) {
+      metrics << nlohmann::json{{"step", step},           {"loss", last.loss},
+                                {"lr", last.lr},          {"grad_norm", last.grad_norm},
+                                {"tokens", last.tokens},  {"tokens_per_second", tps},
+                                {"step_seconds", last.seconds}}
+                     .dump()
+              << "\n"
+              << std::flush;
+      std::ostringstream extra;
+      extra << "loss " << std::fixed << std::setprecision(4) << last.loss << "  "
+            << std::setprecision(0) << tps << " tok/s";
+      progress.update(step + 1, extra.str());
+    }
+    const bool last_step = step + 1 == config_.training.steps;
+    if (config_.training.eval_interval > 0 &&
+        ((step + 1) % config_.training.eval_interval == 0 || last_step)) {
+      last_val = evaluate();
+      if (is_root()) {
+        metrics << nlohmann::json{{"step", step}, {"val_loss", last_val}}.dump() << "\n"
+                << std::flush;
+        std::ostringstream line;
+        line << "step " << step + 1 << ": validation loss " << std::fixed << std::setprecision(4)
+             << last_val;
+        progress.message(line.str());
+      }
+    }
+    const bool stop = options_.stop && options_.stop->load();
+    const int64_t every = config_.training.checkpoint_interval;
+    if (last_step || stop || (every > 0 && (step + 1) % every == 0)) save(step);
+    if (stop) {
+      progress.message("interrupted: checkpoint written at step " + std::to_string(step) +
+                       "; continue with --resume");
+      status = 130;
+      break;
+    }
+  }
+  progress.finish();
+  if (is_root()) {
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    log() << "summary: " << (next_step_) << " steps, final loss " << std::fixed
+          << std::setprecision(4) << last.loss;
+    if (!std::isnan(last_val)) log() << ", validation loss " << last_val;
+    log() << ", " << std::setprecision(0) << double(tokens_done) / std::max(elapsed, 1e-9)
+          << " tokens/s, " << Progress::format_duration(elapsed) << ", checkpoint "
+          << latest_checkpoint(dir) << "\n";
+  }
+  return status;
+}
+
+}  // namespace driftless::train

@@ -1,0 +1,82 @@
+// The trainer (issue "GPT-2 model, trainer"): builds data, model and optimizer from a
+// Config, runs steps in any batch layout (DESIGN.md "Data flow"), evaluates, checkpoints,
+// writes metrics and tensor logs. Layout-independent: the sampler, initialisation and
+// every RNG depend on (seed, step) only, so any layout of the same config computes the
+// same global batch and, up to rounding, the same gradients.
+#pragma once
+#include <atomic>
+#include <iosfwd>
+#include <memory>
+
+#include "data/dataset.h"
+#include "data/sampler.h"
+#include "engine/optim/adamw.h"
+#include "engine/optim/schedule.h"
+#include "engine/train/config.h"
+#include "engine/train/layout.h"
+#include "layers/gpt.h"
+#include "parallel/communicator.h"
+
+namespace driftless::train {
+
+struct TrainerOptions {
+  bool resume = false;                       // continue from the run's newest checkpoint
+  int64_t rank = 0;                          // world rank
+  parallel::Communicator* data_group = nullptr;  // all ranks (dp x sdp); nullptr: one rank
+  layers::KvExchange* sdp_exchange = nullptr;    // ranks sharing a sequence
+  const layers::ModelFaults* faults = nullptr;   // test-only fault injection
+  const std::atomic<bool>* stop = nullptr;       // set by Ctrl-C: finish the step and stop
+  bool progress = true;                      // progress bar / lines on `log`
+  std::ostream* log = nullptr;               // default std::cerr
+};
+
+struct StepStats {
+  int64_t step = 0;
+  double loss = 0;       // mean over the global batch's loss tokens
+  double grad_norm = 0;  // before clipping
+  double lr = 0;
+  int64_t tokens = 0;    // tokens of the global batch
+  double seconds = 0;
+};
+
+layers::GptConfig gpt_config(const ModelConfig& m);
+std::unique_ptr<data::Dataset> open_training_data(const Config& c, bool validation);
+data::SamplerConfig sampler_config(const Config& c);
+
+class Trainer {
+ public:
+  Trainer(const Config& config, const TrainerOptions& options = {});
+  ~Trainer();
+
+  // One optimizer step on global batch `step`.
+  StepStats train_step(int64_t step);
+  // Mean loss over training.eval_batches validation batches (or training batches from a
+  // separate stream when there is no validation set).
+  double evaluate();
+  // The whole run: resume, steps, eval, checkpoints, metrics, summary. Returns the exit
+  // status: 0, or 130 when stopped by `stop` (after writing a checkpoint).
+  int run();
+  void save(int64_t step);
+
+  layers::Gpt& model() { return *model_; }
+  const Config& config() const { return config_; }
+  const Layout& layout() const { return layout_; }
+  int64_t next_step() const { return next_step_; }
+
+ private:
+  bool is_root() const { return options_.rank == 0; }
+  std::ostream& log() const;
+  void all_reduce(const Tensor& t) const;
+
+  Config config_;
+  TrainerOptions options_;
+  Layout layout_;
+  std::unique_ptr<data::Dataset> train_data_, val_data_;
+  std::unique_ptr<data::Sampler> sampler_, val_sampler_;
+  std::unique_ptr<layers::Gpt> model_;
+  std::unique_ptr<optim::AdamW> optimizer_;
+  optim::LrSchedule schedule_;
+  int64_t next_step_ = 0;
+};
+
+}  // namespace driftless::train
