@@ -1,0 +1,59 @@
+// Conversion between our GPT-2 (layers/gpt.h) and a HuggingFace transformers GPT-2
+// directory (issue 5, `driftless export --hf` / `driftless import --hf`): config.json with
+// GPT2Config keys and model.safetensors with GPT2LMHeadModel names. transformers' Conv1D
+// stores weights (in, out), ours are (out, in), so c_attn, c_proj and c_fc are transposed.
+// Note: transformers numbers positions 0..T-1 over the whole input unless given
+// position_ids; our model restarts them at every document start.
+#pragma once
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/core/tensor.h"
+#include "layers/gpt.h"
+
+namespace driftless::layers {
+
+// A model in our names ("h.0.attn.c_attn.weight") and layouts ((out, in) weights).
+struct HfGpt2 {
+  GptConfig config;
+  std::map<std::string, Tensor> params;  // f32, cpu
+};
+
+// GPT2Config keys for `config`. Throws when the model is not expressible as GPT-2:
+// GQA (n_kv_head != n_head), softcap, ALiBi.
+nlohmann::json hf_gpt2_config(const GptConfig& config);
+// Our config from a GPT2Config JSON (missing keys take GPT2Config's defaults). Throws on
+// what our model cannot run: another model_type, GQA, an activation other than the tanh
+// GELU, layer_norm_epsilon != 1e-5, n_inner != 4 n_embd, untied embeddings, unscaled or
+// layer-scaled attention.
+GptConfig gpt_config_from_hf(const nlohmann::json& hf);
+
+// Our parameter name -> the HF name ("transformer." + name) and back ("" when `hf_name`
+// is not a parameter of ours). Both prefixed and bare names ("h.0.ln_1.weight", as in the
+// hub's gpt2 file) are accepted.
+std::string hf_gpt2_name(const std::string& name);
+std::string gpt_name_from_hf(const std::string& hf_name);
+// Names and shapes (ours) of the parameters of a Gpt with `config`, in slab order, without
+// allocating one (tests check it against Gpt's slab).
+std::vector<std::pair<std::string, Shape>> gpt_parameter_shapes(const GptConfig& config);
+// True for the Conv1D weights that are stored transposed in HF files.
+bool hf_gpt2_transposed(const std::string& name);
+
+// Writes DIR/config.json and DIR/model.safetensors (metadata format "pt", which
+// transformers requires; lm_head.weight omitted, as save_pretrained does for the tied
+// head). Creates DIR. `params` must hold every parameter of a Gpt with `config`.
+void save_hf_gpt2(const GptConfig& config, const std::map<std::string, Tensor>& params,
+                  const std::string& dir);
+void save_hf_gpt2(const Gpt& model, const std::string& dir);
+
+// Reads DIR/config.json and DIR/model.safetensors. Ignores the attn.bias / attn.masked_bias
+// buffers of old files and a lm_head.weight equal to wte.weight; any other unknown tensor,
+// a missing parameter or a wrong shape is an error naming it. Weights are converted to f32.
+HfGpt2 load_hf_gpt2(const std::string& dir);
+// Copies `hf.params` into `model` (shapes must match).
+void load_into(const HfGpt2& hf, Gpt& model);
+
+}  // namespace driftless::layers

@@ -1,0 +1,273 @@
+// HF GPT-2 directories (layers/hf_gpt2.h): round trip, the Conv1D transposition element by
+// element, names and metadata transformers expects, and refusal of what GPT-2 cannot say.
+#include "layers/hf_gpt2.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "engine/autograd/autograd.h"
+#include "engine/core/safetensors.h"
+#include "tests/test_paths.h"
+
+namespace driftless::layers {
+namespace {
+
+GptConfig tiny() {
+  GptConfig c;
+  c.vocab_size = 37;
+  c.n_positions = 16;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_embd = 16;
+  return c;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream f(path);
+  return nlohmann::json::parse(f);
+}
+
+void write_json(const std::string& path, const nlohmann::json& j) {
+  std::ofstream f(path);
+  f << j.dump(2);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The tensors of an exported directory, by name, for hand-editing.
+std::vector<std::pair<std::string, Tensor>> exported_tensors(const std::string& dir) {
+  SafetensorsFile f = read_safetensors(dir + "/model.safetensors");
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& n : f.names()) out.push_back({n, f.get(n)});
+  return out;
+}
+
+TEST(HfGpt2, ParameterShapesAreTheModelsSlab) {
+  for (int64_t kv : {0, 2, 1}) {
+    GptConfig c = tiny();
+    c.n_kv_head = kv;
+    Gpt model(c);
+    const auto shapes = gpt_parameter_shapes(c);
+    ASSERT_EQ(shapes.size(), model.slab().parameters().size());
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      EXPECT_EQ(shapes[i].first, model.slab().parameters()[i].name);
+      EXPECT_EQ(shapes[i].second, model.slab().parameters()[i].value.shape()) << shapes[i].first;
+    }
+  }
+}
+
+TEST(HfGpt2, RoundTripIsExact) {
+  const std::string dir = testing::scratch_dir() + "/hf";
+  Gpt model(tiny());
+  model.init(11);
+  save_hf_gpt2(model, dir);
+  HfGpt2 back = load_hf_gpt2(dir);
+  EXPECT_EQ(back.config.vocab_size, 37);
+  EXPECT_EQ(back.config.n_positions, 16);
+  EXPECT_EQ(back.config.n_layer, 2);
+  EXPECT_EQ(back.config.n_head, 4);
+  EXPECT_EQ(back.config.kv_heads(), 4);
+  EXPECT_EQ(back.config.n_embd, 16);
+  EXPECT_EQ(back.config.dropout, 0.0);
+  ASSERT_EQ(back.params.size(), model.slab().parameters().size());
+  for (const auto& p : model.slab().parameters())
+    EXPECT_EQ(back.params.at(p.name).to_vector<float>(), p.value.to_vector<float>()) << p.name;
+
+  Gpt again(back.config);
+  load_into(back, again);
+  EXPECT_EQ(again.slab().params().to_vector<float>(), model.slab().params().to_vector<float>());
+}
+
+TEST(HfGpt2, FileHasTransformersNamesLayoutsAndConfig) {
+  const std::string dir = testing::scratch_dir() + "/hf";
+  GptConfig c = tiny();
+  Gpt model(c);
+  model.init(5);
+  const int64_t C = c.n_embd;
+  {
+    // Hand-built weights: ours[o][i] = 1000 o + i, so the transposition shows element-wise.
+    autograd::NoGradGuard no_grad;
+    for (const char* n : {"h.1.attn.c_attn.weight", "h.0.mlp.c_fc.weight", "wte.weight"}) {
+      const Tensor& w = model.slab()[n];
+      std::vector<float> v(size_t(w.numel()));
+      for (int64_t o = 0; o < w.size(0); ++o)
+        for (int64_t i = 0; i < w.size(1); ++i) v[size_t(o * w.size(1) + i)] = float(1000 * o + i);
+      w.copy_(Tensor::from_vector(v, w.shape()));
+    }
+  }
+  save_hf_gpt2(model, dir);
+
+  SafetensorsFile f = read_safetensors(dir + "/model.safetensors");
+  EXPECT_EQ(f.metadata().at("format"), "pt");  // transformers refuses a file without it
+  EXPECT_FALSE(f.contains("lm_head.weight"));  // tied: omitted, as save_pretrained does
+  EXPECT_EQ(f.names().size(), 2 + 12 * 2 + 2u);
+  for (const auto& n : f.names()) EXPECT_EQ(n.rfind("transformer.", 0), 0u) << n;
+
+  Tensor attn = f.get("transformer.h.1.attn.c_attn.weight");
+  ASSERT_EQ(attn.shape(), (Shape{C, 3 * C}));  // Conv1D: (in, out)
+  Tensor fc = f.get("transformer.h.0.mlp.c_fc.weight");
+  ASSERT_EQ(fc.shape(), (Shape{C, 4 * C}));
+  for (int64_t i = 0; i < C; ++i) {
+    for (int64_t o = 0; o < 3 * C; ++o) ASSERT_EQ(attn.at({i, o}), double(1000 * o + i));
+    for (int64_t o = 0; o < 4 * C; ++o) ASSERT_EQ(fc.at({i, o}), double(1000 * o + i));
+  }
+  Tensor wte = f.get("transformer.wte.weight");  // an embedding: not transposed
+  ASSERT_EQ(wte.shape(), (Shape{c.vocab_size, C}));
+  EXPECT_EQ(wte.at({3, 5}), 3005.0);
+  EXPECT_EQ(f.get("transformer.h.0.attn.c_proj.weight").shape(), (Shape{C, C}));
+  EXPECT_EQ(f.get("transformer.h.0.mlp.c_proj.weight").shape(), (Shape{4 * C, C}));
+  EXPECT_EQ(f.get("transformer.h.0.attn.c_proj.weight").at({2, 7}),
+            model.slab()["h.0.attn.c_proj.weight"].at({7, 2}));
+
+  const auto j = read_json(dir + "/config.json");
+  EXPECT_EQ(j.at("model_type"), "gpt2");
+  EXPECT_EQ(j.at("architectures"), nlohmann::json::array({"GPT2LMHeadModel"}));
+  EXPECT_EQ(j.at("vocab_size"), 37);
+  EXPECT_EQ(j.at("n_positions"), 16);
+  EXPECT_EQ(j.at("n_embd"), 16);
+  EXPECT_EQ(j.at("n_layer"), 2);
+  EXPECT_EQ(j.at("n_head"), 4);
+  EXPECT_EQ(j.at("activation_function"), "gelu_new");
+  EXPECT_EQ(j.at("layer_norm_epsilon"), 1e-5);
+  EXPECT_TRUE(j.at("tie_word_embeddings").get<bool>());
+}
+
+TEST(HfGpt2, GqaIsRefusedBothWays) {
+  GptConfig c = tiny();
+  c.n_kv_head = 2;
+  Gpt model(c);
+  const std::string dir = testing::scratch_dir() + "/hf";
+  const std::string e = error_of([&] { save_hf_gpt2(model, dir); });
+  EXPECT_NE(e.find("GQA (n_kv_head 2 != n_head 4)"), std::string::npos) << e;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/model.safetensors"));
+
+  Gpt plain(tiny());
+  save_hf_gpt2(plain, dir);
+  auto j = read_json(dir + "/config.json");
+  j["n_kv_head"] = 2;
+  write_json(dir + "/config.json", j);
+  const std::string e2 = error_of([&] { load_hf_gpt2(dir); });
+  EXPECT_NE(e2.find("n_kv_head 2 != n_head 4"), std::string::npos) << e2;
+
+  GptConfig soft = tiny();
+  soft.softcap = 30;
+  EXPECT_NE(error_of([&] { hf_gpt2_config(soft); }).find("softcap"), std::string::npos);
+  GptConfig alibi = tiny();
+  alibi.alibi = true;
+  EXPECT_NE(error_of([&] { hf_gpt2_config(alibi); }).find("ALiBi"), std::string::npos);
+}
+
+TEST(HfGpt2, ConfigsOurModelCannotRunAreRefused) {
+  nlohmann::json base = hf_gpt2_config(tiny());
+  EXPECT_EQ(gpt_config_from_hf(base).n_embd, 16);
+  auto refused = [&](const char* key, nlohmann::json value, const std::string& expect) {
+    nlohmann::json j = base;
+    j[key] = value;
+    const std::string e = error_of([&] { gpt_config_from_hf(j); });
+    EXPECT_NE(e.find(expect), std::string::npos) << key << ": " << e;
+  };
+  refused("model_type", "llama", "model_type \"llama\"");
+  refused("activation_function", "relu", "activation_function \"relu\"");
+  refused("layer_norm_epsilon", 1e-6, "layer_norm_epsilon");
+  refused("n_inner", 100, "n_inner 100");
+  refused("tie_word_embeddings", false, "tie_word_embeddings");
+  refused("scale_attn_by_inverse_layer_idx", true, "scale_attn_by_inverse_layer_idx");
+  refused("n_head", 5, "not a multiple of n_head 5");
+  refused("n_layer", "two", "n_layer has the wrong type");
+  // GPT2Config's defaults fill what a minimal config.json leaves out.
+  const GptConfig d = gpt_config_from_hf(nlohmann::json{{"model_type", "gpt2"}});
+  EXPECT_EQ(d.vocab_size, 50257);
+  EXPECT_EQ(d.n_positions, 1024);
+  EXPECT_EQ(d.n_embd, 768);
+  EXPECT_EQ(d.n_layer, 12);
+  EXPECT_EQ(d.n_head, 12);
+  EXPECT_EQ(d.dropout, 0.1);
+}
+
+TEST(HfGpt2, OldBuffersBareNamesAndATiedHeadAreAccepted) {
+  // The hub's gpt2 file: bare names ("h.0..."), attn.bias / masked_bias buffers, and other
+  // writers add lm_head.weight equal to wte.
+  const std::string dir = testing::scratch_dir() + "/hf";
+  Gpt model(tiny());
+  model.init(2);
+  save_hf_gpt2(model, dir);
+  auto tensors = exported_tensors(dir);
+  Tensor wte;
+  for (auto& [n, t] : tensors) {
+    if (n == "transformer.wte.weight") wte = t;
+    n = n.substr(std::string("transformer.").size());
+  }
+  tensors.push_back({"h.0.attn.bias", Tensor::ones({1, 1, 16, 16})});
+  tensors.push_back({"h.1.attn.masked_bias", Tensor::full({}, -1e4)});
+  tensors.push_back({"lm_head.weight", wte.to(DType::bf16).to(DType::f32)});
+  write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  // A bf16 lm_head that is not bitwise wte: refused rather than silently dropped.
+  EXPECT_NE(error_of([&] { load_hf_gpt2(dir); }).find("lm_head.weight differs"), std::string::npos);
+  tensors.back().second = wte;
+  write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  HfGpt2 back = load_hf_gpt2(dir);
+  for (const auto& p : model.slab().parameters())
+    EXPECT_EQ(back.params.at(p.name).to_vector<float>(), p.value.to_vector<float>()) << p.name;
+}
+
+TEST(HfGpt2, Bf16WeightsAreWidened) {
+  const std::string dir = testing::scratch_dir() + "/hf";
+  Gpt model(tiny());
+  model.init(4);
+  save_hf_gpt2(model, dir);
+  auto tensors = exported_tensors(dir);
+  for (auto& [n, t] : tensors) t = t.to(DType::bf16);
+  write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  HfGpt2 back = load_hf_gpt2(dir);
+  const Tensor& w = back.params.at("h.1.attn.c_attn.weight");
+  EXPECT_EQ(w.dtype(), DType::f32);
+  EXPECT_EQ(w.at({5, 3}),
+            model.slab()["h.1.attn.c_attn.weight"].to(DType::bf16).to(DType::f32).at({5, 3}));
+}
+
+TEST(HfGpt2, MissingUnknownAndMisshapenTensorsAreNamed) {
+  const std::string dir = testing::scratch_dir() + "/hf";
+  Gpt model(tiny());
+  save_hf_gpt2(model, dir);
+  const auto good = exported_tensors(dir);
+
+  auto without = good;
+  std::erase_if(without, [](const auto& e) { return e.first == "transformer.h.1.mlp.c_fc.bias"; });
+  write_safetensors(dir + "/model.safetensors", without, {{"format", "pt"}});
+  EXPECT_NE(
+      error_of([&] { load_hf_gpt2(dir); }).find("missing tensor transformer.h.1.mlp.c_fc.bias"),
+      std::string::npos);
+
+  auto extra = good;
+  extra.push_back({"transformer.h.2.ln_1.weight", Tensor::ones({16})});
+  write_safetensors(dir + "/model.safetensors", extra, {{"format", "pt"}});
+  EXPECT_NE(
+      error_of([&] { load_hf_gpt2(dir); }).find("unexpected tensor transformer.h.2.ln_1.weight"),
+      std::string::npos);
+
+  auto misshapen = good;
+  for (auto& [n, t] : misshapen)
+    if (n == "transformer.h.0.attn.c_proj.weight") t = Tensor::zeros({16, 8});
+  write_safetensors(dir + "/model.safetensors", misshapen, {{"format", "pt"}});
+  EXPECT_NE(error_of([&] {
+              load_hf_gpt2(dir);
+            }).find("transformer.h.0.attn.c_proj.weight has shape [16, 8], expected [16, 16]"),
+            std::string::npos)
+      << error_of([&] { load_hf_gpt2(dir); });
+
+  std::filesystem::remove(dir + "/config.json");
+  EXPECT_NE(error_of([&] { load_hf_gpt2(dir); }).find("config.json does not exist"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace driftless::layers
