@@ -1,8 +1,10 @@
 // GELU with the tanh approximation used by GPT-2, with a hand-written backward
-// (the derivative of the same approximation, not of the exact erf form).
+// (the derivative of the same approximation, not of the exact erf form). CUDA bodies in
+// engine/ops/cuda/elementwise.cu.
 #include <cmath>
 #include <vector>
 
+#include "engine/ops/cuda/backend.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 
@@ -17,6 +19,7 @@ constexpr double kGeluCoeff = 0.044715;
 
 // dx = g * gelu'(x); x and g have the same shape.
 Tensor gelu_backward(const Tensor& g_in, const Tensor& x_in) {
+  if (x_in.device() == Device::cuda) return gpu::gelu_backward(g_in, x_in);
   Tensor g = g_in.contiguous(), x = x_in.contiguous();
   Tensor dx = Tensor::empty(x.shape(), x.dtype());
   detail::dispatch_float("gelu", x.dtype(), [&](auto z) {
@@ -40,18 +43,23 @@ Tensor gelu_backward(const Tensor& g_in, const Tensor& x_in) {
 Tensor gelu(const Tensor& x_in) {
   const char* op = "gelu";
   detail::require_float(op, x_in, "x");
-  detail::require_cpu(op, {x_in});
+  const Device dev = detail::device_of(op, {x_in});
   Tensor x = x_in.contiguous();
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
-  detail::dispatch_float(op, x.dtype(), [&](auto z) {
-    using T = decltype(z);
-    const T* px = x.data<T>();
-    T* po = out.data<T>();
-    for (int64_t i = 0, n = x.numel(); i < n; ++i) {
-      const T v = px[i];
-      po[i] = T(0.5) * v * (T(1) + std::tanh(T(kSqrt2OverPi) * (v + T(kGeluCoeff) * v * v * v)));
-    }
-  });
+  Tensor out;
+  if (dev == Device::cuda)
+    out = gpu::unary(gpu::Unary::gelu, x, x.shape());
+  else
+    out = Tensor::empty(x.shape(), x.dtype());
+  if (dev == Device::cpu)
+    detail::dispatch_float(op, x.dtype(), [&](auto z) {
+      using T = decltype(z);
+      const T* px = x.data<T>();
+      T* po = out.data<T>();
+      for (int64_t i = 0, n = x.numel(); i < n; ++i) {
+        const T v = px[i];
+        po[i] = T(0.5) * v * (T(1) + std::tanh(T(kSqrt2OverPi) * (v + T(kGeluCoeff) * v * v * v)));
+      }
+    });
   Context ctx;
   ctx.save_for_backward({x_in});
   return autograd::record(op, {x_in}, out, std::move(ctx),

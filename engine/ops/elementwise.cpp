@@ -1,8 +1,10 @@
 // Elementwise ops with numpy broadcasting (add, sub, mul), scalar ops, and the
 // broadcast_to / sum_to pair that every broadcasting backward reduces through.
-// Kernels read strided inputs directly; outputs are contiguous.
+// Kernels read strided inputs directly; outputs are contiguous. CUDA bodies in
+// engine/ops/cuda/elementwise.cu and reduce.cu.
 #include <vector>
 
+#include "engine/ops/cuda/backend.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 
@@ -16,12 +18,13 @@ using detail::for_each_broadcast;
 namespace {
 
 template <class Fn>
-Tensor binary_kernel(const char* op, const Tensor& a, const Tensor& b, Fn fn) {
+Tensor binary_kernel(const char* op, gpu::Binary kind, const Tensor& a, const Tensor& b, Fn fn) {
   detail::require_float(op, a, "a");
   detail::require_float(op, b, "b");
   detail::require_same_dtype(op, a, "a", b, "b");
-  detail::require_cpu(op, {a, b});
+  const Device dev = detail::device_of(op, {a, b});
   Shape out_shape = detail::broadcast_shape(op, a.shape(), b.shape());
+  if (dev == Device::cuda) return gpu::binary(kind, a, b, out_shape);
   Tensor out = Tensor::empty(out_shape, a.dtype());
   dispatch_float(op, a.dtype(), [&](auto z) {
     using T = decltype(z);
@@ -37,9 +40,9 @@ Tensor binary_kernel(const char* op, const Tensor& a, const Tensor& b, Fn fn) {
 }
 
 template <class Fn>
-Tensor unary_kernel(const char* op, const Tensor& x, Fn fn) {
+Tensor unary_kernel(const char* op, gpu::Unary kind, double s, const Tensor& x, Fn fn) {
   detail::require_float(op, x, "x");
-  detail::require_cpu(op, {x});
+  if (detail::device_of(op, {x}) == Device::cuda) return gpu::unary(kind, x, x.shape(), s);
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   dispatch_float(op, x.dtype(), [&](auto z) {
     using T = decltype(z);
@@ -54,7 +57,7 @@ Tensor unary_kernel(const char* op, const Tensor& x, Fn fn) {
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_kernel("add", a, b, [](auto x, auto y) { return x + y; });
+  Tensor out = binary_kernel("add", gpu::Binary::add, a, b, [](auto x, auto y) { return x + y; });
   Shape sa = a.shape(), sb = b.shape();
   return autograd::record("add", {a, b}, out, Context(),
                           [sa, sb](Context&, const std::vector<Tensor>& g) {
@@ -63,7 +66,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_kernel("sub", a, b, [](auto x, auto y) { return x - y; });
+  Tensor out = binary_kernel("sub", gpu::Binary::sub, a, b, [](auto x, auto y) { return x - y; });
   Shape sa = a.shape(), sb = b.shape();
   return autograd::record("sub", {a, b}, out, Context(),
                           [sa, sb](Context&, const std::vector<Tensor>& g) {
@@ -72,7 +75,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_kernel("mul", a, b, [](auto x, auto y) { return x * y; });
+  Tensor out = binary_kernel("mul", gpu::Binary::mul, a, b, [](auto x, auto y) { return x * y; });
   Context ctx;
   ctx.save_for_backward({a, b});
   return autograd::record("mul", {a, b}, out, std::move(ctx),
@@ -85,21 +88,23 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor scale(const Tensor& x, double s) {
-  Tensor out = unary_kernel("scale", x, [s](auto v) { return decltype(v)(v * s); });
+  Tensor out =
+      unary_kernel("scale", gpu::Unary::scale, s, x, [s](auto v) { return decltype(v)(v * s); });
   return autograd::record(
       "scale", {x}, out, Context(),
       [s](Context&, const std::vector<Tensor>& g) { return std::vector<Tensor>{scale(g[0], s)}; });
 }
 
 Tensor add_scalar(const Tensor& x, double s) {
-  Tensor out = unary_kernel("add_scalar", x, [s](auto v) { return decltype(v)(v + s); });
+  Tensor out = unary_kernel("add_scalar", gpu::Unary::add_scalar, s, x,
+                            [s](auto v) { return decltype(v)(v + s); });
   return autograd::record(
       "add_scalar", {x}, out, Context(),
       [](Context&, const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
 }
 
 Tensor neg(const Tensor& x) {
-  Tensor out = unary_kernel("neg", x, [](auto v) { return -v; });
+  Tensor out = unary_kernel("neg", gpu::Unary::neg, 0, x, [](auto v) { return -v; });
   return autograd::record("neg", {x}, out, Context(), [](Context&, const std::vector<Tensor>& g) {
     return std::vector<Tensor>{neg(g[0])};
   });
@@ -108,18 +113,23 @@ Tensor neg(const Tensor& x) {
 Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   const char* op = "broadcast_to";
   detail::require_float(op, x, "x");
-  detail::require_cpu(op, {x});
+  const Device dev = detail::device_of(op, {x});
   DL_CHECK(
       x.dim() <= int64_t(shape.size()) && detail::broadcast_shape(op, x.shape(), shape) == shape,
       op, "cannot broadcast " << shape_str(x.shape()) << " to " << shape_str(shape));
-  Tensor out = Tensor::empty(shape, x.dtype());
-  dispatch_float(op, x.dtype(), [&](auto z) {
-    using T = decltype(z);
-    const T* px = x.data<T>();
-    T* po = out.data<T>();
-    std::array<Shape, 1> st{broadcast_strides(x.shape(), x.strides(), shape)};
-    for_each_broadcast<1>(shape, st, [&](int64_t i, const auto& o) { po[i] = px[o[0]]; });
-  });
+  Tensor out;
+  if (dev == Device::cuda)
+    out = gpu::unary(gpu::Unary::copy, x, shape);
+  else
+    out = Tensor::empty(shape, x.dtype());
+  if (dev == Device::cpu)
+    dispatch_float(op, x.dtype(), [&](auto z) {
+      using T = decltype(z);
+      const T* px = x.data<T>();
+      T* po = out.data<T>();
+      std::array<Shape, 1> st{broadcast_strides(x.shape(), x.strides(), shape)};
+      for_each_broadcast<1>(shape, st, [&](int64_t i, const auto& o) { po[i] = px[o[0]]; });
+    });
   Shape sx = x.shape();
   return autograd::record(op, {x}, out, Context(), [sx](Context&, const std::vector<Tensor>& g) {
     return std::vector<Tensor>{sum_to(g[0], sx)};
@@ -129,23 +139,28 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
 Tensor sum_to(const Tensor& x, const Shape& shape) {
   const char* op = "sum_to";
   detail::require_float(op, x, "x");
-  detail::require_cpu(op, {x});
+  const Device dev = detail::device_of(op, {x});
   DL_CHECK(int64_t(shape.size()) <= x.dim() &&
                detail::broadcast_shape(op, shape, x.shape()) == x.shape(),
            op, "cannot sum " << shape_str(x.shape()) << " down to " << shape_str(shape));
   if (shape == x.shape()) return x;
-  Tensor out = Tensor::empty(shape, x.dtype());
-  dispatch_float(op, x.dtype(), [&](auto z) {
-    using T = decltype(z);
-    std::vector<double> acc(size_t(shape_numel(shape)), 0.0);
-    const T* px = x.data<T>();
-    std::array<Shape, 2> st{x.strides(),
-                            broadcast_strides(shape, contiguous_strides(shape), x.shape())};
-    for_each_broadcast<2>(x.shape(), st,
-                          [&](int64_t, const auto& o) { acc[size_t(o[1])] += px[o[0]]; });
-    T* po = out.data<T>();
-    for (size_t i = 0; i < acc.size(); ++i) po[i] = T(acc[i]);
-  });
+  Tensor out;
+  if (dev == Device::cuda)
+    out = gpu::sum_to(x, shape);
+  else
+    out = Tensor::empty(shape, x.dtype());
+  if (dev == Device::cpu)
+    dispatch_float(op, x.dtype(), [&](auto z) {
+      using T = decltype(z);
+      std::vector<double> acc(size_t(shape_numel(shape)), 0.0);
+      const T* px = x.data<T>();
+      std::array<Shape, 2> st{x.strides(),
+                              broadcast_strides(shape, contiguous_strides(shape), x.shape())};
+      for_each_broadcast<2>(x.shape(), st,
+                            [&](int64_t, const auto& o) { acc[size_t(o[1])] += px[o[0]]; });
+      T* po = out.data<T>();
+      for (size_t i = 0; i < acc.size(); ++i) po[i] = T(acc[i]);
+    });
   Shape sx = x.shape();
   return autograd::record(op, {x}, out, Context(), [sx](Context&, const std::vector<Tensor>& g) {
     return std::vector<Tensor>{broadcast_to(g[0], sx)};

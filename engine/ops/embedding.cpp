@@ -1,9 +1,12 @@
 // Embedding lookup: rows of weight gathered by integer ids; backward scatter-adds the
 // output gradient into a zero weight gradient (rows hit twice get the sum). Ids are
-// checked against the vocabulary before any work (DESIGN.md "Errors").
+// checked against the vocabulary before any work (DESIGN.md "Errors"), on the host for
+// both devices. The CUDA backward (engine/ops/cuda/embedding.cu) gives each weight row to
+// one block that sums its positions in order: deterministic, no atomics.
 #include <cstring>
 #include <vector>
 
+#include "engine/ops/cuda/backend.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 
@@ -16,7 +19,7 @@ Tensor embedding(const Tensor& weight_in, const Tensor& ids_in) {
   detail::require_float(op, weight_in, "weight");
   detail::require_int(op, ids_in, "ids");
   DL_CHECK(weight_in.dim() == 2, op, "weight must be (V, C), got " << shape_str(weight_in.shape()));
-  detail::require_cpu(op, {weight_in, ids_in});
+  const Device dev = detail::device_of(op, {weight_in, ids_in});
   const int64_t v = weight_in.size(0), c = weight_in.size(1);
   std::vector<int64_t> ids = ids_in.to_vector<int64_t>();
   for (size_t i = 0; i < ids.size(); ++i)
@@ -26,34 +29,41 @@ Tensor embedding(const Tensor& weight_in, const Tensor& ids_in) {
   Tensor weight = weight_in.contiguous();
   Shape out_shape = ids_in.shape();
   out_shape.push_back(c);
-  Tensor out = Tensor::empty(out_shape, weight.dtype());
-  detail::dispatch_float(op, weight.dtype(), [&](auto z) {
-    using T = decltype(z);
-    const T* pw = weight.data<T>();
-    T* po = out.data<T>();
-    for (size_t i = 0; i < ids.size(); ++i)
-      std::memcpy(po + int64_t(i) * c, pw + ids[i] * c, size_t(c) * sizeof(T));
-  });
+  Tensor out;
+  if (dev == Device::cuda)
+    out = gpu::embedding_forward(weight, ids, ids_in.shape());
+  else
+    out = Tensor::empty(out_shape, weight.dtype());
+  if (dev == Device::cpu)
+    detail::dispatch_float(op, weight.dtype(), [&](auto z) {
+      using T = decltype(z);
+      const T* pw = weight.data<T>();
+      T* po = out.data<T>();
+      for (size_t i = 0; i < ids.size(); ++i)
+        std::memcpy(po + int64_t(i) * c, pw + ids[i] * c, size_t(c) * sizeof(T));
+    });
   Context ctx;
   ctx.data() = std::move(ids);
   Shape sw = weight_in.shape();
   DType dt = weight_in.dtype();
-  return autograd::record(op, {weight_in, ids_in}, out, std::move(ctx),
-                          [sw, dt](Context& ctx, const std::vector<Tensor>& gs) {
-                            const auto& ids = std::any_cast<std::vector<int64_t>&>(ctx.data());
-                            Tensor g = gs[0].contiguous();
-                            Tensor dw = Tensor::zeros(sw, dt);
-                            const int64_t c = sw[1];
-                            detail::dispatch_float("embedding", dt, [&](auto z) {
-                              using T = decltype(z);
-                              const T* pg = g.data<T>();
-                              T* pd = dw.data<T>();
-                              for (size_t i = 0; i < ids.size(); ++i)
-                                for (int64_t j = 0; j < c; ++j)
-                                  pd[ids[i] * c + j] += pg[int64_t(i) * c + j];
-                            });
-                            return std::vector<Tensor>{dw, Tensor()};
-                          });
+  return autograd::record(
+      op, {weight_in, ids_in}, out, std::move(ctx),
+      [sw, dt](Context& ctx, const std::vector<Tensor>& gs) {
+        const auto& ids = std::any_cast<std::vector<int64_t>&>(ctx.data());
+        if (gs[0].device() == Device::cuda)
+          return std::vector<Tensor>{gpu::embedding_backward(gs[0], ids, sw), Tensor()};
+        Tensor g = gs[0].contiguous();
+        Tensor dw = Tensor::zeros(sw, dt);
+        const int64_t c = sw[1];
+        detail::dispatch_float("embedding", dt, [&](auto z) {
+          using T = decltype(z);
+          const T* pg = g.data<T>();
+          T* pd = dw.data<T>();
+          for (size_t i = 0; i < ids.size(); ++i)
+            for (int64_t j = 0; j < c; ++j) pd[ids[i] * c + j] += pg[int64_t(i) * c + j];
+        });
+        return std::vector<Tensor>{dw, Tensor()};
+      });
 }
 
 }  // namespace driftless::ops

@@ -1,10 +1,13 @@
 // Fused cross-entropy with a loss mask and SUM reduction (DESIGN.md data flow: "loss (sum
 // over real tokens ...)"): one node; backward = (softmax - onehot) * mask * g, and the mask
-// gets the per-row loss. The caller scales by 1 / tokens in the global batch.
+// gets the per-row loss. The caller scales by 1 / tokens in the global batch. The CUDA body
+// (engine/ops/cuda/softmax.cu) keeps the per-row lse in fp32 (f64 for f64) and sums the
+// row losses in a fixed order.
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "engine/ops/cuda/backend.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 
@@ -21,6 +24,26 @@ std::vector<int64_t> read_targets(const Tensor& targets, int64_t v) {
     DL_CHECK(t[i] >= 0 && t[i] < v, "cross_entropy",
              "target " << t[i] << " at row " << i << " is out of range [0, " << v << ")");
   return t;
+}
+
+// The cuda node: targets as i64 and the mask stay on the device; the backward reads the
+// upstream gradient there too (no host round trip).
+Tensor cross_entropy_cuda(const Tensor& logits_in, const Tensor& targets_in,
+                          const Tensor& mask_in) {
+  Tensor logits = logits_in.contiguous();
+  Tensor targets = targets_in.to(Device::cuda, DType::i64).contiguous();
+  Tensor mask = mask_in.defined() ? mask_in.contiguous() : Tensor();
+  std::vector<Tensor> r = gpu::cross_entropy_forward(logits, targets, mask);
+  Context ctx;
+  ctx.save_for_backward({logits, r[1], targets, mask});
+  const bool want_mask = mask_in.defined();
+  return autograd::record("cross_entropy", {logits_in, targets_in, mask_in}, r[0], std::move(ctx),
+                          [want_mask](Context& c, const std::vector<Tensor>& g) {
+                            const auto& s = c.saved_tensors();
+                            std::vector<Tensor> d = gpu::cross_entropy_backward(
+                                g[0], s[0], s[1], s[2], s[3], want_mask);
+                            return std::vector<Tensor>{d[0], Tensor(), d[1]};
+                          });
 }
 
 }  // namespace
@@ -40,10 +63,11 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, const Tenso
              "loss_mask must have shape [" << n << "] for logits " << shape_str(logits_in.shape())
                                            << ", got " << shape_str(mask_in.shape()));
   }
-  detail::require_cpu(op, {logits_in, targets, mask_in});
+  const Device dev = detail::device_of(op, {logits_in, targets, mask_in});
   DL_CHECK(v > 0 || n == 0, op, "logits " << shape_str(logits_in.shape()) << " have no classes");
-  Tensor logits = logits_in.contiguous();
   std::vector<int64_t> t = read_targets(targets, v);
+  if (dev == Device::cuda) return cross_entropy_cuda(logits_in, targets, mask_in);
+  Tensor logits = logits_in.contiguous();
   std::vector<double> mask =
       mask_in.defined() ? mask_in.to_vector<double>() : std::vector<double>(size_t(n), 1.0);
   Tensor lse = Tensor::empty({n}, DType::f64);  // per-row log-sum-exp, kept in double

@@ -1,9 +1,11 @@
-// Batched matrix product with optional transposes, through Eigen maps on contiguous data.
-// A 2-D operand is broadcast over the other's batch dims; when b is the 2-D one and a is
-// not transposed, the batch is folded into M so the product is one large GEMM (Linear).
+// Batched matrix product with optional transposes: Eigen maps on contiguous data on cpu,
+// cuBLAS on cuda (engine/ops/cuda/gemm.cpp). A 2-D operand is broadcast over the other's
+// batch dims; when b is the 2-D one and a is not transposed, the batch is folded into M so
+// the product is one large GEMM (Linear).
 #include <Eigen/Core>
 #include <vector>
 
+#include "engine/ops/cuda/backend.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 
@@ -46,7 +48,7 @@ Tensor matmul_forward(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb) 
   DL_CHECK(a_in.dim() >= 2 && b_in.dim() >= 2, op,
            "operands must have at least 2 dims, got a " << shape_str(a_in.shape()) << " and b "
                                                         << shape_str(b_in.shape()));
-  detail::require_cpu(op, {a_in, b_in});
+  const Device dev = detail::device_of(op, {a_in, b_in});
   const int64_t ra = a_in.size(-2), ca = a_in.size(-1);
   const int64_t rb = b_in.size(-2), cb = b_in.size(-1);
   const int64_t m = ta ? ca : ra, k = ta ? ra : ca;
@@ -63,10 +65,22 @@ Tensor matmul_forward(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb) 
   Shape out_shape = batch;
   out_shape.push_back(m);
   out_shape.push_back(n);
-  Tensor out = Tensor::empty(out_shape, a_in.dtype());
+  Tensor out = Tensor::empty(out_shape, a_in.dtype(), dev);
   if (out.numel() == 0) return out;
   Tensor a = a_in.contiguous(), b = b_in.contiguous();
   const int64_t nb = shape_numel(batch);
+  if (dev == Device::cuda) {
+    if (k == 0) {
+      out.zero_();
+    } else if (bb.empty() && !ta) {
+      gpu::gemm(a.dtype(), a.raw_data(), nb * ra, ca, false, 0, b.raw_data(), rb, cb, tb, 0,
+                out.raw_data(), 1);  // fold batch into M
+    } else {
+      gpu::gemm(a.dtype(), a.raw_data(), ra, ca, ta, ba.empty() ? 0 : ra * ca, b.raw_data(), rb, cb,
+                tb, bb.empty() ? 0 : rb * cb, out.raw_data(), nb);
+    }
+    return out;
+  }
   detail::dispatch_float(op, a.dtype(), [&](auto z) {
     using T = decltype(z);
     const T* pa = a.data<T>();

@@ -1,9 +1,11 @@
 // Layer norm over the last dim as one node with a hand-written fused backward (llm.c
 // style): forward saves the per-row mean and reciprocal std, backward makes dx, dweight
-// and dbias in one pass over the rows.
+// and dbias in one pass over the rows. CUDA bodies in engine/ops/cuda/norm.cu (mean and
+// rstd saved in fp32 there, f64 for f64).
 #include <cmath>
 #include <vector>
 
+#include "engine/ops/cuda/backend.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 
@@ -17,6 +19,12 @@ namespace {
 std::vector<Tensor> layer_norm_backward(const Tensor& g_in, const Tensor& x_in,
                                         const Tensor& weight_in, const Tensor& mean,
                                         const Tensor& rstd, bool want_w, bool want_b) {
+  if (x_in.device() == Device::cuda) {
+    std::vector<Tensor> r =
+        gpu::layer_norm_backward(g_in, x_in, weight_in, mean, rstd, want_w, want_b);
+    r[0] = r[0].reshape(x_in.shape());
+    return r;
+  }
   Tensor g = g_in.contiguous(), x = x_in.contiguous();
   Tensor weight = weight_in.defined() ? weight_in.contiguous() : Tensor();
   const int64_t c = x.size(-1), rows = c == 0 ? 0 : x.numel() / c;
@@ -79,39 +87,46 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
                   << shape_str(t.shape()));
   }
   DL_CHECK(eps >= 0, op, "eps must be >= 0, got " << eps);
-  detail::require_cpu(op, {x_in, weight_in, bias_in});
+  const Device dev = detail::device_of(op, {x_in, weight_in, bias_in});
   DL_CHECK(c > 0, op, "last dim of x " << shape_str(x_in.shape()) << " is empty");
   Tensor x = x_in.contiguous();
   Tensor w = weight_in.defined() ? weight_in.contiguous() : Tensor();
   Tensor b = bias_in.defined() ? bias_in.contiguous() : Tensor();
   const int64_t rows = x.numel() / c;
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
-  Tensor mean = Tensor::empty({rows}, x.dtype());
-  Tensor rstd = Tensor::empty({rows}, x.dtype());
-  detail::dispatch_float(op, x.dtype(), [&](auto z) {
-    using T = decltype(z);
-    const T* px = x.data<T>();
-    const T* pw = w.defined() ? w.data<T>() : nullptr;
-    const T* pb = b.defined() ? b.data<T>() : nullptr;
-    T* po = out.data<T>();
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* xr = px + r * c;
-      double m = 0, v = 0;
-      for (int64_t i = 0; i < c; ++i) m += double(xr[i]);
-      m /= double(c);
-      for (int64_t i = 0; i < c; ++i) v += (double(xr[i]) - m) * (double(xr[i]) - m);
-      v /= double(c);
-      const double s = 1.0 / std::sqrt(v + eps);
-      mean.data<T>()[r] = T(m);
-      rstd.data<T>()[r] = T(s);
-      for (int64_t i = 0; i < c; ++i) {
-        double y = (double(xr[i]) - m) * s;
-        if (pw) y *= double(pw[i]);
-        if (pb) y += double(pb[i]);
-        po[r * c + i] = T(y);
+  Tensor out, mean, rstd;
+  if (dev == Device::cuda) {
+    std::vector<Tensor> r = gpu::layer_norm_forward(x, w, b, eps);
+    out = r[0], mean = r[1], rstd = r[2];
+  } else {
+    out = Tensor::empty(x.shape(), x.dtype());
+    mean = Tensor::empty({rows}, x.dtype());
+    rstd = Tensor::empty({rows}, x.dtype());
+  }
+  if (dev == Device::cpu)
+    detail::dispatch_float(op, x.dtype(), [&](auto z) {
+      using T = decltype(z);
+      const T* px = x.data<T>();
+      const T* pw = w.defined() ? w.data<T>() : nullptr;
+      const T* pb = b.defined() ? b.data<T>() : nullptr;
+      T* po = out.data<T>();
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* xr = px + r * c;
+        double m = 0, v = 0;
+        for (int64_t i = 0; i < c; ++i) m += double(xr[i]);
+        m /= double(c);
+        for (int64_t i = 0; i < c; ++i) v += (double(xr[i]) - m) * (double(xr[i]) - m);
+        v /= double(c);
+        const double s = 1.0 / std::sqrt(v + eps);
+        mean.data<T>()[r] = T(m);
+        rstd.data<T>()[r] = T(s);
+        for (int64_t i = 0; i < c; ++i) {
+          double y = (double(xr[i]) - m) * s;
+          if (pw) y *= double(pw[i]);
+          if (pb) y += double(pb[i]);
+          po[r * c + i] = T(y);
+        }
       }
-    }
-  });
+    });
   Context ctx;
   ctx.save_for_backward({x, w, mean, rstd});
   const bool want_w = weight_in.defined(), want_b = bias_in.defined();

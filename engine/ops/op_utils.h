@@ -1,6 +1,6 @@
 // Helpers shared by the op files (not public API): input checks with "[op] ..." errors, the
-// device check that is each op's single dispatch point, the f32/f64 dtype dispatch, and
-// broadcast iteration.
+// device check that is each op's single dispatch point (device_of), the f32/f64 dtype
+// dispatch of the CPU bodies, and broadcast iteration.
 #pragma once
 #include <array>
 #include <initializer_list>
@@ -12,26 +12,43 @@
 
 namespace driftless::ops::detail {
 
-// Every op calls this once before computing. There is no CUDA backend yet: when
-// engine/ops/cuda/ lands, this is the one place per op that branches to it.
-inline void require_cpu(const char* op, std::initializer_list<Tensor> tensors) {
-  for (const Tensor& t : tensors)
-    if (t.defined())
-      DL_CHECK(t.device() == Device::cpu, op,
-               "no CUDA backend for this op yet: inputs must be on cpu, got a "
-                   << device_name(t.device()) << " tensor of shape " << shape_str(t.shape()));
+// Every op calls this once before computing: all defined inputs must be on one device,
+// which it returns; the op then runs its CPU body or its CUDA body (engine/ops/cuda/
+// backend.h). This is the one place per op that picks the backend.
+inline Device device_of(const char* op, std::initializer_list<Tensor> tensors) {
+  const Tensor* first = nullptr;
+  for (const Tensor& t : tensors) {
+    if (!t.defined()) continue;
+    if (!first) {
+      first = &t;
+      continue;
+    }
+    DL_CHECK(t.device() == first->device(), op,
+             "inputs must be on one device, got a "
+                 << device_name(first->device()) << " tensor of shape " << shape_str(first->shape())
+                 << " and a " << device_name(t.device()) << " tensor of shape "
+                 << shape_str(t.shape()));
+  }
+  const Device dev = first ? first->device() : Device::cpu;
+#ifndef DRIFTLESS_HAVE_CUDA
+  DL_CHECK(dev == Device::cpu, op,
+           "no CUDA backend: this driftless was built without CUDA, got a cuda tensor of shape "
+               << shape_str(first->shape()));
+#endif
+  return dev;
 }
 
 inline void require_defined(const char* op, const Tensor& t, const char* name) {
   DL_CHECK(t.defined(), op, name << " is an undefined tensor");
 }
 
-// f32 or f64 (CPU kernels have no bf16 body).
+// f32 or f64; bf16 too on cuda (CPU kernels have no bf16 body).
 inline void require_float(const char* op, const Tensor& t, const char* name) {
   require_defined(op, t, name);
-  DL_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64, op,
-           name << " must be f32 or f64 on cpu, got " << dtype_name(t.dtype()) << " of shape "
-                << shape_str(t.shape()));
+  const bool bf16_ok = t.dtype() == DType::bf16 && t.device() == Device::cuda;
+  DL_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64 || bf16_ok, op,
+           name << " must be f32 or f64 (or bf16 on cuda), got " << dtype_name(t.dtype()) << " on "
+                << device_name(t.device()) << " of shape " << shape_str(t.shape()));
 }
 
 inline void require_int(const char* op, const Tensor& t, const char* name) {

@@ -1,7 +1,8 @@
 // Reductions over one dim (sum, mean) and over everything (sum_all). Accumulation is in
-// double on cpu, so the result does not depend on the reduction order.
+// double on cpu; on cuda in fp32 (f64 for f64) in a fixed order (engine/ops/cuda/reduce.cu).
 #include <vector>
 
+#include "engine/ops/cuda/backend.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 
@@ -13,10 +14,11 @@ namespace {
 
 // sum over dim d of x, times factor; output keeps dim d with size 1.
 Tensor reduce_dim(const char* op, const Tensor& x_in, int64_t d, double factor) {
+  Shape out_shape = x_in.shape();
+  out_shape[d] = 1;
+  if (x_in.device() == Device::cuda) return gpu::sum_to(x_in, out_shape, factor);
   Tensor x = x_in.contiguous();
   detail::Dims3 s = detail::dims3(x.shape(), d);
-  Shape out_shape = x.shape();
-  out_shape[d] = 1;
   Tensor out = Tensor::empty(out_shape, x.dtype());
   detail::dispatch_float(op, x.dtype(), [&](auto z) {
     using T = decltype(z);
@@ -37,7 +39,7 @@ Tensor reduce_dim(const char* op, const Tensor& x_in, int64_t d, double factor) 
 
 Tensor reduce_op(const char* op, const Tensor& x, int64_t dim, bool keepdim, bool is_mean) {
   detail::require_float(op, x, "x");
-  detail::require_cpu(op, {x});
+  detail::device_of(op, {x});
   DL_CHECK(x.dim() > 0, op, "cannot reduce a zero-dim tensor over dim " << dim);
   const int64_t d = normalize_dim(dim, x.dim(), op);
   const int64_t n = x.size(d);
@@ -67,16 +69,21 @@ Tensor mean(const Tensor& x, int64_t dim, bool keepdim) {
 Tensor sum_all(const Tensor& x) {
   const char* op = "sum_all";
   detail::require_float(op, x, "x");
-  detail::require_cpu(op, {x});
-  Tensor out = Tensor::empty({}, x.dtype());
-  detail::dispatch_float(op, x.dtype(), [&](auto z) {
-    using T = decltype(z);
-    const T* px = x.data<T>();
-    double acc = 0;
-    detail::for_each_broadcast<1>(x.shape(), std::array<Shape, 1>{x.strides()},
-                                  [&](int64_t, const auto& o) { acc += double(px[o[0]]); });
-    *out.data<T>() = T(acc);
-  });
+  const Device dev = detail::device_of(op, {x});
+  Tensor out;
+  if (dev == Device::cuda)
+    out = gpu::sum_to(x, {});
+  else
+    out = Tensor::empty({}, x.dtype());
+  if (dev == Device::cpu)
+    detail::dispatch_float(op, x.dtype(), [&](auto z) {
+      using T = decltype(z);
+      const T* px = x.data<T>();
+      double acc = 0;
+      detail::for_each_broadcast<1>(x.shape(), std::array<Shape, 1>{x.strides()},
+                                    [&](int64_t, const auto& o) { acc += double(px[o[0]]); });
+      *out.data<T>() = T(acc);
+    });
   Shape sx = x.shape();
   return autograd::record(op, {x}, out, Context(), [sx](Context&, const std::vector<Tensor>& g) {
     return std::vector<Tensor>{broadcast_to(g[0], sx)};

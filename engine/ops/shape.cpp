@@ -1,6 +1,7 @@
 // Differentiable shape ops: concat (a copy), split (views, one multi-output node), and the
 // recorded versions of the Tensor view methods (narrow, reshape, transpose, permute) plus
-// contiguous. Backwards are written in terms of views and concat.
+// contiguous. Backwards are written in terms of views and concat. All work on both
+// devices: views share storage, and copies go through Tensor::copy_ (engine/core).
 #include <numeric>
 #include <vector>
 
@@ -24,7 +25,7 @@ Tensor concat(const std::vector<Tensor>& tensors, int64_t dim) {
     const Tensor& t = tensors[i];
     detail::require_defined(op, t, "a tensor");
     detail::require_same_dtype(op, first, "tensor 0", t, ("tensor " + std::to_string(i)).c_str());
-    detail::require_cpu(op, {t});
+    detail::device_of(op, {first, t});
     bool ok = t.dim() == first.dim();
     for (int64_t k = 0; ok && k < t.dim(); ++k) ok = k == d || t.size(k) == first.size(k);
     DL_CHECK(ok, op,
@@ -32,7 +33,7 @@ Tensor concat(const std::vector<Tensor>& tensors, int64_t dim) {
                        << shape_str(first.shape()) << "; only dim " << d << " may differ");
     out_shape[d] += t.size(d);
   }
-  Tensor out = Tensor::empty(out_shape, first.dtype());
+  Tensor out = Tensor::empty(out_shape, first.dtype(), first.device());
   std::vector<int64_t> sizes;
   int64_t off = 0;
   for (const Tensor& t : tensors) {
@@ -55,7 +56,7 @@ Tensor concat(const std::vector<Tensor>& tensors, int64_t dim) {
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim) {
   const char* op = "split";
   detail::require_defined(op, x, "x");
-  detail::require_cpu(op, {x});
+  detail::device_of(op, {x});
   DL_CHECK(x.dim() > 0, op, "cannot split a zero-dim tensor");
   const int64_t d = normalize_dim(dim, x.dim(), op);
   int64_t total = 0;
@@ -80,15 +81,16 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   const char* op = "narrow";
   detail::require_defined(op, x, "x");
-  detail::require_cpu(op, {x});
+  detail::device_of(op, {x});
   DL_CHECK(x.dim() > 0, op, "cannot narrow a zero-dim tensor");
   const int64_t d = normalize_dim(dim, x.dim(), op);
   Tensor out = x.narrow(d, start, length);
   Shape sx = x.shape();
   DType dt = x.dtype();
+  Device dev = x.device();
   return autograd::record(op, {x}, out, Context(),
-                          [sx, dt, d, start, length](Context&, const std::vector<Tensor>& g) {
-                            Tensor dx = Tensor::zeros(sx, dt);
+                          [sx, dt, dev, d, start, length](Context&, const std::vector<Tensor>& g) {
+                            Tensor dx = Tensor::zeros(sx, dt, dev);
                             dx.narrow(d, start, length).copy_(g[0]);
                             return std::vector<Tensor>{dx};
                           });
@@ -96,7 +98,7 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
   detail::require_defined("reshape", x, "x");
-  detail::require_cpu("reshape", {x});
+  detail::device_of("reshape", {x});
   Tensor out = x.reshape(shape);
   Shape sx = x.shape();
   return autograd::record("reshape", {x}, out, Context(),
@@ -107,7 +109,7 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
 
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
   detail::require_defined("transpose", x, "x");
-  detail::require_cpu("transpose", {x});
+  detail::device_of("transpose", {x});
   Tensor out = x.transpose(d0, d1);
   return autograd::record("transpose", {x}, out, Context(),
                           [d0, d1](Context&, const std::vector<Tensor>& g) {
@@ -117,7 +119,7 @@ Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
 
 Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
   detail::require_defined("permute", x, "x");
-  detail::require_cpu("permute", {x});
+  detail::device_of("permute", {x});
   Tensor out = x.permute(dims);  // validates dims
   std::vector<int64_t> inverse(dims.size());
   for (size_t i = 0; i < dims.size(); ++i)
@@ -130,7 +132,7 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
 
 Tensor contiguous(const Tensor& x) {
   detail::require_defined("contiguous", x, "x");
-  detail::require_cpu("contiguous", {x});
+  detail::device_of("contiguous", {x});
   if (x.is_contiguous()) return x;
   return autograd::record(
       "contiguous", {x}, x.clone(), Context(),

@@ -1,10 +1,11 @@
 // softmax and log_softmax over any dim (max-subtracted, accumulation in double), each one
 // node whose backward uses only its own output: softmax dx = y (g - <g, y>), log_softmax
-// dx = g - exp(y) sum(g).
+// dx = g - exp(y) sum(g). CUDA bodies in engine/ops/cuda/softmax.cu.
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "engine/ops/cuda/backend.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 
@@ -22,6 +23,7 @@ void for_each_line(const detail::Dims3& s, F&& f) {
 }
 
 Tensor softmax_forward(const char* op, const Tensor& x_in, int64_t d, bool log) {
+  if (x_in.device() == Device::cuda) return gpu::softmax_forward(x_in, d, log);
   Tensor x = x_in.contiguous();
   detail::Dims3 s = detail::dims3(x.shape(), d);
   Tensor out = Tensor::empty(x.shape(), x.dtype());
@@ -45,6 +47,7 @@ Tensor softmax_forward(const char* op, const Tensor& x_in, int64_t d, bool log) 
 }
 
 Tensor softmax_backward(const Tensor& g_in, const Tensor& y, int64_t d, bool log) {
+  if (y.device() == Device::cuda) return gpu::softmax_backward(g_in, y, d, log);
   Tensor g = g_in.contiguous();
   detail::Dims3 s = detail::dims3(y.shape(), d);
   Tensor dx = Tensor::empty(y.shape(), y.dtype());
@@ -71,7 +74,7 @@ Tensor softmax_backward(const Tensor& g_in, const Tensor& y, int64_t d, bool log
 
 Tensor softmax_op(const char* op, const Tensor& x, int64_t dim, bool log) {
   detail::require_float(op, x, "x");
-  detail::require_cpu(op, {x});
+  detail::device_of(op, {x});
   DL_CHECK(x.dim() > 0, op, "needs at least one dim, got a zero-dim tensor");
   const int64_t d = normalize_dim(dim, x.dim(), op);
   Tensor out = softmax_forward(op, x, d, log);

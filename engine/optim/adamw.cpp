@@ -18,9 +18,13 @@ void adamw_update(Device device, const AdamWKernelArgs& args) {
     case Device::cpu:
       return adamw_update_cpu(args);
     case Device::cuda:
+#ifdef DRIFTLESS_HAVE_CUDA
+      return adamw_update_cuda(args);
+#else
       break;
+#endif
   }
-  DL_FAIL(kOp, "expected parameters on cpu, got cuda (the CUDA AdamW kernel is not built yet)");
+  DL_FAIL(kOp, "expected parameters on cpu, got cuda (this driftless was built without CUDA)");
 }
 
 AdamW::AdamW(const AdamWConfig& config, std::vector<ParamRange> ranges, int64_t slab_numel,

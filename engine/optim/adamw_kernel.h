@@ -23,8 +23,11 @@ struct AdamWKernelArgs {
   float bias_correction1 = 1, bias_correction2 = 1;
 };
 
-// Dispatch point: runs the body for `device` (throws for cuda until its kernel exists).
+// Dispatch point: runs the body for `device` (cuda throws in a build without CUDA).
 void adamw_update(Device device, const AdamWKernelArgs& args);
 void adamw_update_cpu(const AdamWKernelArgs& args);
+// Same f32 operations in the same order, so both backends agree bit for bit. Defined in
+// engine/ops/cuda/optim.cu (driftless_optim compiles no CUDA sources), CUDA builds only.
+void adamw_update_cuda(const AdamWKernelArgs& args);
 
 }  // namespace driftless::optim

@@ -1,7 +1,13 @@
-// See clip.h. CPU bodies only; check_grads is the one place that will dispatch to CUDA.
+// See clip.h. CPU bodies here; on cuda the sum of squares is a two-pass fixed-order
+// reduction in double and the scaling a kernel (engine/ops/cuda/), so both are
+// bitwise reproducible.
 #include "engine/optim/clip.h"
 
 #include <cmath>
+
+#ifdef DRIFTLESS_HAVE_CUDA
+#include "engine/ops/cuda/backend.h"
+#endif
 
 namespace driftless::optim {
 
@@ -15,13 +21,18 @@ void check_grads(const Tensor& g) {
                << (g.defined() ? std::string(dtype_name(g.dtype())) + " " + shape_str(g.shape()) +
                                      (g.is_contiguous() ? "" : " (non-contiguous)")
                                : std::string("an undefined tensor")));
+#ifndef DRIFTLESS_HAVE_CUDA
   DL_CHECK(g.device() == Device::cpu, kOp,
-           "expected gradients on cpu, got cuda (the CUDA reduction is not built yet)");
+           "expected gradients on cpu, got cuda (this driftless was built without CUDA)");
+#endif
 }
 }  // namespace
 
 double grad_norm_squared(const Tensor& grads) {
   check_grads(grads);
+#ifdef DRIFTLESS_HAVE_CUDA
+  if (grads.device() == Device::cuda) return ops::gpu::sum_squares(grads);
+#endif
   return visit_dtype(grads.dtype(), [&](auto z) -> double {
     using T = decltype(z);
     if constexpr (std::is_floating_point_v<T>) {
@@ -43,6 +54,9 @@ double clip_coefficient(double norm, double max_norm) {
 
 void scale_grads(const Tensor& grads, double factor) {
   check_grads(grads);
+#ifdef DRIFTLESS_HAVE_CUDA
+  if (grads.device() == Device::cuda) return ops::gpu::scale_inplace(grads, factor);
+#endif
   visit_dtype(grads.dtype(), [&](auto z) {
     using T = decltype(z);
     if constexpr (std::is_floating_point_v<T>) {

@@ -1,0 +1,61 @@
+// The CUDA bodies of the generic ops (ops.h), one function per op body, called from each
+// op's device dispatch in engine/ops/*.cpp. Inputs arrive validated; outputs are fresh
+// contiguous cuda tensors. f32, bf16 (computed in fp32, rounded once) and f64. Built only
+// with CUDA; engine/ops/cuda_stub.cpp stands in otherwise.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "engine/core/tensor.h"
+
+namespace driftless::ops::gpu {
+
+// c (batch, m, n) = op(a_i) op(b_i) for each batch item i, a_i at a + i * stride_a
+// elements (stride 0: the same matrix for every item), a stored (ra, ca), b (rb, cb),
+// row-major, contiguous. cuBLAS, fp32 accumulation (f64 for f64), no TF32.
+void gemm(DType dtype, const void* a, int64_t ra, int64_t ca, bool ta, int64_t stride_a,
+          const void* b, int64_t rb, int64_t cb, bool tb, int64_t stride_b, void* c, int64_t batch);
+
+enum class Binary { add, sub, mul };
+// a, b broadcast to out_shape (any strides).
+Tensor binary(Binary kind, const Tensor& a, const Tensor& b, const Shape& out_shape);
+enum class Unary { copy, scale, add_scalar, neg, gelu };
+// x broadcast to out_shape (copy is broadcast_to); s is the scalar of scale/add_scalar.
+Tensor unary(Unary kind, const Tensor& x, const Shape& out_shape, double s = 0);
+Tensor gelu_backward(const Tensor& g, const Tensor& x);
+Tensor dropout(const Tensor& x, double p, uint64_t seed);
+
+// Sums x down to `shape` (a numpy broadcast source of x's shape), times factor.
+Tensor sum_to(const Tensor& x, const Shape& shape, double factor = 1.0);
+
+// {out, mean, rstd}; mean and rstd are f32 (f64 for f64) of shape (rows).
+std::vector<Tensor> layer_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b,
+                                       double eps);
+// {dx, dweight or undefined, dbias or undefined}
+std::vector<Tensor> layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& w,
+                                        const Tensor& mean, const Tensor& rstd, bool want_w,
+                                        bool want_b);
+
+Tensor softmax_forward(const Tensor& x, int64_t dim, bool log);
+Tensor softmax_backward(const Tensor& g, const Tensor& y, int64_t dim, bool log);
+
+// logits (N, V) contiguous, targets (N) i64 on cuda, mask (N) or undefined.
+// Returns {loss (), lse (N) f32/f64}.
+std::vector<Tensor> cross_entropy_forward(const Tensor& logits, const Tensor& targets,
+                                          const Tensor& mask);
+// {dlogits, dmask or undefined}; go is the () upstream gradient.
+std::vector<Tensor> cross_entropy_backward(const Tensor& go, const Tensor& logits,
+                                           const Tensor& lse, const Tensor& targets,
+                                           const Tensor& mask, bool want_mask);
+
+// weight (V, C) contiguous; ids (host values, validated) -> (ids_shape..., C).
+Tensor embedding_forward(const Tensor& weight, const std::vector<int64_t>& ids,
+                         const Shape& ids_shape);
+Tensor embedding_backward(const Tensor& g, const std::vector<int64_t>& ids,
+                          const Shape& weight_shape);
+
+// Sum of squares of a contiguous f32/f64/bf16 cuda tensor, in double, two fixed passes.
+double sum_squares(const Tensor& x);
+void scale_inplace(const Tensor& x, double factor);
+
+}  // namespace driftless::ops::gpu

@@ -1,0 +1,120 @@
+// Device helpers shared by the generic ops' kernels: the accumulation type (f32 for f32
+// and bf16 storage, f64 for f64), conversions, the dtype switch, broadcast offsets and
+// fixed-order warp/block reductions (no atomics: the same inputs give the same bits).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "engine/core/cuda/check.h"
+#include "engine/ops/cuda/kernels.cuh"
+
+namespace driftless::ops::gpu {
+
+using bf16_t = __nv_bfloat16;
+
+template <class T>
+struct AccOf {
+  using type = float;
+};
+template <>
+struct AccOf<double> {
+  using type = double;
+};
+template <class T>
+using acc_t = typename AccOf<T>::type;
+
+__device__ __forceinline__ float to_acc(float v) {
+  return v;
+}
+__device__ __forceinline__ double to_acc(double v) {
+  return v;
+}
+__device__ __forceinline__ float to_acc(bf16_t v) {
+  return __bfloat162float(v);
+}
+
+// Rounds an accumulator (or a double) to the storage type; bf16 goes through float like
+// the host conversion (dtype.h).
+template <class T, class A>
+__device__ __forceinline__ T from_acc(A v) {
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    return __float2bfloat16_rn(float(v));
+  } else {
+    return T(v);
+  }
+}
+
+// Calls f(T{}) with T = float, double or __nv_bfloat16 for the storage dtype.
+template <class F>
+void dispatch_float(const char* op, DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32:
+      return f(float{});
+    case DType::f64:
+      return f(double{});
+    case DType::bf16:
+      return f(bf16_t{});
+    default:
+      DL_FAIL(op, "no cuda kernel for dtype " << dtype_name(dtype));
+  }
+}
+
+inline unsigned grid_for(int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  if (b < 1) b = 1;
+  if (b > 65535 * 32) b = 65535 * 32;
+  return unsigned(b);
+}
+
+// Offset of row-major element `linear` of shape `layout` under `strides`.
+__device__ __forceinline__ int64_t offset_of(const Layout& layout, const Strides& st,
+                                             int64_t linear) {
+  int64_t off = 0;
+  for (int d = layout.rank - 1; d >= 0; --d) {
+    const int64_t i = linear % layout.shape[d];
+    linear /= layout.shape[d];
+    off += i * st.v[d];
+  }
+  return off;
+}
+
+template <class A>
+__device__ __forceinline__ A warp_sum(A v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+template <class A>
+__device__ __forceinline__ A warp_max(A v) {
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024), returned to every
+// thread. The tree is fixed by blockDim, so the result does not depend on scheduling.
+template <class A>
+__device__ A block_sum(A v) {
+  __shared__ A shared[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // shared may still be read by a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? shared[lane] : A(0);
+  return warp_sum(v);
+}
+template <class A>
+__device__ A block_max(A v) {
+  __shared__ A shared[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? shared[lane] : A(-INFINITY);
+  return warp_max(v);
+}
+
+}  // namespace driftless::ops::gpu

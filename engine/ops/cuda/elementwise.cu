@@ -1,0 +1,148 @@
+// Broadcasting elementwise kernels (add, sub, mul, gelu backward) and unary kernels
+// (copy/broadcast_to, scale, add_scalar, neg, gelu, dropout). f32 and f64 do the same
+// arithmetic as the CPU bodies (scalars applied in double, then rounded), so those agree
+// bit for bit; gelu differs only by the device tanh.
+#include "engine/core/random.h"
+#include "engine/ops/cuda/common.cuh"
+
+namespace driftless::ops::gpu {
+namespace {
+
+constexpr double kSqrt2OverPi = 0.7978845608028654;
+constexpr double kGeluCoeff = 0.044715;
+
+template <class A>
+__device__ __forceinline__ A tanh_acc(A u) {
+  if constexpr (std::is_same_v<A, double>) {
+    return tanh(u);
+  } else {
+    return tanhf(u);
+  }
+}
+
+template <class T, BinaryKind K>
+__global__ void binary_kernel(Layout layout, bool dense, const T* a, Strides sa, const T* b,
+                              Strides sb, T* out, int64_t n) {
+  using A = acc_t<T>;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t oa = dense ? i : offset_of(layout, sa, i);
+    const int64_t ob = dense ? i : offset_of(layout, sb, i);
+    const A x = to_acc(a[oa]), y = to_acc(b[ob]);
+    A r;
+    if constexpr (K == BinaryKind::add) {
+      r = x + y;
+    } else if constexpr (K == BinaryKind::sub) {
+      r = x - y;
+    } else if constexpr (K == BinaryKind::mul) {
+      r = x * y;
+    } else {  // gelu backward: x = g, y = input
+      const A u = A(kSqrt2OverPi) * (y + A(kGeluCoeff) * y * y * y);
+      const A t = tanh_acc(u);
+      const A du = A(kSqrt2OverPi) * (A(1) + A(3 * kGeluCoeff) * y * y);
+      r = x * (A(0.5) * (A(1) + t) + A(0.5) * y * (A(1) - t * t) * du);
+    }
+    out[i] = from_acc<T>(r);
+  }
+}
+
+template <class T, UnaryKind K>
+__global__ void unary_kernel(Layout layout, bool dense, const T* x, Strides sx, T* out, int64_t n,
+                             double s, double p, uint64_t seed) {
+  using A = acc_t<T>;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const T v = x[dense ? i : offset_of(layout, sx, i)];
+    if constexpr (K == UnaryKind::copy) {
+      out[i] = v;
+    } else if constexpr (K == UnaryKind::scale) {
+      out[i] = from_acc<T>(double(to_acc(v)) * s);
+    } else if constexpr (K == UnaryKind::add_scalar) {
+      out[i] = from_acc<T>(double(to_acc(v)) + s);
+    } else if constexpr (K == UnaryKind::neg) {
+      out[i] = from_acc<T>(-to_acc(v));
+    } else if constexpr (K == UnaryKind::gelu) {
+      const A w = to_acc(v);
+      out[i] = from_acc<T>(A(0.5) * w *
+                           (A(1) + tanh_acc(A(kSqrt2OverPi) * (w + A(kGeluCoeff) * w * w * w))));
+    } else {  // dropout; s is the keep scale 1 / (1 - p)
+      const bool keep = random::uniform01(seed, uint64_t(i)) >= p;
+      out[i] = keep ? from_acc<T>(double(to_acc(v)) * s) : from_acc<T>(0.0);
+    }
+  }
+}
+
+}  // namespace
+
+void launch_binary(BinaryKind kind, DType dtype, const Layout& layout, bool dense, const void* a,
+                   const Strides& sa, const void* b, const Strides& sb, void* out, int64_t n) {
+  if (n == 0) return;
+  dispatch_float("elementwise", dtype, [&](auto z) {
+    using T = decltype(z);
+    auto go = [&](auto kernel) {
+      kernel<<<grid_for(n, 256), 256>>>(layout, dense, static_cast<const T*>(a), sa,
+                                        static_cast<const T*>(b), sb, static_cast<T*>(out), n);
+    };
+    switch (kind) {
+      case BinaryKind::add:
+        return go(binary_kernel<T, BinaryKind::add>);
+      case BinaryKind::sub:
+        return go(binary_kernel<T, BinaryKind::sub>);
+      case BinaryKind::mul:
+        return go(binary_kernel<T, BinaryKind::mul>);
+      case BinaryKind::gelu_backward:
+        return go(binary_kernel<T, BinaryKind::gelu_backward>);
+    }
+  });
+  DL_CUDA_LAUNCH_CHECK();
+}
+
+void launch_unary(UnaryKind kind, DType dtype, const Layout& layout, bool dense, const void* x,
+                  const Strides& sx, void* out, int64_t n, double s, double p, uint64_t seed) {
+  if (n == 0) return;
+  dispatch_float("elementwise", dtype, [&](auto z) {
+    using T = decltype(z);
+    auto go = [&](auto kernel) {
+      kernel<<<grid_for(n, 256), 256>>>(layout, dense, static_cast<const T*>(x), sx,
+                                        static_cast<T*>(out), n, s, p, seed);
+    };
+    switch (kind) {
+      case UnaryKind::copy:
+        return go(unary_kernel<T, UnaryKind::copy>);
+      case UnaryKind::scale:
+        return go(unary_kernel<T, UnaryKind::scale>);
+      case UnaryKind::add_scalar:
+        return go(unary_kernel<T, UnaryKind::add_scalar>);
+      case UnaryKind::neg:
+        return go(unary_kernel<T, UnaryKind::neg>);
+      case UnaryKind::gelu:
+        return go(unary_kernel<T, UnaryKind::gelu>);
+      case UnaryKind::dropout:
+        return go(unary_kernel<T, UnaryKind::dropout>);
+    }
+  });
+  DL_CUDA_LAUNCH_CHECK();
+}
+
+void launch_scale_inplace(DType dtype, void* p, int64_t n, double factor) {
+  if (n == 0) return;
+  // Same arithmetic as clip.cpp's CPU body: p[i] *= T(factor), in T.
+  dispatch_float("scale_grads", dtype, [&](auto z) {
+    using T = decltype(z);
+    Layout layout;
+    layout.rank = 1;
+    layout.shape[0] = n;
+    if constexpr (std::is_same_v<T, bf16_t>) {
+      unary_kernel<T, UnaryKind::scale><<<grid_for(n, 256), 256>>>(
+          layout, true, static_cast<const T*>(p), Strides{}, static_cast<T*>(p), n, factor, 0, 0);
+    } else {
+      // T(v * T(factor)) in T, not in double: that is what `p[i] *= f` does on the host.
+      unary_kernel<T, UnaryKind::scale>
+          <<<grid_for(n, 256), 256>>>(layout, true, static_cast<const T*>(p), Strides{},
+                                      static_cast<T*>(p), n, double(T(factor)), 0, 0);
+    }
+  });
+  DL_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace driftless::ops::gpu

@@ -1,0 +1,57 @@
+// Embedding gather and its deterministic backward: every weight row is owned by one block
+// that sums the gradient rows of its positions in increasing position order (the CPU
+// order), from a per-row position list built on the host. No atomics.
+#include "engine/ops/cuda/common.cuh"
+
+namespace driftless::ops::gpu {
+namespace {
+
+template <class T>
+__global__ void embedding_forward_kernel(const T* w, const int64_t* ids, T* out, int64_t n,
+                                         int64_t c) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * c;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = w[ids[i / c] * c + i % c];
+}
+
+template <class T>
+__global__ void embedding_backward_kernel(const T* g, const int64_t* offsets,
+                                          const int64_t* positions, T* dw, int64_t v, int64_t c) {
+  using A = acc_t<T>;
+  for (int64_t r = blockIdx.x; r < v; r += gridDim.x) {
+    const int64_t k0 = offsets[r], k1 = offsets[r + 1];
+    for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
+      A acc = 0;
+      for (int64_t k = k0; k < k1; ++k) acc += to_acc(g[positions[k] * c + j]);
+      dw[r * c + j] = from_acc<T>(acc);
+    }
+  }
+}
+
+}  // namespace
+
+void launch_embedding_forward(DType dtype, const void* w, const int64_t* ids, void* out, int64_t n,
+                              int64_t c) {
+  if (n * c == 0) return;
+  dispatch_float("embedding", dtype, [&](auto z) {
+    using T = decltype(z);
+    embedding_forward_kernel<T>
+        <<<grid_for(n * c, 256), 256>>>(static_cast<const T*>(w), ids, static_cast<T*>(out), n, c);
+  });
+  DL_CUDA_LAUNCH_CHECK();
+}
+
+void launch_embedding_backward(DType dtype, const void* g, const int64_t* offsets,
+                               const int64_t* positions, void* dw, int64_t v, int64_t c) {
+  if (v * c == 0) return;
+  dispatch_float("embedding", dtype, [&](auto z) {
+    using T = decltype(z);
+    const unsigned blocks = unsigned(v < 65535 * 16 ? v : 65535 * 16);
+    const int threads = c >= 256 ? 256 : int((c + 31) / 32 * 32);
+    embedding_backward_kernel<T><<<blocks, threads>>>(static_cast<const T*>(g), offsets, positions,
+                                                      static_cast<T*>(dw), v, c);
+  });
+  DL_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace driftless::ops::gpu

@@ -1,0 +1,90 @@
+// Launchers of the generic ops' CUDA kernels (engine/ops/cuda/*.cu), called by the host
+// glue in backend.cpp. Plain pointers and POD layouts only: this header is compiled as
+// C++17 by nvcc and must not see tensor.h. All launches go to the default stream.
+#pragma once
+#include <cstdint>
+
+#include "engine/core/cuda/elementwise.cuh"  // kMaxDims
+#include "engine/core/dtype.h"
+
+namespace driftless::ops::gpu {
+
+using ::driftless::cuda::kMaxDims;
+
+// Output shape of an elementwise kernel (row-major) and an operand's element strides
+// read as if broadcast to it (0 along broadcast dims).
+struct Layout {
+  int rank = 0;
+  int64_t shape[kMaxDims] = {};
+};
+struct Strides {
+  int64_t v[kMaxDims] = {};
+};
+
+enum class BinaryKind : int { add, sub, mul, gelu_backward };  // gelu_backward: a = g, b = x
+enum class UnaryKind : int { copy, scale, add_scalar, neg, gelu, dropout };
+
+// out[i] = kind(a[off_a(i)], b[off_b(i)]) for the n row-major elements of `out`, which
+// is contiguous; `dense` says both operands are contiguous in out's shape (off = i).
+void launch_binary(BinaryKind kind, DType dtype, const Layout& out, bool dense, const void* a,
+                   const Strides& sa, const void* b, const Strides& sb, void* out_ptr, int64_t n);
+// s: the scalar of scale / add_scalar; p, seed: dropout (keep when uniform01(seed, i) >= p).
+void launch_unary(UnaryKind kind, DType dtype, const Layout& out, bool dense, const void* x,
+                  const Strides& sx, void* out_ptr, int64_t n, double s, double p, uint64_t seed);
+
+// out[o] = factor * sum_r x[kept_offset(o) + red_offset(r)]: kept dims index the
+// contiguous output, reduced dims are summed in a fixed order (deterministic, no atomics).
+struct ReduceLayout {
+  int kept_rank = 0, red_rank = 0;
+  int64_t kept_shape[kMaxDims] = {}, kept_strides[kMaxDims] = {};
+  int64_t red_shape[kMaxDims] = {}, red_strides[kMaxDims] = {};
+  int64_t n_out = 1, n_red = 1;
+};
+void launch_reduce(DType dtype, const void* x, const ReduceLayout& layout, void* out,
+                   double factor);
+
+// Sum (or sum of squares) of n contiguous elements in two fixed passes: block partials
+// into `scratch` (sum_all_parts(n) accumulators of the accumulation type: f64 when
+// double_acc or dtype is f64, else f32), then one block sums them in order into *out
+// (dtype out_dtype, device memory), times factor.
+int sum_all_parts(int64_t n);
+void launch_sum_all(DType dtype, const void* x, int64_t n, bool square, bool double_acc,
+                    void* scratch, void* out, DType out_dtype, double factor);
+
+// Layer norm over rows of c elements. mean/rstd are of the accumulation type (f32 for
+// f32/bf16, f64 for f64). Backward reduces dweight/dbias over row chunks into scratch
+// (2 * layer_norm_chunks(rows) * c accumulators), then over chunks in order.
+void launch_layer_norm_forward(DType dtype, const void* x, const void* w, const void* b, void* out,
+                               void* mean, void* rstd, int64_t rows, int64_t c, double eps);
+int64_t layer_norm_chunks(int64_t rows);
+void launch_layer_norm_backward(DType dtype, const void* g, const void* x, const void* w,
+                                const void* mean, const void* rstd, void* dx, void* dw, void* db,
+                                void* scratch, int64_t rows, int64_t c);
+
+// Softmax lines: x is contiguous (outer, n, inner), lines run along n with stride inner.
+void launch_softmax_forward(DType dtype, const void* x, void* y, int64_t outer, int64_t n,
+                            int64_t inner, bool log);
+void launch_softmax_backward(DType dtype, const void* g, const void* y, void* dx, int64_t outer,
+                             int64_t n, int64_t inner, bool log);
+
+// Cross-entropy rows of logits (n, v); targets are i64 on the device, mask (dtype) or null.
+// Forward writes per-row lse and masked loss (accumulation type); backward reads the
+// upstream scalar gradient `go` (dtype, device memory).
+void launch_cross_entropy_forward(DType dtype, const void* logits, const int64_t* targets,
+                                  const void* mask, void* lse, void* row_loss, int64_t n,
+                                  int64_t v);
+void launch_cross_entropy_backward(DType dtype, const void* go, const void* logits,
+                                   const int64_t* targets, const void* mask, const void* lse,
+                                   void* dlogits, void* dmask, int64_t n, int64_t v);
+
+// Embedding rows: out[i] = w[ids[i]]; backward: dw[r] = sum over positions[offsets[r] ..
+// offsets[r+1]) of g[position] in increasing position order (each row owned by one block).
+void launch_embedding_forward(DType dtype, const void* w, const int64_t* ids, void* out, int64_t n,
+                              int64_t c);
+void launch_embedding_backward(DType dtype, const void* g, const int64_t* offsets,
+                               const int64_t* positions, void* dw, int64_t v, int64_t c);
+
+// p[i] *= T(factor) in place (clip).
+void launch_scale_inplace(DType dtype, void* p, int64_t n, double factor);
+
+}  // namespace driftless::ops::gpu

@@ -1,0 +1,160 @@
+// Layer norm over the last dim (llm.c style): one warp per row with fp32 (f64 for f64)
+// statistics; the backward makes dx per row and reduces dweight/dbias over fixed chunks
+// of rows, then over the chunks in order (two passes, no atomics: bitwise reproducible).
+#include "engine/ops/cuda/common.cuh"
+
+namespace driftless::ops::gpu {
+namespace {
+
+constexpr int kRowsPerBlock = 8;    // warps per block, one row each
+constexpr int64_t kChunkRows = 64;  // rows per partial of dweight/dbias
+
+__device__ __forceinline__ float rsqrt_acc(float v) {
+  return 1.0f / sqrtf(v);
+}
+__device__ __forceinline__ double rsqrt_acc(double v) {
+  return 1.0 / sqrt(v);
+}
+
+template <class T>
+__global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, T* out,
+                                          acc_t<T>* mean, acc_t<T>* rstd, int64_t rows, int64_t c,
+                                          double eps) {
+  using A = acc_t<T>;
+  const int lane = threadIdx.x & 31;
+  const int64_t r = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);
+  if (r >= rows) return;
+  const T* xr = x + r * c;
+  A s = 0;
+  for (int64_t i = lane; i < c; i += 32) s += to_acc(xr[i]);
+  const A m = warp_sum(s) / A(c);
+  A v = 0;
+  for (int64_t i = lane; i < c; i += 32) {
+    const A d = to_acc(xr[i]) - m;
+    v += d * d;
+  }
+  const A rs = rsqrt_acc(warp_sum(v) / A(c) + A(eps));
+  if (lane == 0) {
+    mean[r] = m;
+    rstd[r] = rs;
+  }
+  T* yr = out + r * c;
+  for (int64_t i = lane; i < c; i += 32) {
+    A y = (to_acc(xr[i]) - m) * rs;
+    if (w) y *= to_acc(w[i]);
+    if (b) y += to_acc(b[i]);
+    yr[i] = from_acc<T>(y);
+  }
+}
+
+template <class T>
+__global__ void layer_norm_dx_kernel(const T* g, const T* x, const T* w, const acc_t<T>* mean,
+                                     const acc_t<T>* rstd, T* dx, int64_t rows, int64_t c) {
+  using A = acc_t<T>;
+  const int lane = threadIdx.x & 31;
+  const int64_t r = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);
+  if (r >= rows) return;
+  const T* xr = x + r * c;
+  const T* gr = g + r * c;
+  const A m = mean[r], s = rstd[r];
+  A sum_d = 0, sum_dx = 0;  // sums of dxhat and dxhat * xhat
+  for (int64_t i = lane; i < c; i += 32) {
+    const A xhat = (to_acc(xr[i]) - m) * s;
+    const A d = to_acc(gr[i]) * (w ? to_acc(w[i]) : A(1));
+    sum_d += d;
+    sum_dx += d * xhat;
+  }
+  const A mean_d = warp_sum(sum_d) / A(c), mean_dx = warp_sum(sum_dx) / A(c);
+  T* dr = dx + r * c;
+  for (int64_t i = lane; i < c; i += 32) {
+    const A xhat = (to_acc(xr[i]) - m) * s;
+    const A d = to_acc(gr[i]) * (w ? to_acc(w[i]) : A(1));
+    dr[i] = from_acc<T>(s * (d - mean_d - xhat * mean_dx));
+  }
+}
+
+// Pass 1: partial[chunk][col] over the chunk's rows, one thread per (chunk, column).
+template <class T>
+__global__ void layer_norm_dwb_partial_kernel(const T* g, const T* x, const acc_t<T>* mean,
+                                              const acc_t<T>* rstd, acc_t<T>* part_w,
+                                              acc_t<T>* part_b, int64_t rows, int64_t c) {
+  using A = acc_t<T>;
+  const int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const int64_t chunk = blockIdx.y;
+  if (col >= c) return;
+  const int64_t r0 = chunk * kChunkRows, r1 = min(rows, r0 + kChunkRows);
+  A aw = 0, ab = 0;
+  for (int64_t r = r0; r < r1; ++r) {
+    const A gv = to_acc(g[r * c + col]);
+    aw += gv * ((to_acc(x[r * c + col]) - mean[r]) * rstd[r]);
+    ab += gv;
+  }
+  part_w[chunk * c + col] = aw;
+  part_b[chunk * c + col] = ab;
+}
+
+// Pass 2: sum the chunks of each column in order.
+template <class T>
+__global__ void layer_norm_dwb_final_kernel(const acc_t<T>* part_w, const acc_t<T>* part_b, T* dw,
+                                            T* db, int64_t chunks, int64_t c) {
+  using A = acc_t<T>;
+  const int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (col >= c) return;
+  A aw = 0, ab = 0;
+  for (int64_t k = 0; k < chunks; ++k) {
+    aw += part_w[k * c + col];
+    ab += part_b[k * c + col];
+  }
+  if (dw) dw[col] = from_acc<T>(aw);
+  if (db) db[col] = from_acc<T>(ab);
+}
+
+}  // namespace
+
+void launch_layer_norm_forward(DType dtype, const void* x, const void* w, const void* b, void* out,
+                               void* mean, void* rstd, int64_t rows, int64_t c, double eps) {
+  if (rows == 0) return;
+  dispatch_float("layer_norm", dtype, [&](auto z) {
+    using T = decltype(z);
+    using A = acc_t<T>;
+    const unsigned blocks = unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+    layer_norm_forward_kernel<T><<<blocks, 32 * kRowsPerBlock>>>(
+        static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(b),
+        static_cast<T*>(out), static_cast<A*>(mean), static_cast<A*>(rstd), rows, c, eps);
+  });
+  DL_CUDA_LAUNCH_CHECK();
+}
+
+int64_t layer_norm_chunks(int64_t rows) {
+  return (rows + kChunkRows - 1) / kChunkRows;
+}
+
+void launch_layer_norm_backward(DType dtype, const void* g, const void* x, const void* w,
+                                const void* mean, const void* rstd, void* dx, void* dw, void* db,
+                                void* scratch, int64_t rows, int64_t c) {
+  if (rows == 0) return;
+  dispatch_float("layer_norm", dtype, [&](auto z) {
+    using T = decltype(z);
+    using A = acc_t<T>;
+    const T* pg = static_cast<const T*>(g);
+    const T* px = static_cast<const T*>(x);
+    const A* pm = static_cast<const A*>(mean);
+    const A* pr = static_cast<const A*>(rstd);
+    const unsigned blocks = unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+    layer_norm_dx_kernel<T><<<blocks, 32 * kRowsPerBlock>>>(pg, px, static_cast<const T*>(w), pm,
+                                                            pr, static_cast<T*>(dx), rows, c);
+    DL_CUDA_LAUNCH_CHECK();
+    if (!dw && !db) return;
+    const int64_t chunks = layer_norm_chunks(rows);
+    A* part_w = static_cast<A*>(scratch);
+    A* part_b = part_w + chunks * c;
+    const dim3 grid(unsigned((c + 255) / 256), unsigned(chunks));
+    layer_norm_dwb_partial_kernel<T><<<grid, 256>>>(pg, px, pm, pr, part_w, part_b, rows, c);
+    DL_CUDA_LAUNCH_CHECK();
+    layer_norm_dwb_final_kernel<T><<<unsigned((c + 255) / 256), 256>>>(
+        part_w, part_b, static_cast<T*>(dw), static_cast<T*>(db), chunks, c);
+    DL_CUDA_LAUNCH_CHECK();
+  });
+}
+
+}  // namespace driftless::ops::gpu

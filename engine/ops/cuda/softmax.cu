@@ -1,0 +1,205 @@
+// softmax / log_softmax along any dim and the fused cross-entropy rows, with max-subtracted
+// log-sum-exp in fp32 (f64 for f64). Lines along the last dim use one warp (cross-entropy
+// one block) per line; lines with a stride use one thread per line, so reads stay
+// coalesced. Reductions are fixed-order shuffles: bitwise reproducible.
+#include "engine/ops/cuda/common.cuh"
+
+namespace driftless::ops::gpu {
+namespace {
+
+__device__ __forceinline__ float exp_acc(float v) {
+  return expf(v);
+}
+__device__ __forceinline__ double exp_acc(double v) {
+  return exp(v);
+}
+__device__ __forceinline__ float log_acc(float v) {
+  return logf(v);
+}
+__device__ __forceinline__ double log_acc(double v) {
+  return log(v);
+}
+
+// Log-sum-exp of n values at p[0], p[st], ... summed by `lanes` cooperating threads
+// (lane `lane` takes every lanes-th value); with lanes == 32 the warp combines.
+template <class T, bool Warp>
+__device__ acc_t<T> line_lse(const T* p, int64_t n, int64_t st, int lane) {
+  using A = acc_t<T>;
+  const int step = Warp ? 32 : 1;
+  A m = -INFINITY;
+  for (int64_t j = lane; j < n; j += step) m = max(m, to_acc(p[j * st]));
+  if (Warp) m = warp_max(m);
+  A s = 0;
+  for (int64_t j = lane; j < n; j += step) s += exp_acc(to_acc(p[j * st]) - m);
+  if (Warp) s = warp_sum(s);
+  return m + log_acc(s);
+}
+
+template <class T, bool Warp>
+__device__ void softmax_line(const T* x, T* y, int64_t n, int64_t st, int lane, bool log) {
+  const int step = Warp ? 32 : 1;
+  const auto lse = line_lse<T, Warp>(x, n, st, lane);
+  for (int64_t j = lane; j < n; j += step) {
+    const auto v = to_acc(x[j * st]) - lse;
+    y[j * st] = from_acc<T>(log ? v : exp_acc(v));
+  }
+}
+
+template <class T, bool Warp>
+__device__ void softmax_backward_line(const T* g, const T* y, T* dx, int64_t n, int64_t st,
+                                      int lane, bool log) {
+  using A = acc_t<T>;
+  const int step = Warp ? 32 : 1;
+  A dot = 0;
+  for (int64_t j = lane; j < n; j += step)
+    dot += log ? to_acc(g[j * st]) : to_acc(g[j * st]) * to_acc(y[j * st]);
+  if (Warp) dot = warp_sum(dot);
+  for (int64_t j = lane; j < n; j += step) {
+    const A gv = to_acc(g[j * st]), yv = to_acc(y[j * st]);
+    dx[j * st] = from_acc<T>(log ? gv - exp_acc(yv) * dot : yv * (gv - dot));
+  }
+}
+
+// inner == 1: a warp per row.
+template <class T>
+__global__ void softmax_rows_kernel(const T* x, T* y, int64_t rows, int64_t n, bool log) {
+  const int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
+  if (r >= rows) return;
+  softmax_line<T, true>(x + r * n, y + r * n, n, 1, threadIdx.x & 31, log);
+}
+template <class T>
+__global__ void softmax_backward_rows_kernel(const T* g, const T* y, T* dx, int64_t rows, int64_t n,
+                                             bool log) {
+  const int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
+  if (r >= rows) return;
+  softmax_backward_line<T, true>(g + r * n, y + r * n, dx + r * n, n, 1, threadIdx.x & 31, log);
+}
+
+// inner > 1: a thread per (outer, inner) line.
+template <class T>
+__global__ void softmax_strided_kernel(const T* x, T* y, int64_t outer, int64_t n, int64_t inner,
+                                       bool log) {
+  const int64_t l = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (l >= outer * inner) return;
+  const int64_t base = (l / inner) * n * inner + l % inner;
+  softmax_line<T, false>(x + base, y + base, n, inner, 0, log);
+}
+template <class T>
+__global__ void softmax_backward_strided_kernel(const T* g, const T* y, T* dx, int64_t outer,
+                                                int64_t n, int64_t inner, bool log) {
+  const int64_t l = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (l >= outer * inner) return;
+  const int64_t base = (l / inner) * n * inner + l % inner;
+  softmax_backward_line<T, false>(g + base, y + base, dx + base, n, inner, 0, log);
+}
+
+constexpr int kCeBlock = 256;
+
+// One block per row: lse[r] and row_loss[r] = mask * (lse - logit[target]) (0 where the
+// mask is 0, like the CPU body).
+template <class T>
+__global__ void cross_entropy_forward_kernel(const T* logits, const int64_t* targets, const T* mask,
+                                             acc_t<T>* lse, acc_t<T>* row_loss, int64_t v) {
+  using A = acc_t<T>;
+  const int64_t r = blockIdx.x;
+  const T* row = logits + r * v;
+  A m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) m = max(m, to_acc(row[j]));
+  m = block_max(m);
+  A s = 0;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += exp_acc(to_acc(row[j]) - m);
+  s = block_sum(s);
+  if (threadIdx.x == 0) {
+    const A l = m + log_acc(s);
+    const A w = mask ? to_acc(mask[r]) : A(1);
+    lse[r] = l;
+    row_loss[r] = w != A(0) ? w * (l - to_acc(row[targets[r]])) : A(0);
+  }
+}
+
+template <class T>
+__global__ void cross_entropy_backward_kernel(const T* go_ptr, const T* logits,
+                                              const int64_t* targets, const T* mask,
+                                              const acc_t<T>* lse, T* dlogits, T* dmask,
+                                              int64_t v) {
+  using A = acc_t<T>;
+  const int64_t r = blockIdx.x;
+  const A go = to_acc(*go_ptr);
+  const A w = go * (mask ? to_acc(mask[r]) : A(1));
+  const A l = lse[r];
+  const int64_t t = targets[r];
+  const T* row = logits + r * v;
+  T* drow = dlogits + r * v;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
+    const A p = w * exp_acc(to_acc(row[j]) - l);
+    drow[j] = from_acc<T>(j == t ? p - w : p);
+  }
+  if (dmask && threadIdx.x == 0) dmask[r] = from_acc<T>(go * (l - to_acc(row[t])));
+}
+
+}  // namespace
+
+void launch_softmax_forward(DType dtype, const void* x, void* y, int64_t outer, int64_t n,
+                            int64_t inner, bool log) {
+  if (outer * n * inner == 0) return;
+  dispatch_float("softmax", dtype, [&](auto z) {
+    using T = decltype(z);
+    const T* px = static_cast<const T*>(x);
+    T* py = static_cast<T*>(y);
+    if (inner == 1)
+      softmax_rows_kernel<T><<<grid_for(outer * 32, 256), 256>>>(px, py, outer, n, log);
+    else
+      softmax_strided_kernel<T>
+          <<<grid_for(outer * inner, 256), 256>>>(px, py, outer, n, inner, log);
+  });
+  DL_CUDA_LAUNCH_CHECK();
+}
+
+void launch_softmax_backward(DType dtype, const void* g, const void* y, void* dx, int64_t outer,
+                             int64_t n, int64_t inner, bool log) {
+  if (outer * n * inner == 0) return;
+  dispatch_float("softmax", dtype, [&](auto z) {
+    using T = decltype(z);
+    const T* pg = static_cast<const T*>(g);
+    const T* py = static_cast<const T*>(y);
+    T* pd = static_cast<T*>(dx);
+    if (inner == 1)
+      softmax_backward_rows_kernel<T>
+          <<<grid_for(outer * 32, 256), 256>>>(pg, py, pd, outer, n, log);
+    else
+      softmax_backward_strided_kernel<T>
+          <<<grid_for(outer * inner, 256), 256>>>(pg, py, pd, outer, n, inner, log);
+  });
+  DL_CUDA_LAUNCH_CHECK();
+}
+
+void launch_cross_entropy_forward(DType dtype, const void* logits, const int64_t* targets,
+                                  const void* mask, void* lse, void* row_loss, int64_t n,
+                                  int64_t v) {
+  if (n == 0) return;
+  dispatch_float("cross_entropy", dtype, [&](auto z) {
+    using T = decltype(z);
+    using A = acc_t<T>;
+    cross_entropy_forward_kernel<T><<<unsigned(n), kCeBlock>>>(
+        static_cast<const T*>(logits), targets, static_cast<const T*>(mask), static_cast<A*>(lse),
+        static_cast<A*>(row_loss), v);
+  });
+  DL_CUDA_LAUNCH_CHECK();
+}
+
+void launch_cross_entropy_backward(DType dtype, const void* go, const void* logits,
+                                   const int64_t* targets, const void* mask, const void* lse,
+                                   void* dlogits, void* dmask, int64_t n, int64_t v) {
+  if (n == 0) return;
+  dispatch_float("cross_entropy", dtype, [&](auto z) {
+    using T = decltype(z);
+    using A = acc_t<T>;
+    cross_entropy_backward_kernel<T><<<unsigned(n), kCeBlock>>>(
+        static_cast<const T*>(go), static_cast<const T*>(logits), targets,
+        static_cast<const T*>(mask), static_cast<const A*>(lse), static_cast<T*>(dlogits),
+        static_cast<T*>(dmask), v);
+  });
+  DL_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace driftless::ops::gpu

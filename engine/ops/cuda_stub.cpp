@@ -1,0 +1,70 @@
+// The CUDA op bodies (engine/ops/cuda/backend.h) when driftless is built without CUDA:
+// every call explains the build. Unreachable through the ops, whose device check
+// (op_utils.h device_of) already refuses cuda tensors in such a build.
+#ifndef DRIFTLESS_HAVE_CUDA
+#include "engine/ops/cuda/backend.h"
+
+namespace driftless::ops::gpu {
+
+namespace {
+[[noreturn]] void no_cuda(const char* op) {
+  DL_FAIL(op,
+          "no CUDA backend: this driftless was built without CUDA (configure with "
+          "-DDRIFTLESS_CUDA=ON on a machine with nvcc)");
+}
+}  // namespace
+
+void gemm(DType, const void*, int64_t, int64_t, bool, int64_t, const void*, int64_t, int64_t, bool,
+          int64_t, void*, int64_t) {
+  no_cuda("matmul");
+}
+Tensor binary(Binary, const Tensor&, const Tensor&, const Shape&) {
+  no_cuda("elementwise");
+}
+Tensor unary(Unary, const Tensor&, const Shape&, double) {
+  no_cuda("elementwise");
+}
+Tensor gelu_backward(const Tensor&, const Tensor&) {
+  no_cuda("gelu");
+}
+Tensor dropout(const Tensor&, double, uint64_t) {
+  no_cuda("dropout");
+}
+Tensor sum_to(const Tensor&, const Shape&, double) {
+  no_cuda("sum_to");
+}
+std::vector<Tensor> layer_norm_forward(const Tensor&, const Tensor&, const Tensor&, double) {
+  no_cuda("layer_norm");
+}
+std::vector<Tensor> layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                        const Tensor&, bool, bool) {
+  no_cuda("layer_norm");
+}
+Tensor softmax_forward(const Tensor&, int64_t, bool) {
+  no_cuda("softmax");
+}
+Tensor softmax_backward(const Tensor&, const Tensor&, int64_t, bool) {
+  no_cuda("softmax");
+}
+std::vector<Tensor> cross_entropy_forward(const Tensor&, const Tensor&, const Tensor&) {
+  no_cuda("cross_entropy");
+}
+std::vector<Tensor> cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&,
+                                           const Tensor&, const Tensor&, bool) {
+  no_cuda("cross_entropy");
+}
+Tensor embedding_forward(const Tensor&, const std::vector<int64_t>&, const Shape&) {
+  no_cuda("embedding");
+}
+Tensor embedding_backward(const Tensor&, const std::vector<int64_t>&, const Shape&) {
+  no_cuda("embedding");
+}
+double sum_squares(const Tensor&) {
+  no_cuda("clip_grad_norm");
+}
+void scale_inplace(const Tensor&, double) {
+  no_cuda("clip_grad_norm");
+}
+
+}  // namespace driftless::ops::gpu
+#endif
