@@ -5,6 +5,8 @@
 
 #include "apps/command.h"
 #include "engine/train/trainer.h"
+#include "parallel/kv_exchange.h"
+#include "parallel/process_group.h"
 
 namespace driftless::apps {
 namespace {
@@ -24,13 +26,26 @@ struct TrainArgs {
 
 int run_train(const TrainArgs& a) {
   train::Config config = train::load_config(a.config, a.overrides);
-  train::TrainerOptions options;
-  options.resume = a.resume;
-  options.stop = &g_stop;
-  options.progress = !a.quiet;
-  std::signal(SIGINT, on_sigint);
-  train::Trainer trainer(config, options);
-  return trainer.run();
+  parallel::WorldOptions wo;
+  wo.comm.timeout_s = config.distributed.timeout_seconds;
+  parallel::World world(wo);
+  int status = 0;
+  int guarded = parallel::run_guarded(world, [&] {
+    parallel::ProcessGroups groups(world, {int(config.distributed.data_parallel),
+                                           int(config.distributed.sequence_data_parallel)});
+    auto exchange = parallel::make_kv_exchange(groups.sdp());
+    train::TrainerOptions options;
+    options.resume = a.resume;
+    options.stop = &g_stop;
+    options.progress = !a.quiet;
+    options.rank = world.rank();
+    options.data_group = &groups.data();
+    options.sdp_exchange = exchange.get();
+    std::signal(SIGINT, on_sigint);
+    train::Trainer trainer(config, options);
+    status = trainer.run();
+  });
+  return guarded != 0 ? guarded : status;
 }
 
 Registrar reg({"train",

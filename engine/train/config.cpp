@@ -220,6 +220,9 @@ void cross_check(const Config& c, std::vector<std::string>& errors) {
   need(c.precision.compute == "f32" || c.precision.device == "cuda",
        "precision.compute bf16 needs precision.device cuda");
   need(c.optimizer.min_lr <= c.optimizer.lr, "optimizer.min_lr must not exceed optimizer.lr");
+  need(c.optimizer.warmup_steps <= c.training.steps,
+       "optimizer.warmup_steps (" + std::to_string(c.optimizer.warmup_steps) +
+           ") must not exceed training.steps (" + std::to_string(c.training.steps) + ")");
   need(c.data.pad_documents_to <= 1 || S % c.data.pad_documents_to == 0,
        "data.pad_documents_to must divide batch.sequence_length");
   need(c.data.random_mean_length <= c.data.random_max_length,

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "engine/core/error.h"
+#include "parallel/process_group.h"
 
 namespace driftless::train {
 
@@ -17,6 +18,15 @@ Layout Layout::from_config(const Config& c, int64_t rank) {
   l.rank = rank;
   return l;
 }
+
+namespace {
+parallel::RankCoords coords(const Layout& l) {
+  return parallel::rank_coords(int(l.rank), {int(l.data_parallel), int(l.sequence_data_parallel)});
+}
+}  // namespace
+
+int64_t Layout::sdp_rank() const { return coords(*this).sdp_rank; }
+int64_t Layout::data_rank() const { return coords(*this).batch_rank; }
 
 std::string Layout::describe() const {
   std::ostringstream os;

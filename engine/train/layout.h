@@ -15,8 +15,9 @@ struct Layout {
   int64_t data_parallel = 1, sequence_data_parallel = 1;
   int64_t breadth_first = 1, depth_first = 1, micro_sequences = 1;
   int64_t rank = 0;  // world rank
-  int64_t sdp_rank() const { return rank % sequence_data_parallel; }
-  int64_t data_rank() const { return rank / sequence_data_parallel; }
+  // Rank coordinates as parallel/process_group.h numbers ranks.
+  int64_t sdp_rank() const;
+  int64_t data_rank() const;
   int64_t world_size() const { return data_parallel * sequence_data_parallel; }
   static Layout from_config(const Config& c, int64_t rank);
   std::string describe() const;
