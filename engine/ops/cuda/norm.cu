@@ -16,6 +16,15 @@ __device__ __forceinline__ double rsqrt_acc(double v) {
   return 1.0 / sqrt(v);
 }
 
+// A product rounded on its own, so nvcc cannot fuse it into a later subtraction: dxhat is
+// then the same number in the row sums and in dx, and dx is exactly 0 when C == 1.
+__device__ __forceinline__ float mul_rn(float a, float b) {
+  return __fmul_rn(a, b);
+}
+__device__ __forceinline__ double mul_rn(double a, double b) {
+  return __dmul_rn(a, b);
+}
+
 template <class T>
 __global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, T* out,
                                           acc_t<T>* mean, acc_t<T>* rstd, int64_t rows, int64_t c,
@@ -60,7 +69,7 @@ __global__ void layer_norm_dx_kernel(const T* g, const T* x, const T* w, const a
   A sum_d = 0, sum_dx = 0;  // sums of dxhat and dxhat * xhat
   for (int64_t i = lane; i < c; i += 32) {
     const A xhat = (to_acc(xr[i]) - m) * s;
-    const A d = to_acc(gr[i]) * (w ? to_acc(w[i]) : A(1));
+    const A d = w ? mul_rn(to_acc(gr[i]), to_acc(w[i])) : to_acc(gr[i]);
     sum_d += d;
     sum_dx += d * xhat;
   }
@@ -68,7 +77,7 @@ __global__ void layer_norm_dx_kernel(const T* g, const T* x, const T* w, const a
   T* dr = dx + r * c;
   for (int64_t i = lane; i < c; i += 32) {
     const A xhat = (to_acc(xr[i]) - m) * s;
-    const A d = to_acc(gr[i]) * (w ? to_acc(w[i]) : A(1));
+    const A d = w ? mul_rn(to_acc(gr[i]), to_acc(w[i])) : to_acc(gr[i]);
     dr[i] = from_acc<T>(s * (d - mean_d - xhat * mean_dx));
   }
 }
