@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -267,6 +268,35 @@ TEST(HfGpt2, MissingUnknownAndMisshapenTensorsAreNamed) {
   std::filesystem::remove(dir + "/config.json");
   EXPECT_NE(error_of([&] { load_hf_gpt2(dir); }).find("config.json does not exist"),
             std::string::npos);
+}
+
+// The exported reference model, read the way transformers reads it (Conv1D x @ W + b, names,
+// format metadata, tied head) by tests/reference/check_hf_export.py in plain PyTorch, gives
+// the golden logits of tests/reference/. Runs only where Debian's python3-torch is installed.
+TEST(HfGpt2, ExportGivesTheReferenceLogitsReadTheTransformersWay) {
+  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "/usr/bin/python3 with torch (Debian python3-torch) not found";
+  const std::string ref = testing::source_dir() + "/tests/reference";
+  const std::string input = ref + "/golden/gpt2_tiny_input.safetensors";
+  const std::string golden = ref + "/golden/gpt2_tiny_golden.safetensors";
+  SafetensorsFile f = read_safetensors(input);
+  const auto j = nlohmann::json::parse(f.metadata().at("case")).at("model");
+  GptConfig c;
+  c.vocab_size = j.at("vocab_size");
+  c.n_positions = j.at("n_positions");
+  c.n_layer = j.at("n_layer");
+  c.n_head = j.at("n_head");
+  c.n_embd = j.at("n_embd");
+  HfGpt2 hf{c, {}};
+  for (const auto& n : f.names())
+    if (n.rfind("param.", 0) == 0) hf.params[n.substr(6)] = f.get(n);
+  Gpt model(c);
+  load_into(hf, model);
+  const std::string dir = testing::scratch_dir() + "/hf";
+  save_hf_gpt2(model, dir);
+  const std::string cmd = "/usr/bin/python3 " + ref + "/check_hf_export.py " + dir + " " + input +
+                          " " + golden + " 1e-5";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 
 }  // namespace
