@@ -1,7 +1,9 @@
 // `driftless train --config C [--set k=v ...] [--resume]`: wiring of the trainer, with
 // Ctrl-C finishing the step, writing a checkpoint and exiting (status 130).
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
+#include <sstream>
 
 #include "apps/command.h"
 #include "engine/train/trainer.h"
@@ -24,6 +26,24 @@ struct TrainArgs {
   bool quiet = false;
 };
 
+// Test-only fault injection (regression must catch these): DRIFTLESS_TEST_FAULT is a
+// comma list of layer=N, cu_seqlens_k, drop_kv_grad, reverse_micro_sequences.
+layers::ModelFaults faults_from_env() {
+  layers::ModelFaults f;
+  const char* env = std::getenv("DRIFTLESS_TEST_FAULT");
+  if (!env) return f;
+  std::stringstream ss(env);
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (item.rfind("layer=", 0) == 0) f.layer = std::stoll(item.substr(6));
+    else if (item == "cu_seqlens_k") f.cu_seqlens_k_from_begin = true;
+    else if (item == "drop_kv_grad") f.drop_kv_grad_slice = true;
+    else if (item == "reverse_micro_sequences") f.reverse_micro_sequences = true;
+    else DL_FAIL("train", "unknown DRIFTLESS_TEST_FAULT item '" << item << "'");
+  }
+  std::cerr << "driftless: TEST FAULT INJECTED (" << env << ")\n";
+  return f;
+}
+
 int run_train(const TrainArgs& a) {
   train::Config config = train::load_config(a.config, a.overrides);
   parallel::WorldOptions wo;
@@ -41,6 +61,8 @@ int run_train(const TrainArgs& a) {
     options.rank = world.rank();
     options.data_group = &groups.data();
     options.sdp_exchange = exchange.get();
+    const layers::ModelFaults faults = faults_from_env();
+    options.faults = &faults;
     std::signal(SIGINT, on_sigint);
     train::Trainer trainer(config, options);
     status = trainer.run();

@@ -40,6 +40,11 @@ AttentionSpec spec_from_input(const data::ModelInput& in, bool fault_cu_k) {
   }
   s.max_seqlen_q = std::max<int64_t>(in.max_seqlen_q, 1);
   s.max_seqlen_k = std::max<int64_t>(in.max_seqlen_k, 1);
+  if (fault_cu_k && !in.padded()) {  // keep the faulty layout self-consistent
+    const auto cu = s.cu_seqlens_k.to_vector<int32_t>();
+    for (size_t n = 0; n + 1 < cu.size(); ++n)
+      s.max_seqlen_k = std::max<int64_t>(s.max_seqlen_k, cu[n + 1] - cu[n]);
+  }
   return s;
 }
 

@@ -159,7 +159,9 @@ StepStats Trainer::train_step(int64_t step) {
     int64_t slot = 0;
     for (size_t mb = 0; mb < group.size(); ++mb) {
       inputs[mb].resize(size_t(m));
-      for (int64_t i = 0; i < m; ++i) {
+      const bool reverse = options_.faults && options_.faults->reverse_micro_sequences;
+      for (int64_t step_i = 0; step_i < m; ++step_i) {
+        const int64_t i = reverse ? m - 1 - step_i : step_i;
         data::SliceSpec spec = base;
         spec.micro_sequence = int32_t(i);
         for (int64_t s : group[mb])

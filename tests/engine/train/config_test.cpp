@@ -58,6 +58,8 @@ TEST(Config, CrossFieldRules) {
   });
   EXPECT_NE(err.find("model.n_embd (100) must be divisible by model.n_head (3)"), std::string::npos) << err;
   EXPECT_NE(err.find("must be divisible by schedule.micro_sequences (3)"), std::string::npos) << err;
+  err = error_of([] { parse_config_text("training: {steps: 5}\n"); });
+  EXPECT_NE(err.find("optimizer.warmup_steps (10) must not exceed training.steps (5)"), std::string::npos) << err;
   err = error_of([] { parse_config_text("model: 3\n"); });
   EXPECT_NE(err.find("model: expected a mapping of keys"), std::string::npos) << err;
 }
@@ -66,7 +68,7 @@ TEST(Config, OverridesAndIncludes) {
   std::string dir = driftless::testing::scratch_dir();
   std::ofstream(dir + "/base.yaml") << "model: {n_layer: 6, n_head: 4, n_embd: 128}\noptimizer: {lr: 0.001}\n";
   std::ofstream(dir + "/run.yaml") << "include: base.yaml\nmodel: {n_layer: 3}\n";
-  Config c = load_config(dir + "/run.yaml", {"model.n_embd=256", "training.steps=7",
+  Config c = load_config(dir + "/run.yaml", {"model.n_embd=256", "training.steps=7", "optimizer.warmup_steps=2",
                                              "run.tensor_logs.steps=[1, 2]"});
   EXPECT_EQ(c.model.n_layer, 3);  // own key beats the include
   EXPECT_EQ(c.model.n_head, 4);   // from the include

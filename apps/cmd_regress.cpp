@@ -1,0 +1,102 @@
+// `driftless regress --config R` and `driftless report RUN_A RUN_B`: layouts against their
+// baseline, tensor by tensor; terminal table, report.json and report.html. Exit status 1
+// when anything fails.
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include "apps/command.h"
+#include "engine/train/regress_runner.h"
+
+namespace driftless::apps {
+namespace {
+
+std::string self_path() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("driftless") : p.string();
+}
+
+int finish(const std::vector<train::LayoutResult>& results, const std::string& dir,
+           const std::string& title) {
+  std::filesystem::create_directories(dir);
+  std::cout << "\n" << train::format_table(results);
+  train::write_report_json(dir + "/report.json", results);
+  train::write_report_html(dir + "/report.html", title, results);
+  bool ok = true;
+  for (const auto& r : results) ok = ok && r.pass();
+  std::cout << "\nreports: " << dir << "/report.json, " << dir << "/report.html\n"
+            << (ok ? "all layouts match their baseline\n" : "DRIFT: some layouts fail\n");
+  return ok ? 0 : 1;
+}
+
+struct RegressArgs {
+  std::string config;
+  std::vector<std::string> only;
+  std::string output;
+};
+
+int run_regress(const RegressArgs& a) {
+  train::RegressConfig c = train::load_regress_config(a.config, a.only);
+  if (!a.output.empty()) c.output_dir = a.output;
+  std::cout << "driftless regress: " << c.layouts.size() << " layouts, " << c.steps
+            << " steps, tensor logs at steps";
+  for (auto s : c.log_steps) std::cout << " " << s;
+  std::cout << ", output " << c.output_dir << "\n";
+  train::RegressRunOptions o;
+  o.driftless_binary = self_path();
+  auto results = train::run_regression(c, o, std::cout);
+  return finish(results, c.output_dir, "driftless regress: " + a.config);
+}
+
+Registrar regress({"regress",
+                   "Run batch layouts against the single-process baseline and report where "
+                   "tensors drift",
+                   [](CLI::App& sub) {
+                     auto a = std::make_shared<RegressArgs>();
+                     sub.add_option("--config,-c", a->config, "regression config (YAML)")
+                         ->required()
+                         ->check(CLI::ExistingFile);
+                     sub.add_option("--only", a->only,
+                                    "run only these layouts (and their baselines); repeatable");
+                     sub.add_option("--output,-o", a->output, "output folder (default: the config's)");
+                     sub.footer(
+                         "Each layout runs `driftless train` (under mpirun when ranks > 1) with "
+                         "tensor logs; every logged tensor is compared with the drift metric "
+                         "(rms_rel) against the tolerance of its class. Exit status 1 on any "
+                         "failure.");
+                     return std::function<int()>([a] { return run_regress(*a); });
+                   }});
+
+struct ReportArgs {
+  std::string a, b, output;
+  std::vector<double> tol = {1e-5, 1e-5, 1e-5, 1e-5};
+};
+
+Registrar report({"report", "Compare the tensor logs of two existing runs (A is the reference)",
+                  [](CLI::App& sub) {
+                    auto a = std::make_shared<ReportArgs>();
+                    sub.add_option("run_a", a->a, "reference run directory")->required()->check(CLI::ExistingDirectory);
+                    sub.add_option("run_b", a->b, "test run directory")->required()->check(CLI::ExistingDirectory);
+                    sub.add_option("--output,-o", a->output, "where report.json/html go (default: RUN_B)");
+                    sub.add_option("--tolerance", a->tol,
+                                   "rms_rel limits: forward backward param_grad param")
+                        ->expected(4);
+                    return std::function<int()>([a] {
+                      auto steps = train::common_log_steps(a->a, a->b);
+                      DL_CHECK(!steps.empty(), "report",
+                               "no tensor-log step is common to " << a->a << " and " << a->b);
+                      auto r = train::compare_runs(a->a, a->b, steps,
+                                                   {{"forward", a->tol[0]}, {"backward", a->tol[1]},
+                                                    {"param_grad", a->tol[2]}, {"param", a->tol[3]}},
+                                                   1e-12);
+                      r.name = std::filesystem::path(a->b).filename().string();
+                      r.baseline = std::filesystem::path(a->a).filename().string();
+                      return finish({r}, a->output.empty() ? a->b : a->output,
+                                    "driftless report: " + a->b + " vs " + a->a);
+                    });
+                  }});
+
+}  // namespace
+}  // namespace driftless::apps

@@ -1,0 +1,282 @@
+// Regression config, tensor-log comparison and the text/JSON reports (regress.h).
+#include "engine/train/regress.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+
+namespace driftless::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::vector<std::string> kKinds = {"forward", "backward", "param_grad", "param"};
+
+std::string scalar_text(const YAML::Node& n) {
+  if (n.IsScalar()) return n.as<std::string>();
+  YAML::Emitter e;
+  e << YAML::Flow << n;
+  return e.c_str();
+}
+
+}  // namespace
+
+RegressConfig load_regress_config(const std::string& path, const std::vector<std::string>& only) {
+  DL_CHECK(fs::exists(path), "regress", "config " << path << " does not exist");
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    DL_FAIL("regress", path << ": invalid YAML: " << e.what());
+  }
+  std::vector<std::string> errors;
+  auto err = [&](const std::string& e) { errors.push_back(e); };
+  RegressConfig c;
+  c.tolerances["f32"] = {{"forward", 1e-5}, {"backward", 1e-5}, {"param_grad", 1e-5}, {"param", 1e-5}};
+  const std::set<std::string> top = {"run", "steps", "log_steps", "output_dir", "epsilon",
+                                     "tolerances", "tolerance_overrides", "layouts"};
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    if (!top.count(key)) err(key + ": unknown key");
+  }
+  const fs::path base = fs::path(path).parent_path();
+  try {
+    if (root["run"]) c.run_config = fs::absolute(base / root["run"].as<std::string>()).string();
+    else err("run: required (the run config every layout starts from)");
+    if (root["steps"]) c.steps = root["steps"].as<int64_t>();
+    if (root["log_steps"]) c.log_steps = root["log_steps"].as<std::vector<int64_t>>();
+    if (root["output_dir"]) c.output_dir = root["output_dir"].as<std::string>();
+    if (root["epsilon"]) c.epsilon = root["epsilon"].as<double>();
+  } catch (const YAML::Exception& e) {
+    err(std::string("bad value: ") + e.what());
+  }
+  if (c.steps < 1) err("steps: must be >= 1");
+  for (int64_t s : c.log_steps)
+    if (s < 0 || s >= c.steps) err("log_steps: step " + std::to_string(s) + " outside [0, steps)");
+  if (!c.run_config.empty() && !fs::exists(c.run_config)) err("run: " + c.run_config + " does not exist");
+  if (root["tolerances"]) {
+    for (const auto& dt : root["tolerances"]) {
+      const std::string dtype = dt.first.as<std::string>();
+      if (dtype != "f32" && dtype != "bf16") err("tolerances." + dtype + ": dtype must be f32 or bf16");
+      for (const auto& k : dt.second) {
+        const std::string kind = k.first.as<std::string>();
+        if (std::find(kKinds.begin(), kKinds.end(), kind) == kKinds.end()) {
+          err("tolerances." + dtype + "." + kind + ": unknown class (forward, backward, param_grad, param)");
+          continue;
+        }
+        try {
+          c.tolerances[dtype][kind] = k.second.as<double>();
+        } catch (const YAML::Exception&) {
+          err("tolerances." + dtype + "." + kind + ": expected a number");
+        }
+      }
+    }
+  }
+  if (root["tolerance_overrides"]) {
+    size_t i = 0;
+    for (const auto& o : root["tolerance_overrides"]) {
+      const std::string where = "tolerance_overrides[" + std::to_string(i++) + "]";
+      ToleranceOverride t;
+      try {
+        t.pattern = o["tensor"] ? o["tensor"].as<std::string>() : "";
+        t.tolerance = o["tolerance"] ? o["tolerance"].as<double>() : 0.0;
+        t.reason = o["reason"] ? o["reason"].as<std::string>() : "";
+        std::regex check(t.pattern);
+      } catch (const std::exception& e) {
+        err(where + ": " + e.what());
+      }
+      if (t.pattern.empty() || t.tolerance <= 0 || t.reason.empty())
+        err(where + ": needs tensor (regex), tolerance > 0 and a written reason");
+      c.tolerance_overrides.push_back(t);
+    }
+  }
+  std::set<std::string> names;
+  if (root["layouts"]) {
+    size_t i = 0;
+    for (const auto& l : root["layouts"]) {
+      const std::string where = "layouts[" + std::to_string(i++) + "]";
+      RegressLayout layout;
+      for (const auto& kv : l) {
+        const std::string key = kv.first.as<std::string>();
+        if (key == "name") layout.name = kv.second.as<std::string>();
+        else if (key == "ranks") layout.ranks = kv.second.as<int64_t>();
+        else if (key == "baseline") layout.baseline = kv.second.as<std::string>();
+        else if (key == "set")
+          for (const auto& s : kv.second)
+            layout.overrides.push_back(s.first.as<std::string>() + "=" + scalar_text(s.second));
+        else if (key == "env")
+          for (const auto& s : kv.second) layout.env[s.first.as<std::string>()] = s.second.as<std::string>();
+        else err(where + "." + key + ": unknown key (name, ranks, set, baseline, env)");
+      }
+      if (!std::regex_match(layout.name, std::regex("[A-Za-z0-9_.-]+")))
+        err(where + ".name: '" + layout.name + "' must be letters, digits, _ . -");
+      if (!names.insert(layout.name).second) err(where + ".name: '" + layout.name + "' appears twice");
+      if (layout.ranks < 1 || layout.ranks > 64) err(where + ".ranks: must be in [1, 64]");
+      c.layouts.push_back(layout);
+    }
+  }
+  if (!names.count("simple")) c.layouts.insert(c.layouts.begin(), RegressLayout{"simple", 1, {}, "none", {}});
+  for (auto& l : c.layouts)
+    if (l.name == "simple") l.baseline = "none";
+  for (const auto& l : c.layouts)
+    if (l.baseline != "none" && !names.count(l.baseline) && l.baseline != "simple")
+      err("layout " + l.name + ": baseline '" + l.baseline + "' is not a layout");
+  if (!only.empty()) {
+    // Keep the chosen layouts and the baselines they need.
+    std::set<std::string> keep(only.begin(), only.end());
+    for (const auto& o : only)
+      if (!names.count(o) && o != "simple") err("--only: no layout named '" + o + "'");
+    bool grew = true;
+    while (grew) {
+      grew = false;
+      for (const auto& l : c.layouts)
+        if (keep.count(l.name) && l.baseline != "none" && keep.insert(l.baseline).second) grew = true;
+    }
+    std::vector<RegressLayout> kept;
+    for (const auto& l : c.layouts)
+      if (keep.count(l.name)) kept.push_back(l);
+    c.layouts = kept;
+  }
+  if (!errors.empty()) {
+    std::ostringstream os;
+    os << errors.size() << " problem" << (errors.size() > 1 ? "s" : "") << " in " << path << ":";
+    for (const auto& e : errors) os << "\n  - " << e;
+    DL_FAIL("regress", os.str());
+  }
+  return c;
+}
+
+bool LayoutResult::pass() const {
+  if (!ran) return false;
+  return std::all_of(tensors.begin(), tensors.end(), [](const TensorDrift& t) { return t.pass; });
+}
+
+const TensorDrift* LayoutResult::worst() const {
+  const TensorDrift* w = nullptr;
+  for (const auto& t : tensors) {
+    const double ratio = t.drift.rms_rel / std::max(t.tolerance, 1e-300);
+    if (!w || ratio > w->drift.rms_rel / std::max(w->tolerance, 1e-300)) w = &t;
+  }
+  return w;
+}
+
+const TensorDrift* LayoutResult::first_failure() const {
+  for (const auto& t : tensors)
+    if (!t.pass) return &t;
+  return nullptr;
+}
+
+std::vector<int64_t> common_log_steps(const std::string& a, const std::string& b) {
+  std::vector<int64_t> steps;
+  const std::regex pattern(R"(step_(\d+)\.json)");
+  const fs::path da = fs::path(a) / "tensor_logs";
+  if (!fs::exists(da)) return steps;
+  for (const auto& e : fs::directory_iterator(da)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (!std::regex_match(name, m, pattern)) continue;
+    if (fs::exists(fs::path(b) / "tensor_logs" / name)) steps.push_back(std::stoll(m[1]));
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+LayoutResult compare_runs(const std::string& reference_dir, const std::string& test_dir,
+                          const std::vector<int64_t>& steps,
+                          const std::map<std::string, double>& tolerance, double epsilon,
+                          const std::vector<ToleranceOverride>& overrides) {
+  LayoutResult r;
+  std::vector<std::regex> patterns;
+  for (const auto& o : overrides) patterns.emplace_back(o.pattern);
+  for (int64_t step : steps) {
+    auto ref = load_tensor_log(reference_dir + "/tensor_logs", step);
+    auto test = load_tensor_log(test_dir + "/tensor_logs", step);
+    std::map<std::string, const LoggedTensor*> by_name;
+    for (const auto& t : test) by_name[t.name] = &t;
+    for (const auto& rt : ref) {
+      TensorDrift d;
+      d.name = rt.name;
+      d.kind = rt.kind;
+      d.step = step;
+      d.order = rt.order;
+      auto tol = tolerance.find(rt.kind);
+      d.tolerance = tol == tolerance.end() ? 0.0 : tol->second;
+      for (size_t k = 0; k < overrides.size(); ++k)
+        if (std::regex_match(rt.name, patterns[k])) d.tolerance = overrides[k].tolerance;
+      auto it = by_name.find(rt.name);
+      if (it == by_name.end() || it->second->value.shape() != rt.value.shape()) {
+        d.drift.rms_rel = d.drift.max_rel = std::numeric_limits<double>::infinity();
+        d.drift.finite = false;
+        d.pass = false;
+        r.error = "tensor " + rt.name + (it == by_name.end() ? " missing" : " has another shape") +
+                  " in " + test_dir;
+      } else {
+        d.drift = drift(rt.value, it->second->value, epsilon);
+        d.pass = d.drift.finite && d.drift.rms_rel <= d.tolerance;
+      }
+      r.tensors.push_back(d);
+    }
+  }
+  return r;
+}
+
+namespace {
+std::string sci(double v) {
+  std::ostringstream os;
+  if (std::isinf(v)) os << "inf";
+  else os << std::scientific << std::setprecision(2) << v;
+  return os.str();
+}
+std::string pad(const std::string& s, size_t w) { return s.size() >= w ? s : s + std::string(w - s.size(), ' '); }
+}  // namespace
+
+std::string format_table(const std::vector<LayoutResult>& results) {
+  std::ostringstream os;
+  os << pad("layout", 20) << pad("ranks", 6) << pad("status", 8) << pad("worst tensor", 52)
+     << pad("rms_rel", 10) << "first failing tensor (execution order)\n";
+  for (const auto& r : results) {
+    std::string status = !r.ran ? "ERROR" : r.pass() ? "pass" : "FAIL";
+    const TensorDrift* w = r.worst();
+    const TensorDrift* f = r.first_failure();
+    os << pad(r.name, 20) << pad(std::to_string(r.ranks), 6) << pad(status, 8)
+       << pad(w ? "step " + std::to_string(w->step) + " " + w->name : "-", 52)
+       << pad(w ? sci(w->drift.rms_rel) : "-", 10);
+    if (!r.ran) os << r.error;
+    else if (f) os << "step " << f->step << " " << f->name << " (" << sci(f->drift.rms_rel) << " > " << sci(f->tolerance) << ")";
+    else os << "-";
+    os << "\n";
+  }
+  return os.str();
+}
+
+void write_report_json(const std::string& path, const std::vector<LayoutResult>& results) {
+  nlohmann::json j = nlohmann::json::array();
+  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json("inf"); };
+  for (const auto& r : results) {
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const auto& t : r.tensors)
+      tensors.push_back({{"name", t.name}, {"kind", t.kind}, {"step", t.step}, {"order", t.order},
+                         {"rms", num(t.drift.rms)}, {"scale", num(t.drift.scale)},
+                         {"rms_rel", num(t.drift.rms_rel)}, {"max_rel", num(t.drift.max_rel)},
+                         {"tolerance", t.tolerance}, {"pass", t.pass}});
+    const TensorDrift* f = r.first_failure();
+    const TensorDrift* w = r.worst();
+    j.push_back({{"layout", r.name}, {"baseline", r.baseline}, {"ranks", r.ranks},
+                 {"ran", r.ran}, {"error", r.error}, {"pass", r.pass()},
+                 {"worst", w ? nlohmann::json{{"name", w->name}, {"step", w->step}, {"rms_rel", num(w->drift.rms_rel)}} : nlohmann::json()},
+                 {"first_failure", f ? nlohmann::json{{"name", f->name}, {"step", f->step}, {"rms_rel", num(f->drift.rms_rel)}} : nlohmann::json()},
+                 {"tensors", tensors}});
+  }
+  std::ofstream(path) << nlohmann::json{{"layouts", j}}.dump(1) << "\n";
+}
+
+}  // namespace driftless::train

@@ -1,0 +1,77 @@
+// Regression of batch layouts against a baseline (issue "Micro-sequences ... regress"):
+// every layout of the same global batch runs with tensor logs, and every logged tensor is
+// compared with the drift metric against per-class, per-dtype tolerances. The first failing
+// tensor in execution order is where the drift is born.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/train/drift.h"
+#include "engine/train/tensor_log.h"
+
+namespace driftless::train {
+
+struct RegressLayout {
+  std::string name;
+  int64_t ranks = 1;                              // > 1: launched with mpirun
+  std::vector<std::string> overrides;             // key.path=value for `driftless train`
+  std::string baseline = "simple";                // layout compared against; "none": reference only
+  std::map<std::string, std::string> env;         // extra environment (test-only faults)
+};
+
+// A per-tensor exception to the class tolerance; the reason is required and reported.
+struct ToleranceOverride {
+  std::string pattern;  // ECMAScript regex over the logged tensor name
+  double tolerance = 0;
+  std::string reason;
+};
+
+struct RegressConfig {
+  std::string run_config;    // the run config every layout starts from (absolute path)
+  int64_t steps = 2;
+  std::vector<int64_t> log_steps = {0, 1};
+  std::string output_dir = "runs/regress";
+  double epsilon = 1e-12;
+  // tolerances[dtype][kind]: rms_rel limit; kinds forward, backward, param_grad, param.
+  std::map<std::string, std::map<std::string, double>> tolerances;
+  std::vector<ToleranceOverride> tolerance_overrides;
+  std::vector<RegressLayout> layouts;  // "simple" first, added when absent
+};
+
+// Strict loading like the run config: unknown keys and bad values in one message.
+RegressConfig load_regress_config(const std::string& path, const std::vector<std::string>& only);
+
+struct TensorDrift {
+  std::string name, kind;
+  int64_t step = 0, order = 0;
+  Drift drift;
+  double tolerance = 0;
+  bool pass = true;
+};
+
+struct LayoutResult {
+  std::string name, baseline;
+  int64_t ranks = 1;
+  bool ran = true;             // the run itself succeeded
+  std::string error;           // why it did not run / compare
+  std::vector<TensorDrift> tensors;  // in (step, execution order)
+  bool pass() const;
+  const TensorDrift* worst() const;
+  const TensorDrift* first_failure() const;
+};
+
+// Compares the tensor logs of two run directories at the given steps.
+LayoutResult compare_runs(const std::string& reference_dir, const std::string& test_dir,
+                          const std::vector<int64_t>& steps,
+                          const std::map<std::string, double>& tolerance, double epsilon,
+                          const std::vector<ToleranceOverride>& overrides = {});
+// Steps for which both runs have tensor logs.
+std::vector<int64_t> common_log_steps(const std::string& a, const std::string& b);
+
+std::string format_table(const std::vector<LayoutResult>& results);
+void write_report_json(const std::string& path, const std::vector<LayoutResult>& results);
+void write_report_html(const std::string& path, const std::string& title,
+                       const std::vector<LayoutResult>& results);
+
+}  // namespace driftless::train

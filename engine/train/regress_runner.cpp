@@ -1,0 +1,128 @@
+// Child-process launching of regression layouts (regress_runner.h).
+#include "engine/train/regress_runner.h"
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fcntl.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <ostream>
+
+#include "engine/train/config.h"
+
+extern char** environ;
+
+namespace driftless::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Runs argv with extra environment, stdout+stderr to log_path; returns the exit status.
+int run_child(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+              const std::string& log_path) {
+  std::vector<std::string> envs;
+  for (char** e = environ; *e; ++e) {
+    std::string s(*e);
+    if (!env.count(s.substr(0, s.find('=')))) envs.push_back(s);
+  }
+  for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
+  std::vector<char*> cargv, cenv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  for (const auto& e : envs) cenv.push_back(const_cast<char*>(e.c_str()));
+  cenv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+  pid_t pid;
+  const int rc = posix_spawnp(&pid, cargv[0], &fa, nullptr, cargv.data(), cenv.data());
+  posix_spawn_file_actions_destroy(&fa);
+  DL_CHECK(rc == 0, "regress", "could not start " << argv[0] << " (error " << rc << ")");
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string last_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line, last, error;
+  while (std::getline(in, line)) {
+    if (!line.empty()) last = line;
+    if (line.find("error") != std::string::npos) error = line;
+  }
+  return error.empty() ? last : error;
+}
+
+}  // namespace
+
+std::vector<LayoutResult> run_regression(const RegressConfig& c, const RegressRunOptions& o,
+                                         std::ostream& log) {
+  fs::create_directories(c.output_dir);
+  std::string steps = "[";
+  for (size_t i = 0; i < c.log_steps.size(); ++i) steps += (i ? "," : "") + std::to_string(c.log_steps[i]);
+  steps += "]";
+  std::map<std::string, bool> ran;
+  std::map<std::string, std::string> errors;
+  std::string dtype;
+  for (const auto& l : c.layouts) {
+    const std::string dir = fs::absolute(fs::path(c.output_dir) / l.name).string();
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::vector<std::string> argv;
+    if (l.ranks > 1) {
+      argv = {o.mpirun, "-np", std::to_string(l.ranks), "--oversubscribe"};
+      if (geteuid() == 0) argv.push_back("--allow-run-as-root");
+    }
+    for (const auto& a : std::vector<std::string>{o.driftless_binary, "train", "-c", c.run_config,
+                                                  "-q", "--set", "run.output_dir=" + dir,
+                                                  "--set", "training.steps=" + std::to_string(c.steps),
+                                                  "--set", "run.tensor_logs.steps=" + steps,
+                                                  "--set", "training.eval_interval=0"})
+      argv.push_back(a);
+    for (const auto& ov : l.overrides) {
+      argv.push_back("--set");
+      argv.push_back(ov);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    log << "  running " << std::left << std::setw(14) << l.name << std::flush;
+    const int status = run_child(argv, l.env, dir + "/train.log");
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ran[l.name] = status == 0;
+    if (status != 0) errors[l.name] = "train exited with " + std::to_string(status) + ": " + last_line(dir + "/train.log");
+    log << (status == 0 ? "done" : "FAILED") << " (" << std::fixed << std::setprecision(1) << secs
+        << " s)" << (status == 0 ? "" : "  " + errors[l.name]) << "\n";
+    if (dtype.empty() && status == 0) dtype = load_config(dir + "/config.yaml").precision.compute;
+  }
+  if (dtype.empty()) dtype = "f32";
+  auto tol = c.tolerances.find(dtype);
+  DL_CHECK(tol != c.tolerances.end(), "regress", "no tolerances for dtype " << dtype);
+  std::vector<LayoutResult> results;
+  for (const auto& l : c.layouts) {
+    if (l.baseline == "none") continue;
+    LayoutResult r;
+    const std::string ref = fs::absolute(fs::path(c.output_dir) / l.baseline).string();
+    const std::string test = fs::absolute(fs::path(c.output_dir) / l.name).string();
+    if (!ran[l.name] || !ran[l.baseline]) {
+      r.ran = false;
+      r.error = !ran[l.baseline] ? "baseline " + l.baseline + " failed: " + errors[l.baseline] : errors[l.name];
+    } else {
+      r = compare_runs(ref, test, c.log_steps, tol->second, c.epsilon, c.tolerance_overrides);
+    }
+    r.name = l.name;
+    r.baseline = l.baseline;
+    r.ranks = l.ranks;
+    results.push_back(r);
+  }
+  return results;
+}
+
+}  // namespace driftless::train

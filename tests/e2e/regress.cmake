@@ -1,0 +1,14 @@
+# `driftless regress` end to end (label e2e): every layout of configs/regress/tiny.yaml
+# (single-process and mpirun -np 2) against `simple` at rms_rel <= 1e-5 in fp32, and the
+# planted faults fail with the first failing tensor in the attention where they were put.
+add_test(NAME regress_tiny
+         COMMAND driftless regress -c ${PROJECT_SOURCE_DIR}/configs/regress/tiny.yaml
+                 -o ${PROJECT_BINARY_DIR}/e2e/regress_tiny)
+set_tests_properties(regress_tiny PROPERTIES LABELS "e2e;mpi" TIMEOUT 900
+                     ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
+add_test(NAME regress_faults
+         COMMAND ${CMAKE_COMMAND} -DDRIFTLESS=$<TARGET_FILE:driftless>
+                 -DCONFIG=${CMAKE_CURRENT_LIST_DIR}/regress/faults.yaml
+                 -DOUT=${PROJECT_BINARY_DIR}/e2e/regress_faults
+                 -P ${CMAKE_CURRENT_LIST_DIR}/regress/check_faults.cmake)
+set_tests_properties(regress_faults PROPERTIES LABELS e2e TIMEOUT 600)
