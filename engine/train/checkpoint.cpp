@@ -38,7 +38,8 @@ std::string latest_checkpoint(const std::string& run_dir) {
 
 void save_checkpoint(const std::string& path, const layers::Gpt& model,
                      const optim::AdamW* optimizer, const CheckpointInfo& info) {
-  fs::create_directories(fs::path(path).parent_path());
+  const fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty()) fs::create_directories(parent);
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const auto& p : model.slab().parameters()) tensors.push_back({"model." + p.name, p.value});
   std::map<std::string, std::string> meta{{"format", kCheckpointFormat},

@@ -222,11 +222,12 @@ double Trainer::evaluate() {
   Layout whole = layout_;
   whole.micro_sequences = 1;
   whole.depth_first = whole.breadth_first = 1;
+  const std::vector<int64_t> mine = micro_batches(whole, config_.batch.sequences)[0][0];
   for (int64_t k = 0; k < config_.training.eval_batches; ++k) {
     const data::GlobalBatch batch = sampler.batch(offset + k);
     tokens += double(batch.loss_tokens);
     if (layout_.sdp_rank() != 0) continue;  // whole sequences, one rank per sequence
-    for (int64_t s : micro_batches(whole, config_.batch.sequences)[0][0]) {
+    for (int64_t s : mine) {
       data::ModelInput in = data::make_model_input(batch.sequences[size_t(s)], {0, 1, 0, 1},
                                                    int32_t(config_.data.pad_documents_to));
       layers::ForwardOptions fo;
