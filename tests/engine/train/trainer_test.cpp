@@ -1,0 +1,244 @@
+// The trainer on small random-data configs: resume is bit for bit, the loss falls on data a
+// tiny model can learn, every batch layout gives the gradients of `simple` (DESIGN.md "Data
+// flow": rms_rel <= 1e-5), Ctrl-C stops after the step with a checkpoint, and a bad layout is
+// an error before any work.
+#include "engine/train/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "engine/core/error.h"
+#include "engine/train/checkpoint.h"
+#include "tests/test_paths.h"
+
+namespace driftless::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Random documents (exponential lengths, some longer than a sequence), GQA, 2 layers.
+const char* kBase = R"(
+model: {vocab_size: 61, n_positions: 64, n_layer: 2, n_head: 4, n_kv_head: 2, n_embd: 32}
+data: {format: random, random_documents: 200, random_mean_length: 12, random_max_length: 48}
+batch: {sequence_length: 32, sequences: 4}
+optimizer: {lr: 1.0e-2, min_lr: 1.0e-3, warmup_steps: 2}
+training: {steps: 10, eval_interval: 5, eval_batches: 1, seed: 7, deterministic: true}
+)";
+
+Config make_config(const std::string& dir, std::vector<std::string> overrides = {}) {
+  overrides.push_back("run.output_dir=" + dir);
+  return parse_config_text(kBase, overrides);
+}
+
+struct Quiet {
+  std::ostringstream log;
+  TrainerOptions options(const std::atomic<bool>* stop = nullptr, bool resume = false) {
+    TrainerOptions o;
+    o.progress = false;
+    o.log = &log;
+    o.stop = stop;
+    o.resume = resume;
+    return o;
+  }
+};
+
+// Every metrics.jsonl line, as JSON.
+std::vector<nlohmann::json> metrics(const std::string& dir) {
+  std::ifstream f(dir + "/metrics.jsonl");
+  std::vector<nlohmann::json> out;
+  for (std::string line; std::getline(f, line);)
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+// (step, "loss" | "val_loss") -> value, in file order.
+std::vector<std::tuple<int64_t, std::string, double>> losses(const std::string& dir) {
+  std::vector<std::tuple<int64_t, std::string, double>> out;
+  for (const auto& j : metrics(dir))
+    for (const char* key : {"loss", "val_loss"})
+      if (j.contains(key)) out.emplace_back(j["step"].get<int64_t>(), key, j[key].get<double>());
+  return out;
+}
+
+uint64_t bits(double x) {
+  uint64_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+
+double rms_rel(const std::vector<float>& t, const std::vector<float>& r) {
+  double d = 0, s = 0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    d += (double(t[i]) - r[i]) * (double(t[i]) - r[i]);
+    s += double(r[i]) * r[i];
+  }
+  return std::sqrt(d / r.size()) / std::sqrt(s / r.size() + 1e-30);
+}
+
+TEST(Trainer, ResumeIsBitForBit) {
+  const std::string root = testing::scratch_dir();
+  Quiet q;
+  // 10 straight steps.
+  Trainer straight(make_config(root + "/straight"), q.options());
+  ASSERT_EQ(straight.run(), 0);
+  const std::vector<float> straight_params = straight.model().slab().params().to_vector<float>();
+
+  // 5 steps (same 10-step schedule), checkpoint, a new process-like trainer resumes, 5 more.
+  const std::string split = root + "/split";
+  std::vector<double> first_losses;
+  {
+    Trainer first(make_config(split), q.options());
+    for (int64_t s = 0; s < 5; ++s) first_losses.push_back(first.train_step(s).loss);
+    first.save(4);
+  }
+  Trainer resumed(make_config(split), q.options(nullptr, /*resume=*/true));
+  EXPECT_EQ(resumed.next_step(), 5);
+  ASSERT_EQ(resumed.run(), 0);
+
+  const auto ref = losses(root + "/straight");
+  ASSERT_EQ(ref.size(), 12u);  // 10 losses + 2 validation losses
+  std::vector<std::tuple<int64_t, std::string, double>> got;
+  for (int64_t s = 0; s < 5; ++s) got.emplace_back(s, "loss", first_losses[size_t(s)]);
+  for (const auto& l : losses(split)) got.push_back(l);
+  ASSERT_EQ(got.size(), 11u);  // the split run had no validation at step 4
+  size_t r = 0;
+  for (const auto& [step, key, value] : got) {
+    while (std::get<1>(ref[r]) == "val_loss" && key == "loss") ++r;  // skip ref's step-4 eval
+    EXPECT_EQ(std::get<0>(ref[r]), step);
+    EXPECT_EQ(std::get<1>(ref[r]), key);
+    EXPECT_EQ(bits(std::get<2>(ref[r])), bits(value))
+        << key << " at step " << step << ": " << std::get<2>(ref[r]) << " vs " << value;
+    ++r;
+  }
+  const std::vector<float> resumed_params = resumed.model().slab().params().to_vector<float>();
+  ASSERT_EQ(resumed_params.size(), straight_params.size());
+  EXPECT_EQ(std::memcmp(resumed_params.data(), straight_params.data(),
+                        straight_params.size() * sizeof(float)),
+            0)
+      << "parameters after 5 + resume + 5 steps differ from 10 straight steps";
+  // The checkpoints written at the end agree too (the file is what a later resume reads).
+  layers::Gpt a(gpt_config(straight.config().model)), b(gpt_config(straight.config().model));
+  load_checkpoint(latest_checkpoint(root + "/straight"), a, nullptr);
+  load_checkpoint(latest_checkpoint(split), b, nullptr);
+  EXPECT_EQ(a.slab().params().to_vector<float>(), b.slab().params().to_vector<float>());
+}
+
+TEST(Trainer, LossFallsOnLearnableData) {
+  // Four fixed documents of 15 tokens (+ end-of-text) repeated over and over: a tiny model
+  // can memorise them, so the loss must fall far below the uniform-guess ln(61) = 4.1.
+  const std::string dir = testing::scratch_dir();
+  Config c = make_config(
+      dir, {"data.random_documents=4", "data.random_distribution=fixed",
+            "data.random_mean_length=16", "training.steps=30", "training.eval_interval=0",
+            "optimizer.lr=2.0e-2", "optimizer.min_lr=2.0e-3"});
+  Quiet q;
+  Trainer t(c, q.options());
+  ASSERT_EQ(t.run(), 0);
+  const auto l = losses(dir);
+  ASSERT_EQ(l.size(), 30u);
+  const double first = std::get<2>(l.front());
+  double last5 = 0;
+  for (size_t i = 25; i < 30; ++i) last5 += std::get<2>(l[i]) / 5;
+  EXPECT_NEAR(first, std::log(61.0), 0.2) << "an untrained model guesses uniformly";
+  EXPECT_LT(last5, 0.5 * first) << "first loss " << first << ", mean of the last 5 " << last5;
+}
+
+TEST(Trainer, LayoutsGiveTheGradientsOfSimple) {
+  const std::string root = testing::scratch_dir();
+  // grad_clip 0: compare raw gradients, not ones rescaled by a (slightly different) norm.
+  auto grads_of = [&](const std::string& name, std::vector<std::string> overrides) {
+    overrides.push_back("optimizer.grad_clip=0");
+    Quiet q;
+    Trainer t(make_config(root + "/" + name, overrides), q.options());
+    const StepStats st = t.train_step(0);
+    return std::make_pair(t.model().slab().grads().to_vector<float>(), st.loss);
+  };
+  const auto [simple, simple_loss] = grads_of("simple", {});
+  double norm = 0;
+  for (float g : simple) norm += double(g) * g;
+  ASSERT_GT(norm, 0);
+  const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
+      {"ms2", {"schedule.micro_sequences=2"}},
+      {"ms4", {"schedule.micro_sequences=4"}},
+      {"df2", {"schedule.depth_first=2"}},
+      {"bf2", {"schedule.breadth_first=2"}},
+      {"df2_bf2_ms4",
+       {"schedule.depth_first=2", "schedule.breadth_first=2", "schedule.micro_sequences=4"}},
+  };
+  for (const auto& [name, overrides] : layouts) {
+    const auto [g, loss] = grads_of(name, overrides);
+    ASSERT_EQ(g.size(), simple.size()) << name;
+    const double err = rms_rel(g, simple);
+    EXPECT_LE(err, 1e-5) << name;
+    EXPECT_NEAR(loss, simple_loss, 1e-6 * simple_loss) << name;
+  }
+  // The comparison can fail: another batch's gradients are far from these.
+  Quiet q;
+  Trainer other(make_config(root + "/other", {"optimizer.grad_clip=0"}), q.options());
+  other.train_step(1);
+  EXPECT_GT(rms_rel(other.model().slab().grads().to_vector<float>(), simple), 0.1);
+}
+
+TEST(Trainer, StopFlagEndsAfterOneStepWithACheckpoint) {
+  const std::string dir = testing::scratch_dir();
+  std::atomic<bool> stop{true};
+  Quiet q;
+  {
+    Trainer t(make_config(dir), q.options(&stop));
+    EXPECT_EQ(t.run(), 130);
+    EXPECT_EQ(t.next_step(), 1);
+  }
+  EXPECT_EQ(latest_checkpoint(dir), checkpoint_path(dir, 0));
+  EXPECT_EQ(read_checkpoint_info(checkpoint_path(dir, 0)).step, 0);
+  EXPECT_EQ(losses(dir).size(), 1u);
+  EXPECT_NE(q.log.str().find("continue with --resume"), std::string::npos) << q.log.str();
+  // Stopped again right after resuming: one more step each time.
+  {
+    Trainer t(make_config(dir), q.options(&stop, true));
+    EXPECT_EQ(t.run(), 130);
+  }
+  EXPECT_EQ(latest_checkpoint(dir), checkpoint_path(dir, 1));
+  EXPECT_EQ(losses(dir).size(), 2u);
+}
+
+TEST(Trainer, BadLayoutIsAnErrorBeforeAnyWork) {
+  const std::string root = testing::scratch_dir();
+  Quiet q;
+  auto error_of = [&](const std::string& dir, std::vector<std::string> overrides) {
+    try {
+      Trainer t(make_config(dir, overrides), q.options());
+      t.run();
+    } catch (const Error& e) {
+      EXPECT_FALSE(fs::exists(dir)) << "work started before the error: " << dir;
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // One process, but the config asks for 2 (or 4) ranks.
+  std::string e = error_of(root + "/dp2", {"distributed.data_parallel=2"});
+  EXPECT_NE(e.find("world size 1 does not equal data_parallel (2) x sequence_data_parallel (1)"),
+            std::string::npos)
+      << e;
+  e = error_of(root + "/sdp2",
+               {"distributed.sequence_data_parallel=2", "distributed.data_parallel=2"});
+  EXPECT_NE(e.find("world size 1 does not equal data_parallel (2) x sequence_data_parallel (2)"),
+            std::string::npos)
+      << e;
+  // Resume without a checkpoint.
+  try {
+    Trainer t(make_config(root + "/empty"), q.options(nullptr, true));
+    ADD_FAILURE() << "resume without a checkpoint did not throw";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("no checkpoint"), std::string::npos) << err.what();
+  }
+}
+
+}  // namespace
+}  // namespace driftless::train
