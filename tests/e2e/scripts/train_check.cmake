@@ -1,0 +1,106 @@
+# cmake -DMODE=run|unknown_key|sdp -DDRIFTLESS=<binary> -DDIR=<scratch> [-DMPIRUN=<list>]
+#   -P train_check.cmake
+# The checks behind tests/e2e/train.cmake; each starts from an empty DIR.
+file(REMOVE_RECURSE "${DIR}")
+file(MAKE_DIRECTORY "${DIR}")
+
+# A 3-step run on random documents; byte vocabulary so `sample` needs no vocabulary files.
+set(config "${DIR}/config.yaml")
+file(WRITE "${config}" "model: {vocab_size: 257, n_positions: 64, n_layer: 2, n_head: 4, n_embd: 32}
+data: {format: random, tokenizer: bytes, random_documents: 100, random_mean_length: 20, random_max_length: 60}
+batch: {sequence_length: 32, sequences: 4}
+schedule: {micro_sequences: 2}
+optimizer: {lr: 1.0e-2, warmup_steps: 1}
+training: {steps: 3, eval_interval: 3, eval_batches: 1, seed: 11}
+run: {output_dir: ${DIR}/run}
+")
+
+function(run_checked)  # run_checked(<out var> <expected status> <command...>)
+  set(args ${ARGN})
+  list(POP_FRONT args out_var want)
+  execute_process(COMMAND ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
+                  TIMEOUT 240)
+  message("$ ${args}\n${out}${err}")
+  if(NOT "${rc}" STREQUAL "${want}")
+    message(FATAL_ERROR "exit status ${rc}, expected ${want}")
+  endif()
+  set(${out_var} "${out}" PARENT_SCOPE)
+  set(${out_var}_err "${err}" PARENT_SCOPE)
+endfunction()
+
+# The "loss" values of metrics.jsonl, in order.
+function(read_losses run_dir out_var)
+  file(STRINGS "${run_dir}/metrics.jsonl" lines)
+  set(losses "")
+  foreach(line IN LISTS lines)
+    string(JSON loss ERROR_VARIABLE no_loss GET "${line}" loss)
+    if(NOT no_loss)
+      list(APPEND losses "${loss}")
+    endif()
+  endforeach()
+  set(${out_var} "${losses}" PARENT_SCOPE)
+endfunction()
+
+if(MODE STREQUAL "run")
+  run_checked(out 0 "${DRIFTLESS}" train -c "${config}" -q)
+  read_losses("${DIR}/run" losses)
+  list(LENGTH losses n)
+  if(NOT n EQUAL 3)
+    message(FATAL_ERROR "metrics.jsonl holds ${n} losses, expected 3: ${losses}")
+  endif()
+  if(NOT EXISTS "${DIR}/run/checkpoints/step_000002.safetensors" OR
+     NOT EXISTS "${DIR}/run/config.yaml")
+    message(FATAL_ERROR "no final checkpoint / effective config in ${DIR}/run")
+  endif()
+  if(NOT "${out_err}" MATCHES "summary: 3 steps, final loss [0-9.]+, validation loss [0-9.]+")
+    message(FATAL_ERROR "no summary line on stderr")
+  endif()
+  run_checked(text 0 "${DRIFTLESS}" sample --checkpoint "${DIR}/run" --prompt "Hello" --tokens 8
+              --top-k 1)
+  if(NOT text MATCHES "^Hello")
+    message(FATAL_ERROR "sample output does not start with the prompt: '${text}'")
+  endif()
+  # Greedy sampling is deterministic.
+  run_checked(again 0 "${DRIFTLESS}" sample --checkpoint "${DIR}/run" --prompt "Hello"
+              --tokens 8 --top-k 1)
+  if(NOT again STREQUAL text)
+    message(FATAL_ERROR "greedy sampling differs between runs")
+  endif()
+elseif(MODE STREQUAL "unknown_key")
+  file(WRITE "${config}" "model: {n_layer: 2, n_head: 4, n_embd: 32, n_layr: 3}\n"
+                         "training: {stpes: 3}\nrun: {output_dir: ${DIR}/run}\n")
+  run_checked(out 1 "${DRIFTLESS}" train -c "${config}" -q)
+  foreach(key "model.n_layr: unknown key" "training.stpes: unknown key")
+    if(NOT "${out_err}" MATCHES "${key}")
+      message(FATAL_ERROR "stderr does not name '${key}'")
+    endif()
+  endforeach()
+  if(EXISTS "${DIR}/run")
+    message(FATAL_ERROR "the run directory was created before the config error")
+  endif()
+elseif(MODE STREQUAL "sdp")
+  run_checked(out 0 "${DRIFTLESS}" train -c "${config}" -q --set "run.output_dir=${DIR}/single")
+  run_checked(out 0 ${MPIRUN} "${DRIFTLESS}" train -c "${config}" -q
+              --set "run.output_dir=${DIR}/sdp2" --set distributed.sequence_data_parallel=2)
+  read_losses("${DIR}/single" ref)
+  read_losses("${DIR}/sdp2" got)
+  list(LENGTH ref n_ref)
+  list(LENGTH got n_got)
+  if(NOT n_ref EQUAL 3 OR NOT n_got EQUAL 3)
+    message(FATAL_ERROR "expected 3 losses each, got ${n_ref} (single) and ${n_got} (sdp2)")
+  endif()
+  foreach(i RANGE 2)
+    list(GET ref ${i} r)
+    list(GET got ${i} g)
+    # |g - r| <= 1e-6 |r|; CMake's math() is integer only, so awk compares.
+    execute_process(COMMAND awk "BEGIN { d = ${g} - (${r}); if (d < 0) d = -d; r = ${r};
+                                  if (r < 0) r = -r; exit !(d <= 1e-6 * r) }"
+                    RESULT_VARIABLE far)
+    if(far)
+      message(FATAL_ERROR "step ${i}: sdp2 loss ${g} differs from single-process ${r}")
+    endif()
+    message("step ${i}: single ${r}, sdp2 ${g}")
+  endforeach()
+else()
+  message(FATAL_ERROR "unknown MODE '${MODE}'")
+endif()
