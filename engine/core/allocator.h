@@ -3,6 +3,7 @@
 // same interface, so a Storage never knows which device it lives on beyond its tag.
 #pragma once
 #include <cstddef>
+#include <atomic>
 #include <memory>
 
 #include "engine/core/dtype.h"
@@ -17,14 +18,29 @@ class Allocator {
   virtual Device device() const = 0;
 };
 
-// 64-byte aligned host memory (cache lines, AVX-512 loads).
+// Bytes handed out by an allocator: what is in use now and the peak since the last reset.
+struct MemoryStats {
+  size_t bytes_in_use = 0;
+  size_t peak_bytes_in_use = 0;
+};
+
+// 64-byte aligned host memory (cache lines, AVX-512 loads), with in-use/peak counters.
 class CpuAllocator final : public Allocator {
  public:
   static constexpr size_t kAlignment = 64;
   void* allocate(size_t bytes) override;
   void deallocate(void* ptr, size_t bytes) override;
   Device device() const override { return Device::cpu; }
+  MemoryStats stats() const;
+  void reset_peak();
+
+ private:
+  std::atomic<size_t> in_use_{0}, peak_{0};
 };
+
+// In-use and peak bytes of the allocator of a device (cuda: the caching allocator).
+MemoryStats memory_stats(Device device);
+void reset_peak_memory(Device device);
 
 // The allocator used for new tensors on a device. For cuda it throws when the build has
 // no CUDA backend.

@@ -14,5 +14,7 @@ void copy(const Tensor& dst, const Tensor& src);
 void fill(const Tensor& dst, double value);
 void add_(const Tensor& dst, const Tensor& src);
 void synchronize();
+MemoryStats memory_stats();  // the caching allocator's in-use and peak bytes
+void reset_peak_memory();
 
 }  // namespace driftless::cuda

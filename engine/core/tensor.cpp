@@ -55,12 +55,6 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   return Tensor(std::move(impl));
 }
 
-Allocator& allocator_for(Device device) {
-  static CpuAllocator cpu;
-  if (device == Device::cpu) return cpu;
-  return cuda::allocator();
-}
-
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   return full(shape, 0.0, dtype, device);
 }

@@ -143,3 +143,22 @@ TEST(Tensor, PrintingIsReadable) {
 
 }  // namespace
 }  // namespace driftless
+
+namespace driftless {
+namespace {
+TEST(Tensor, CpuMemoryStatsTrackInUseAndPeak) {
+  reset_peak_memory(Device::cpu);
+  const size_t base = memory_stats(Device::cpu).bytes_in_use;
+  {
+    Tensor a = Tensor::zeros({1000}, DType::f64);  // 8000 bytes
+    EXPECT_EQ(memory_stats(Device::cpu).bytes_in_use, base + 8000);
+    Tensor b = a.narrow(0, 0, 10);  // a view allocates nothing
+    EXPECT_EQ(memory_stats(Device::cpu).bytes_in_use, base + 8000);
+  }
+  EXPECT_EQ(memory_stats(Device::cpu).bytes_in_use, base);
+  EXPECT_GE(memory_stats(Device::cpu).peak_bytes_in_use, base + 8000);
+  reset_peak_memory(Device::cpu);
+  EXPECT_EQ(memory_stats(Device::cpu).peak_bytes_in_use, base);
+}
+}  // namespace
+}  // namespace driftless

@@ -86,4 +86,11 @@ CachingAllocator& caching_allocator() {
 
 Allocator& allocator() { return caching_allocator(); }
 
+MemoryStats memory_stats() {
+  const AllocatorStats s = caching_allocator().stats();
+  return {s.bytes_in_use, s.peak_bytes_in_use};
+}
+
+void reset_peak_memory() { caching_allocator().reset_peak(); }
+
 }  // namespace driftless::cuda

@@ -17,5 +17,7 @@ void copy(const Tensor&, const Tensor&) { no_cuda("cuda.copy"); }
 void fill(const Tensor&, double) { no_cuda("cuda.fill"); }
 void add_(const Tensor&, const Tensor&) { no_cuda("cuda.add_"); }
 void synchronize() {}
+MemoryStats memory_stats() { return {}; }
+void reset_peak_memory() {}
 
 }  // namespace driftless::cuda
