@@ -70,7 +70,7 @@ Registrar regress({"regress",
                    }});
 
 struct ReportArgs {
-  std::string a, b, output;
+  std::string a, b, output, config, dtype = "f32";
   std::vector<double> tol = {1e-5, 1e-5, 1e-5, 1e-5};
 };
 
@@ -83,14 +83,26 @@ Registrar report({"report", "Compare the tensor logs of two existing runs (A is 
                     sub.add_option("--tolerance", a->tol,
                                    "rms_rel limits: forward backward param_grad param")
                         ->expected(4);
+                    sub.add_option("--config,-c", a->config,
+                                   "take tolerances, overrides and epsilon from a regression config");
+                    sub.add_option("--dtype", a->dtype, "which of the config's tolerances (f32, bf16)");
                     return std::function<int()>([a] {
                       auto steps = train::common_log_steps(a->a, a->b);
                       DL_CHECK(!steps.empty(), "report",
                                "no tensor-log step is common to " << a->a << " and " << a->b);
-                      auto r = train::compare_runs(a->a, a->b, steps,
-                                                   {{"forward", a->tol[0]}, {"backward", a->tol[1]},
-                                                    {"param_grad", a->tol[2]}, {"param", a->tol[3]}},
-                                                   1e-12);
+                      std::map<std::string, double> tol{{"forward", a->tol[0]}, {"backward", a->tol[1]},
+                                                        {"param_grad", a->tol[2]}, {"param", a->tol[3]}};
+                      std::vector<train::ToleranceOverride> overrides;
+                      double eps = 1e-12;
+                      if (!a->config.empty()) {
+                        auto rc = train::load_regress_config(a->config, {});
+                        DL_CHECK(rc.tolerances.count(a->dtype), "report",
+                                 a->config << " has no tolerances for " << a->dtype);
+                        tol = rc.tolerances[a->dtype];
+                        overrides = rc.tolerance_overrides;
+                        eps = rc.epsilon;
+                      }
+                      auto r = train::compare_runs(a->a, a->b, steps, tol, eps, overrides);
                       r.name = std::filesystem::path(a->b).filename().string();
                       r.baseline = std::filesystem::path(a->a).filename().string();
                       return finish({r}, a->output.empty() ? a->b : a->output,

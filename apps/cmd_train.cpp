@@ -27,7 +27,8 @@ struct TrainArgs {
 };
 
 // Test-only fault injection (regression must catch these): DRIFTLESS_TEST_FAULT is a
-// comma list of layer=N, cu_seqlens_k, drop_kv_grad, reverse_micro_sequences.
+// comma list of layer=N, cu_seqlens_k, drop_kv_grad, skip_kv_reduce_scatter,
+// reverse_micro_sequences.
 layers::ModelFaults faults_from_env() {
   layers::ModelFaults f;
   const char* env = std::getenv("DRIFTLESS_TEST_FAULT");
@@ -37,6 +38,7 @@ layers::ModelFaults faults_from_env() {
     if (item.rfind("layer=", 0) == 0) f.layer = std::stoll(item.substr(6));
     else if (item == "cu_seqlens_k") f.cu_seqlens_k_from_begin = true;
     else if (item == "drop_kv_grad") f.drop_kv_grad_slice = true;
+    else if (item == "skip_kv_reduce_scatter") f.skip_kv_reduce_scatter = true;
     else if (item == "reverse_micro_sequences") f.reverse_micro_sequences = true;
     else DL_FAIL("train", "unknown DRIFTLESS_TEST_FAULT item '" << item << "'");
   }

@@ -182,6 +182,8 @@ Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<SliceIn
   const bool in_fault_layer = o.faults && o.faults->layer == l;
   KvFaults kv_faults;
   kv_faults.drop_grad_slice = in_fault_layer && o.faults->drop_kv_grad_slice;
+  kv_faults.skip_reduce_scatter = in_fault_layer && o.faults->skip_kv_reduce_scatter;
+  const bool any_kv_fault = kv_faults.drop_grad_slice || kv_faults.skip_reduce_scatter;
   std::vector<Tensor> outs;
   int64_t row = 0;
   for (const auto& s : slice) {
@@ -190,7 +192,7 @@ Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<SliceIn
     KvSlice ks{s.slot, in.sequence_k_past, in.sequence_k_end, in.first_document_begin};
     auto [k_ext, v_ext] = kv_write_read(kv_buffers_[size_t(l)], ks, ops::narrow(k, 0, row, tq),
                                         ops::narrow(v, 0, row, tq), o.exchange,
-                                        kv_faults.drop_grad_slice ? &kv_faults : nullptr);
+                                        any_kv_fault ? &kv_faults : nullptr);
     AttentionSpec spec =
         spec_from_input(in, in_fault_layer && o.faults->cu_seqlens_k_from_begin);
     if (config_.softcap > 0) spec.score_mod = ScoreModSpec::make_softcap(config_.softcap);

@@ -34,6 +34,7 @@ struct ModelFaults {
   int64_t layer = -1;                   // which layer the fault is in (-1: none)
   bool cu_seqlens_k_from_begin = false;  // cu_seqlens_k[0] = first_document_begin (micro-seq >= 1)
   bool drop_kv_grad_slice = false;      // a K/V gradient slice is lost
+  bool skip_kv_reduce_scatter = false;  // SDP: a K/V gradient slice is not reduced over ranks
   bool reverse_micro_sequences = false;  // micro-sequences run forward in the wrong order (trainer)
 };
 

@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -229,6 +230,24 @@ void cross_check(const Config& c, std::vector<std::string>& errors) {
        "data.random_mean_length must not exceed data.random_max_length");
 }
 
+// Doubles as their shortest round-trip text (0.0006, not 0.00059999999999999995).
+template <class T>
+YAML::Node to_node(const T& v) {
+  if constexpr (std::is_same_v<T, double>) {
+    char buf[64];
+    auto r = std::to_chars(buf, buf + sizeof(buf), v);
+    return YAML::Node(std::string(buf, r.ptr));
+  } else {
+    return YAML::Node(v);
+  }
+}
+
+std::string number_text(double v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
 }  // namespace
 
 static Config parse_config_node(const YAML::Node& root_in, const std::vector<std::string>& overrides,
@@ -310,7 +329,7 @@ std::string config_to_yaml(const Config& config_in) {
     std::vector<std::string> parts;
     std::stringstream ss(f.path);
     for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
-    YAML::Node value = std::visit([](auto* p) { return YAML::Node(*p); }, ref);
+    YAML::Node value = std::visit([](auto* p) { return to_node(*p); }, ref);
     if (std::holds_alternative<std::vector<int64_t>*>(ref) ||
         std::holds_alternative<std::vector<std::string>*>(ref))
       value.SetStyle(YAML::EmitterStyle::Flow);
@@ -339,7 +358,7 @@ std::string config_reference() {
         [&](auto* p) {
           using T = std::remove_pointer_t<decltype(p)>;
           YAML::Emitter e;
-          e << YAML::Flow << YAML::Node(*p);
+          e << YAML::Flow << to_node(*p);
           def = e.c_str();
           if constexpr (std::is_same_v<T, int64_t>) type = "int";
           else if constexpr (std::is_same_v<T, double>) type = "float";
@@ -351,7 +370,8 @@ std::string config_reference() {
         ref);
     std::ostringstream allowed;
     if (!f.choices.empty()) allowed << choices_str(f.choices);
-    else if (f.min != 0 || f.max != 0) allowed << f.min << " .. " << f.max;
+    else if (f.max >= 1e15) allowed << ">= " << number_text(f.min);
+    else if (f.min != 0 || f.max != 0) allowed << number_text(f.min) << " .. " << number_text(f.max);
     os << "| `" << f.path << "` | " << type << " | `" << (def.empty() ? "\"\"" : def) << "` | "
        << allowed.str() << " | " << f.help << " |\n";
   });

@@ -211,7 +211,10 @@ LayoutResult compare_runs(const std::string& reference_dir, const std::string& t
       auto tol = tolerance.find(rt.kind);
       d.tolerance = tol == tolerance.end() ? 0.0 : tol->second;
       for (size_t k = 0; k < overrides.size(); ++k)
-        if (std::regex_match(rt.name, patterns[k])) d.tolerance = overrides[k].tolerance;
+        if (std::regex_match(rt.name, patterns[k])) {
+          d.tolerance = overrides[k].tolerance;
+          d.tolerance_reason = overrides[k].reason;
+        }
       auto it = by_name.find(rt.name);
       if (it == by_name.end() || it->second->value.shape() != rt.value.shape()) {
         d.drift.rms_rel = d.drift.max_rel = std::numeric_limits<double>::infinity();
@@ -255,6 +258,13 @@ std::string format_table(const std::vector<LayoutResult>& results) {
     else os << "-";
     os << "\n";
   }
+  std::map<std::string, std::string> used;  // reason -> tensors
+  for (const auto& r : results)
+    for (const auto& t : r.tensors)
+      if (!t.tolerance_reason.empty() && used[t.tolerance_reason].find(t.name) == std::string::npos)
+        used[t.tolerance_reason] += (used[t.tolerance_reason].empty() ? "" : ", ") + t.name;
+  for (const auto& [reason, names] : used)
+    os << "\ntolerance override on " << names << ":\n  " << reason << "\n";
   return os.str();
 }
 
@@ -267,7 +277,8 @@ void write_report_json(const std::string& path, const std::vector<LayoutResult>&
       tensors.push_back({{"name", t.name}, {"kind", t.kind}, {"step", t.step}, {"order", t.order},
                          {"rms", num(t.drift.rms)}, {"scale", num(t.drift.scale)},
                          {"rms_rel", num(t.drift.rms_rel)}, {"max_rel", num(t.drift.max_rel)},
-                         {"tolerance", t.tolerance}, {"pass", t.pass}});
+                         {"tolerance", t.tolerance}, {"tolerance_reason", t.tolerance_reason},
+                         {"pass", t.pass}});
     const TensorDrift* f = r.first_failure();
     const TensorDrift* w = r.worst();
     j.push_back({{"layout", r.name}, {"baseline", r.baseline}, {"ranks", r.ranks},

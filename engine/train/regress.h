@@ -47,6 +47,7 @@ struct TensorDrift {
   int64_t step = 0, order = 0;
   Drift drift;
   double tolerance = 0;
+  std::string tolerance_reason;  // set when a tolerance override applies
   bool pass = true;
 };
 

@@ -103,7 +103,9 @@ void write_report_html(const std::string& path, const std::string& title,
       h << "<tr><td>" << t.step << "</td><td>" << t.order << "</td><td>" << esc(t.name)
         << "</td><td>" << t.kind << "</td><td class='" << (t.pass ? "pass" : "fail") << "'>"
         << sci(t.drift.rms_rel) << "</td><td>" << sci(t.drift.max_rel) << "</td><td>"
-        << sci(t.tolerance) << "</td></tr>";
+        << sci(t.tolerance)
+        << (t.tolerance_reason.empty() ? "" : " <span title='" + esc(t.tolerance_reason) + "'>(override: " + esc(t.tolerance_reason) + ")</span>")
+        << "</td></tr>";
     h << "</table></details>";
   }
   h << "</body></html>\n";

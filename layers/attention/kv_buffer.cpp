@@ -56,16 +56,17 @@ std::pair<Tensor, Tensor> kv_write_read(KvBuffer& buffer, const KvSlice& slice,
   Tensor v_ext = rows(kv, slice.sequence, slice.first_document_begin, slice.q1, 1).detach();
   autograd::Context ctx;
   const bool drop = faults && faults->drop_grad_slice;
+  const bool skip_rs = faults && faults->skip_reduce_scatter;
   auto outs = autograd::record(
       "kv_buffer", {k_local, v_local}, {k_ext, v_ext}, std::move(ctx),
-      [&buffer, slice, &ex, drop](autograd::Context&,
+      [&buffer, slice, &ex, drop, skip_rs](autograd::Context&,
                                   const std::vector<Tensor>& g) -> std::vector<Tensor> {
         autograd::NoGradGuard no_grad;
         const Tensor& grad = buffer.grad();
         rows(grad, slice.sequence, slice.first_document_begin, slice.q1, 0).add_(g[0]);
         rows(grad, slice.sequence, slice.first_document_begin, slice.q1, 1).add_(g[1]);
         // Every later micro-sequence has run its backward: the slice is complete.
-        if (ex.ranks() > 1) ex.reduce_scatter(span(grad, slice, ex));
+        if (ex.ranks() > 1 && !skip_rs) ex.reduce_scatter(span(grad, slice, ex));
         Tensor dk = rows(grad, slice.sequence, slice.q0, slice.q1, 0).clone();
         Tensor dv = rows(grad, slice.sequence, slice.q0, slice.q1, 1).clone();
         if (drop) {

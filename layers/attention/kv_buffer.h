@@ -31,7 +31,8 @@ class KvExchange {
 
 // Test-only fault switches (issue "regress": prove the report catches real bugs).
 struct KvFaults {
-  bool drop_grad_slice = false;  // return a zero K/V gradient instead of the slice
+  bool drop_grad_slice = false;      // return a zero K/V gradient instead of the slice
+  bool skip_reduce_scatter = false;  // SDP: use the local partial sum, not the ranks' sum
 };
 
 class KvBuffer {

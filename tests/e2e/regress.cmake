@@ -11,4 +11,5 @@ add_test(NAME regress_faults
                  -DCONFIG=${CMAKE_CURRENT_LIST_DIR}/regress/faults.yaml
                  -DOUT=${PROJECT_BINARY_DIR}/e2e/regress_faults
                  -P ${CMAKE_CURRENT_LIST_DIR}/regress/check_faults.cmake)
-set_tests_properties(regress_faults PROPERTIES LABELS e2e TIMEOUT 600)
+set_tests_properties(regress_faults PROPERTIES LABELS "e2e;mpi" TIMEOUT 600
+                     ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
