@@ -36,8 +36,12 @@ std::string latest_checkpoint(const std::string& run_dir) {
   return path;
 }
 
+OptimizerSnapshot OptimizerSnapshot::of(const optim::AdamW& opt) {
+  return {opt.state().m, opt.state().v, opt.state().step, opt.shard_begin(), opt.shard_end()};
+}
+
 void save_checkpoint(const std::string& path, const layers::Gpt& model,
-                     const optim::AdamW* optimizer, const CheckpointInfo& info) {
+                     const OptimizerSnapshot* optimizer, const CheckpointInfo& info) {
   const fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent);
   std::vector<std::pair<std::string, Tensor>> tensors;
@@ -46,11 +50,10 @@ void save_checkpoint(const std::string& path, const layers::Gpt& model,
                                           {"step", std::to_string(info.step)},
                                           {"config", info.config_yaml}};
   if (optimizer) {
-    tensors.push_back({"optim.m", optimizer->state().m});
-    tensors.push_back({"optim.v", optimizer->state().v});
-    meta["optim_step"] = std::to_string(optimizer->state().step);
-    meta["optim_shard"] = std::to_string(optimizer->shard_begin()) + ":" +
-                          std::to_string(optimizer->shard_end());
+    tensors.push_back({"optim.m", optimizer->m});
+    tensors.push_back({"optim.v", optimizer->v});
+    meta["optim_step"] = std::to_string(optimizer->step);
+    meta["optim_shard"] = std::to_string(optimizer->begin) + ":" + std::to_string(optimizer->end);
   }
   write_safetensors(path, tensors, meta);
 }
@@ -92,11 +95,14 @@ CheckpointInfo load_checkpoint(const std::string& path, layers::Gpt& model,
     DL_CHECK(f.contains("optim.m") && f.contains("optim.v"), "checkpoint",
              path << " holds no optimizer state (optim.m, optim.v)");
     const std::string shard = f.metadata().at("optim_shard");
-    const std::string want = std::to_string(optimizer->shard_begin()) + ":" +
-                             std::to_string(optimizer->shard_end());
-    DL_CHECK(shard == want, "checkpoint",
-             path << ": optimizer shard " << shard << " does not match this rank's " << want);
-    optimizer->load_state(f.get("optim.m"), f.get("optim.v"),
+    const int64_t begin = std::stoll(shard.substr(0, shard.find(':')));
+    const int64_t end = std::stoll(shard.substr(shard.find(':') + 1));
+    const int64_t b = optimizer->shard_begin(), e = optimizer->shard_end();
+    DL_CHECK(begin <= b && e <= end, "checkpoint",
+             path << ": stored optimizer state covers [" << begin << ", " << end
+                  << "), this rank needs [" << b << ", " << e << ")");
+    optimizer->load_state(f.get("optim.m").narrow(0, b - begin, e - b),
+                          f.get("optim.v").narrow(0, b - begin, e - b),
                           std::stoll(f.metadata().at("optim_step")));
   }
   return info;

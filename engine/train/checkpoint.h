@@ -22,11 +22,20 @@ std::string checkpoint_path(const std::string& run_dir, int64_t step);
 // The newest checkpoint of a run directory, or "" when there is none.
 std::string latest_checkpoint(const std::string& run_dir);
 
+// Optimizer state as stored: moments over slab elements [begin, end).
+struct OptimizerSnapshot {
+  Tensor m, v;
+  int64_t step = 0;
+  int64_t begin = 0, end = 0;
+  static OptimizerSnapshot of(const optim::AdamW& opt);
+};
+
 void save_checkpoint(const std::string& path, const layers::Gpt& model,
-                     const optim::AdamW* optimizer, const CheckpointInfo& info);
+                     const OptimizerSnapshot* optimizer, const CheckpointInfo& info);
 // Reads only the metadata (step, config).
 CheckpointInfo read_checkpoint_info(const std::string& path);
 // Loads parameters (and optimizer state when given) into existing objects; shapes must match.
+// The stored moments must cover the optimizer's shard (a ZeRO-1 rank takes its slice).
 CheckpointInfo load_checkpoint(const std::string& path, layers::Gpt& model,
                                optim::AdamW* optimizer);
 

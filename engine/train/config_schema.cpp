@@ -53,11 +53,11 @@ void visit_schema_impl(C& c, V&& v) {
   v(Field{"training.checkpoint_interval", "steps between checkpoints (0: only at the end)", 0, kBig}, c.training.checkpoint_interval);
   v(Field{"training.log_interval", "steps between progress lines and metrics", 1, kBig}, c.training.log_interval);
   v(Field{"training.seed", "seed of data order, initialisation and dropout", 0, 9e15}, c.training.seed);
-  v(Field{"training.deterministic", "bitwise reproducible runs (fixed reduction orders)"}, c.training.deterministic);
+  v(Field{"training.deterministic", "bitwise reproducible runs; CPU and the CUDA ops are always deterministic (fixed reduction orders, no atomics), so this is informational for now"}, c.training.deterministic);
   // distributed
   v(Field{"distributed.sequence_data_parallel", "ranks sharing one sequence (SDP)", 1, 1 << 16}, c.distributed.sequence_data_parallel);
   v(Field{"distributed.data_parallel", "ranks splitting the batch", 1, 1 << 16}, c.distributed.data_parallel);
-  v(Field{"distributed.zero_stage", "0: all-reduce gradients; 1: shard optimizer state", 0, 1}, c.distributed.zero_stage);
+  v(Field{"distributed.zero_stage", "0: all-reduce gradients; 1 (ZeRO-1): reduce-scatter gradients, shard optimizer state over the data group, all-gather parameters", 0, 1}, c.distributed.zero_stage);
   v(Field{"distributed.timeout_seconds", "a collective waiting longer ends the job", 1, 1e6}, c.distributed.timeout_seconds);
   // precision
   v(Field{"precision.device", "where the run computes", 0, 0, {"cpu", "cuda"}}, c.precision.device);

@@ -100,7 +100,16 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   ac.beta2 = config.optimizer.beta2;
   ac.eps = config.optimizer.eps;
   ac.weight_decay = config.optimizer.weight_decay;
-  optimizer_ = std::make_unique<optim::AdamW>(ac, ranges, model_->slab().numel());
+  const int64_t N = model_->slab().numel();
+  if (config.distributed.zero_stage == 1 && world > 1) {
+    // ZeRO-1: rank r owns slab elements [r n, min((r+1) n, N)) of the optimizer state.
+    const int64_t n = (N + world - 1) / world, r = options.data_group->rank();
+    zero_buffer_ = Tensor::zeros({world * n});
+    optimizer_ = std::make_unique<optim::AdamW>(ac, ranges, N, std::min(r * n, N),
+                                                std::min((r + 1) * n, N));
+  } else {
+    optimizer_ = std::make_unique<optim::AdamW>(ac, ranges, N);
+  }
   schedule_.max_lr = config.optimizer.lr;
   schedule_.min_lr = config.optimizer.min_lr;
   schedule_.warmup_steps = config.optimizer.warmup_steps;
@@ -182,7 +191,19 @@ StepStats Trainer::train_step(int64_t step) {
       }
   }
   const Tensor& grads = model_->slab().grads();
-  all_reduce(grads);
+  // Gradients to update with: the whole reduced slab, or this rank's ZeRO-1 shard of it.
+  Tensor update_grads;
+  double norm_sq = 0;
+  if (zero1()) {
+    update_grads = reduce_scatter_grads();
+    Tensor sq = Tensor::full({1}, optim::grad_norm_squared(update_grads), DType::f64);
+    all_reduce(sq);
+    norm_sq = sq.item();
+  } else {
+    all_reduce(grads);
+    update_grads = grads;
+    norm_sq = optim::grad_norm_squared(grads);
+  }
   Tensor loss_t = Tensor::full({1}, loss_sum, DType::f64);
   all_reduce(loss_t);
 
@@ -190,15 +211,22 @@ StepStats Trainer::train_step(int64_t step) {
   st.step = step;
   st.loss = loss_t.item();
   st.tokens = config_.batch.sequences * config_.batch.sequence_length;
-  st.grad_norm = config_.optimizer.grad_clip > 0
-                     ? optim::clip_grad_norm(grads, config_.optimizer.grad_clip)
-                     : std::sqrt(optim::grad_norm_squared(grads));
+  st.grad_norm = std::sqrt(norm_sq);
+  if (config_.optimizer.grad_clip > 0)
+    optim::scale_grads(update_grads,
+                       optim::clip_coefficient(st.grad_norm, config_.optimizer.grad_clip));
   st.lr = optim::learning_rate(schedule_, step);
-  if (logger)
+  if (logger) {
+    if (zero1()) all_gather_slab(grads, update_grads);  // whole gradients for the log
     for (const auto& p : model_->slab().parameters())
       logger->write_whole("param_grad/" + p.name, "param_grad", p.grad);
+  }
   if (std::isfinite(st.grad_norm)) {
-    optimizer_->step(model_->slab().params(), grads, st.lr);
+    const Tensor& params = model_->slab().params();
+    optimizer_->step(params, update_grads, st.lr);
+    if (zero1())
+      all_gather_slab(params, params.narrow(0, optimizer_->shard_begin(),
+                                            optimizer_->shard_end() - optimizer_->shard_begin()));
   } else if (is_root()) {
     log() << "step " << step << ": gradient norm is " << st.grad_norm << "; update skipped\n";
   }
@@ -240,9 +268,36 @@ double Trainer::evaluate() {
   return t.item() / std::max(tokens, 1.0);
 }
 
+Tensor Trainer::reduce_scatter_grads() {
+  const Tensor& grads = model_->slab().grads();
+  const int64_t N = grads.numel();
+  zero_buffer_.narrow(0, 0, N).copy_(grads);
+  zero_buffer_.narrow(0, N, zero_buffer_.numel() - N).zero_();
+  options_.data_group->reduce_scatter_in_place(zero_buffer_);
+  const int64_t b = optimizer_->shard_begin(), e = optimizer_->shard_end();
+  return zero_buffer_.narrow(0, b, e - b);
+}
+
+void Trainer::all_gather_slab(const Tensor& slab, const Tensor& own_shard) {
+  const int64_t N = slab.numel();
+  const int64_t b = optimizer_->shard_begin(), e = optimizer_->shard_end();
+  if (!own_shard.shares_storage(zero_buffer_) || own_shard.offset() != b)
+    zero_buffer_.narrow(0, b, e - b).copy_(own_shard);
+  options_.data_group->all_gather_in_place(zero_buffer_);
+  slab.copy_(zero_buffer_.narrow(0, 0, N));
+}
+
 void Trainer::save(int64_t step) {
+  OptimizerSnapshot snap = OptimizerSnapshot::of(*optimizer_);
+  if (zero1()) {  // every rank takes part in gathering the sharded moments
+    const int64_t N = model_->slab().numel();
+    Tensor m = Tensor::zeros({N}), v = Tensor::zeros({N});
+    all_gather_slab(m, snap.m);
+    all_gather_slab(v, snap.v);
+    snap = {m, v, snap.step, 0, N};
+  }
   if (!is_root()) return;
-  save_checkpoint(checkpoint_path(config_.run.output_dir, step), *model_, optimizer_.get(),
+  save_checkpoint(checkpoint_path(config_.run.output_dir, step), *model_, &snap,
                   {step, config_to_yaml(config_)});
 }
 

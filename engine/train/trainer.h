@@ -65,6 +65,11 @@ class Trainer {
 
  private:
   bool is_root() const { return options_.rank == 0; }
+  bool zero1() const { return zero_buffer_.defined(); }
+  // ZeRO-1: reduce-scatter the gradient slab; returns this rank's reduced shard.
+  Tensor reduce_scatter_grads();
+  // ZeRO-1: all-gather a slab (params or grads) from every rank's shard of it.
+  void all_gather_slab(const Tensor& slab, const Tensor& own_shard);
   std::ostream& log() const;
   void all_reduce(const Tensor& t) const;
 
@@ -77,6 +82,7 @@ class Trainer {
   std::unique_ptr<optim::AdamW> optimizer_;
   optim::LrSchedule schedule_;
   int64_t next_step_ = 0;
+  Tensor zero_buffer_;  // ZeRO-1: (P * n) padded slab for the collectives
 };
 
 }  // namespace driftless::train
