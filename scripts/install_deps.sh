@@ -3,7 +3,8 @@
 # Used by `make demo` and `make test` on a fresh Debian machine (as root, or with sudo).
 set -euo pipefail
 packages=(cmake g++ make ccache libeigen3-dev libcli11-dev libyaml-cpp-dev nlohmann-json3-dev
-          libgtest-dev libgmock-dev libopenmpi-dev openmpi-bin fortunes-min fortunes python3)
+          libgtest-dev libgmock-dev libopenmpi-dev openmpi-bin fortunes-min fortunes python3
+          chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

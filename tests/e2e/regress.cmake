@@ -5,7 +5,15 @@ add_test(NAME regress_tiny
          COMMAND driftless regress -c ${PROJECT_SOURCE_DIR}/configs/regress/tiny.yaml
                  -o ${PROJECT_BINARY_DIR}/e2e/regress_tiny)
 set_tests_properties(regress_tiny PROPERTIES LABELS "e2e;mpi" TIMEOUT 900
-                     ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
+                     ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none"
+                     FIXTURES_SETUP regress_report)
+# The HTML report renders in headless Chromium (Debian `chromium`) to a non-blank screenshot.
+add_test(NAME regress_report_screenshot
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/scripts/screenshot_report.sh
+                 ${PROJECT_BINARY_DIR}/e2e/regress_tiny/report.html
+                 ${PROJECT_BINARY_DIR}/e2e/regress_tiny/report.png)
+set_tests_properties(regress_report_screenshot PROPERTIES LABELS e2e TIMEOUT 180
+                     FIXTURES_REQUIRED regress_report SKIP_RETURN_CODE 77)
 add_test(NAME regress_faults
          COMMAND ${CMAKE_COMMAND} -DDRIFTLESS=$<TARGET_FILE:driftless>
                  -DCONFIG=${CMAKE_CURRENT_LIST_DIR}/regress/faults.yaml
