@@ -12,7 +12,7 @@ LlmcShardDataset::LlmcShardDataset(const std::vector<std::string>& paths, int32_
     : vocab_size_(vocab_size), end_of_text_(end_of_text) {
   DL_CHECK(!paths.empty(), "llmc", "expected at least one shard, got none");
   for (const auto& path : paths) {
-    MappedFile f(path);
+    MappedFile f(path, "dataset");
     f.require(0, kHeaderBytes, "llmc");
     int32_t magic = f.read<int32_t>(0, "llmc"), version = f.read<int32_t>(4, "llmc");
     DL_CHECK(magic == kMagic, "llmc",

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "data/dataset.h"
-#include "data/mapped_file.h"
+#include "engine/core/mapped_file.h"
 
 namespace driftless::data {
 

@@ -28,8 +28,8 @@ TokenType token_type_for(int32_t vocab_size) {
 }
 
 MemmapDataset::MemmapDataset(const std::string& prefix, int32_t vocab_size, int32_t end_of_text)
-    : index_(prefix + ".idx"),
-      bin_(prefix + ".bin"),
+    : index_(prefix + ".idx", "dataset"),
+      bin_(prefix + ".bin", "dataset"),
       vocab_size_(vocab_size),
       end_of_text_(end_of_text) {
   const std::string& ip = index_.path();

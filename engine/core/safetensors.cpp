@@ -5,7 +5,6 @@
 #include "engine/core/safetensors.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -160,14 +159,6 @@ void write_safetensors(const std::string& path,
 
 // ---- reading ----
 
-struct SafetensorsFile::Mapping {
-  const unsigned char* data = nullptr;
-  size_t size = 0;
-  ~Mapping() {
-    if (data) ::munmap(const_cast<unsigned char*>(data), size);
-  }
-};
-
 SafetensorsFile::SafetensorsFile() = default;
 SafetensorsFile::SafetensorsFile(SafetensorsFile&&) noexcept = default;
 SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&&) noexcept = default;
@@ -185,36 +176,19 @@ Tensor SafetensorsFile::get(const std::string& name) const {
   const Entry& e = entry(name);
   Tensor t = Tensor::empty(e.shape, e.dtype, Device::cpu);
   if (e.end > e.begin)
-    std::memcpy(t.raw_data(), mapping_->data + data_start_ + e.begin, e.end - e.begin);
+    std::memcpy(t.raw_data(), file_.data() + data_start_ + e.begin, e.end - e.begin);
   return t;
 }
 
 SafetensorsFile read_safetensors(const std::string& path) {
   SafetensorsFile f;
   f.path_ = path;
-  f.mapping_ = std::make_unique<SafetensorsFile::Mapping>();
-
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  DL_CHECK(fd >= 0, kOp, path << ": cannot open: " << std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    DL_FAIL(kOp, path << ": cannot stat: " << std::strerror(err));
-  }
-  const uint64_t file_size = uint64_t(st.st_size);
-  if (file_size < 8) {
-    ::close(fd);
+  f.file_ = MappedFile(path, kOp);
+  const uint64_t file_size = f.file_.size();
+  if (file_size < 8)
     DL_FAIL(kOp, path << ": truncated file: expected an 8-byte header length at byte 0, got a "
                       << file_size << "-byte file");
-  }
-  void* addr = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
-  int map_errno = errno;
-  ::close(fd);  // the mapping keeps the file alive
-  DL_CHECK(addr != MAP_FAILED, kOp, path << ": mmap failed: " << std::strerror(map_errno));
-  f.mapping_->data = static_cast<const unsigned char*>(addr);
-  f.mapping_->size = file_size;
-  const unsigned char* bytes = f.mapping_->data;
+  const unsigned char* bytes = f.file_.data();
 
   uint64_t header_len = 0;
   for (int i = 0; i < 8; ++i) header_len |= uint64_t(bytes[i]) << (8 * i);

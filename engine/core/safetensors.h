@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/core/mapped_file.h"
 #include "engine/core/tensor.h"
 
 namespace driftless {
@@ -53,11 +54,10 @@ class SafetensorsFile {
 
  private:
   friend SafetensorsFile read_safetensors(const std::string& path);
-  struct Mapping;
   SafetensorsFile();
 
   std::string path_;
-  std::unique_ptr<Mapping> mapping_;
+  MappedFile file_;
   uint64_t data_start_ = 0;  // file offset of the data section (8 + header length)
   std::vector<std::string> names_;
   std::map<std::string, Entry> entries_;
