@@ -35,12 +35,18 @@ layers::ModelFaults faults_from_env() {
   if (!env) return f;
   std::stringstream ss(env);
   for (std::string item; std::getline(ss, item, ',');) {
-    if (item.rfind("layer=", 0) == 0) f.layer = std::stoll(item.substr(6));
-    else if (item == "cu_seqlens_k") f.cu_seqlens_k_from_begin = true;
-    else if (item == "drop_kv_grad") f.drop_kv_grad_slice = true;
-    else if (item == "skip_kv_reduce_scatter") f.skip_kv_reduce_scatter = true;
-    else if (item == "reverse_micro_sequences") f.reverse_micro_sequences = true;
-    else DL_FAIL("train", "unknown DRIFTLESS_TEST_FAULT item '" << item << "'");
+    if (item.rfind("layer=", 0) == 0)
+      f.layer = std::stoll(item.substr(6));
+    else if (item == "cu_seqlens_k")
+      f.cu_seqlens_k_from_begin = true;
+    else if (item == "drop_kv_grad")
+      f.drop_kv_grad_slice = true;
+    else if (item == "skip_kv_reduce_scatter")
+      f.skip_kv_reduce_scatter = true;
+    else if (item == "reverse_micro_sequences")
+      f.reverse_micro_sequences = true;
+    else
+      DL_FAIL("train", "unknown DRIFTLESS_TEST_FAULT item '" << item << "'");
   }
   std::cerr << "driftless: TEST FAULT INJECTED (" << env << ")\n";
   return f;
@@ -53,8 +59,12 @@ int run_train(const TrainArgs& a) {
   parallel::World world(wo);
   int status = 0;
   int guarded = parallel::run_guarded(world, [&] {
-    parallel::ProcessGroups groups(world, {int(config.distributed.data_parallel),
-                                           int(config.distributed.sequence_data_parallel)});
+    // NCCL communicators for cuda runs, so gradients and K/V stay on the device.
+    const Device device = config.precision.device == "cuda" ? Device::cuda : Device::cpu;
+    parallel::ProcessGroups groups(
+        world,
+        {int(config.distributed.data_parallel), int(config.distributed.sequence_data_parallel)},
+        device);
     auto exchange = parallel::make_kv_exchange(groups.sdp());
     train::TrainerOptions options;
     options.resume = a.resume;

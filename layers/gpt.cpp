@@ -48,7 +48,11 @@ AttentionSpec spec_from_input(const data::ModelInput& in, bool fault_cu_k) {
   return s;
 }
 
-Tensor int_tensor(const std::vector<int32_t>& v) { return Tensor::from_vector(v); }
+// Model inputs (tokens, positions, labels) go to the model's device; the attention spec's
+// cu_seqlens stay on the host, where validate() reads them.
+Tensor int_tensor(const std::vector<int32_t>& v, Device device) {
+  return Tensor::from_vector(v).to(device);
+}
 
 }  // namespace
 
@@ -102,8 +106,8 @@ void Gpt::init(uint64_t seed) {
       prm.value.fill_(0.0);
     } else {
       double std = ends_with("c_proj.weight") ? residual_std : 0.02;
-      prm.value.copy_(Tensor::randn(prm.value.shape(), random::derive(seed, index), DType::f32,
-                                    0.0, std));
+      prm.value.copy_(
+          Tensor::randn(prm.value.shape(), random::derive(seed, index), DType::f32, 0.0, std));
     }
     ++index;
   }
@@ -142,8 +146,8 @@ Tensor Gpt::hidden(const std::vector<SliceInput>& slice, const ForwardOptions& o
     positions.insert(positions.end(), in.position_index.begin(), in.position_index.end());
     rows.push_back({s.global_sequence, in.sequence_k_past, in.num_queries()});
   }
-  Tensor x = ops::add(ops::embedding(p("wte.weight"), int_tensor(tokens)),
-                      ops::embedding(p("wpe.weight"), int_tensor(positions)));  // (T, C)
+  Tensor x = ops::add(ops::embedding(p("wte.weight"), int_tensor(tokens, device_)),
+                      ops::embedding(p("wpe.weight"), int_tensor(positions, device_)));  // (T, C)
   x = ops::dropout(x, config_.dropout, random::derive(o.dropout_seed, 0), o.training);
   x = tap(x, "embed", o.sink, rows);
   for (int64_t l = 0; l < config_.n_layer; ++l) x = block(l, x, slice, o, rows);
@@ -190,11 +194,10 @@ Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<SliceIn
     const data::ModelInput& in = *s.input;
     const int64_t tq = in.num_queries();
     KvSlice ks{s.slot, in.sequence_k_past, in.sequence_k_end, in.first_document_begin};
-    auto [k_ext, v_ext] = kv_write_read(kv_buffers_[size_t(l)], ks, ops::narrow(k, 0, row, tq),
-                                        ops::narrow(v, 0, row, tq), o.exchange,
-                                        any_kv_fault ? &kv_faults : nullptr);
-    AttentionSpec spec =
-        spec_from_input(in, in_fault_layer && o.faults->cu_seqlens_k_from_begin);
+    auto [k_ext, v_ext] =
+        kv_write_read(kv_buffers_[size_t(l)], ks, ops::narrow(k, 0, row, tq),
+                      ops::narrow(v, 0, row, tq), o.exchange, any_kv_fault ? &kv_faults : nullptr);
+    AttentionSpec spec = spec_from_input(in, in_fault_layer && o.faults->cu_seqlens_k_from_begin);
     if (config_.softcap > 0) spec.score_mod = ScoreModSpec::make_softcap(config_.softcap);
     if (config_.alibi) spec.score_mod = ScoreModSpec::make_alibi(alibi_slopes_);
     outs.push_back(attention(ops::narrow(q, 0, row, tq), k_ext, v_ext, spec));
@@ -212,8 +215,7 @@ Tensor Gpt::logits(const std::vector<SliceInput>& slice, const ForwardOptions& o
   return linear(x, p("wte.weight"), Tensor());  // (T, V), tied head
 }
 
-Tensor Gpt::loss(const std::vector<SliceInput>& slice, double loss_scale,
-                 const ForwardOptions& o) {
+Tensor Gpt::loss(const std::vector<SliceInput>& slice, double loss_scale, const ForwardOptions& o) {
   std::vector<RowBlock> rows;
   Tensor x = hidden(slice, o, rows);
   Tensor logits = linear(x, p("wte.weight"), Tensor());
@@ -226,7 +228,8 @@ Tensor Gpt::loss(const std::vector<SliceInput>& slice, double loss_scale,
       mask.push_back(s.input->loss_mask[t] ? 1.0f : 0.0f);
     }
   }
-  Tensor l = ops::cross_entropy(logits, int_tensor(labels), Tensor::from_vector(mask));
+  Tensor l = ops::cross_entropy(logits, int_tensor(labels, device_),
+                                Tensor::from_vector(mask).to(device_));
   return ops::scale(l, loss_scale);
 }
 

@@ -13,6 +13,7 @@
 
 #include "data/random_dataset.h"
 #include "engine/autograd/autograd.h"
+#include "engine/core/device_ops.h"
 #include "engine/core/random.h"
 #include "engine/optim/clip.h"
 #include "engine/train/checkpoint.h"
@@ -70,24 +71,33 @@ data::SamplerConfig sampler_config(const Config& c) {
 }
 
 Trainer::Trainer(const Config& config, const TrainerOptions& options)
-    : config_(config), options_(options), layout_(Layout::from_config(config, options.rank)) {
+    : config_(config),
+      options_(options),
+      layout_(Layout::from_config(config, options.rank)),
+      device_(config.precision.device == "cuda" ? Device::cuda : Device::cpu) {
   const int64_t world = options.data_group ? options.data_group->size() : 1;
   DL_CHECK(world == layout_.world_size(), "train",
-           "world size " << world << " does not equal data_parallel ("
-                         << layout_.data_parallel << ") x sequence_data_parallel ("
-                         << layout_.sequence_data_parallel << ")");
+           "world size " << world << " does not equal data_parallel (" << layout_.data_parallel
+                         << ") x sequence_data_parallel (" << layout_.sequence_data_parallel
+                         << ")");
   DL_CHECK(layout_.sequence_data_parallel == 1 || options.sdp_exchange, "train",
            "sequence_data_parallel > 1 needs an SDP exchange (run under mpirun)");
-  DL_CHECK(config.precision.device == "cpu", "train",
-           "precision.device " << config.precision.device
-                               << ": GPU training is not available yet in this build");
+  DL_CHECK(config.precision.device == "cpu" || config.precision.device == "cuda", "train",
+           "precision.device must be cpu or cuda, got " << config.precision.device);
+  DL_CHECK(config.precision.compute == "f32", "train",
+           "precision.compute " << config.precision.compute
+                                << ": only f32 training exists so far (bf16 mixed precision "
+                                   "on cuda is not implemented yet)");
+  DL_CHECK(device_ == Device::cpu || cuda::device_count() > 0, "train",
+           "precision.device cuda, but no CUDA device is available"
+               << (cuda::device_count() == 0 ? " (no GPU, or a build without CUDA)" : ""));
   micro_batches(layout_, config.batch.sequences);  // validates the split before any work
   train_data_ = open_training_data(config, false);
   val_data_ = open_training_data(config, true);
   sampler_ = std::make_unique<data::Sampler>(*train_data_, sampler_config(config));
   if (val_data_) val_sampler_ = std::make_unique<data::Sampler>(*val_data_, sampler_config(config));
 
-  model_ = std::make_unique<layers::Gpt>(gpt_config(config.model));
+  model_ = std::make_unique<layers::Gpt>(gpt_config(config.model), device_);
   model_->init(uint64_t(config.training.seed));
   const int64_t slots = config.batch.sequences / layout_.data_parallel / layout_.depth_first;
   model_->prepare_buffers(slots, config.batch.sequence_length);
@@ -104,11 +114,11 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   if (config.distributed.zero_stage == 1 && world > 1) {
     // ZeRO-1: rank r owns slab elements [r n, min((r+1) n, N)) of the optimizer state.
     const int64_t n = (N + world - 1) / world, r = options.data_group->rank();
-    zero_buffer_ = Tensor::zeros({world * n});
+    zero_buffer_ = Tensor::zeros({world * n}, DType::f32, device_);
     optimizer_ = std::make_unique<optim::AdamW>(ac, ranges, N, std::min(r * n, N),
-                                                std::min((r + 1) * n, N));
+                                                std::min((r + 1) * n, N), device_);
   } else {
-    optimizer_ = std::make_unique<optim::AdamW>(ac, ranges, N);
+    optimizer_ = std::make_unique<optim::AdamW>(ac, ranges, N, device_);
   }
   schedule_.max_lr = config.optimizer.lr;
   schedule_.min_lr = config.optimizer.min_lr;
@@ -129,10 +139,19 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
 
 Trainer::~Trainer() = default;
 
-std::ostream& Trainer::log() const { return options_.log ? *options_.log : std::cerr; }
+std::ostream& Trainer::log() const {
+  return options_.log ? *options_.log : std::cerr;
+}
 
 void Trainer::all_reduce(const Tensor& t) const {
   if (options_.data_group && options_.data_group->size() > 1) options_.data_group->all_reduce(t);
+}
+
+double Trainer::all_reduce_scalar(double v) const {
+  if (!options_.data_group || options_.data_group->size() == 1) return v;
+  Tensor t = Tensor::full({1}, v, DType::f64, device_);  // on the communicator's device
+  all_reduce(t);
+  return t.item();
 }
 
 StepStats Trainer::train_step(int64_t step) {
@@ -140,13 +159,12 @@ StepStats Trainer::train_step(int64_t step) {
   const data::GlobalBatch batch = sampler_->batch(step);
   DL_CHECK(batch.loss_tokens > 0, "train", "global batch " << step << " has no loss tokens");
   const double loss_scale = 1.0 / double(batch.loss_tokens);
-  const bool logging = std::find(config_.run.tensor_logs.steps.begin(),
-                                 config_.run.tensor_logs.steps.end(),
-                                 step) != config_.run.tensor_logs.steps.end();
+  const bool logging =
+      std::find(config_.run.tensor_logs.steps.begin(), config_.run.tensor_logs.steps.end(), step) !=
+      config_.run.tensor_logs.steps.end();
   std::unique_ptr<TensorLogger> logger;
   if (logging)
-    logger = std::make_unique<TensorLogger>(config_.batch.sequences,
-                                            config_.batch.sequence_length,
+    logger = std::make_unique<TensorLogger>(config_.batch.sequences, config_.batch.sequence_length,
                                             config_.run.tensor_logs.kinds);
   layers::ForwardOptions fo;
   fo.sink = logger.get();
@@ -196,20 +214,16 @@ StepStats Trainer::train_step(int64_t step) {
   double norm_sq = 0;
   if (zero1()) {
     update_grads = reduce_scatter_grads();
-    Tensor sq = Tensor::full({1}, optim::grad_norm_squared(update_grads), DType::f64);
-    all_reduce(sq);
-    norm_sq = sq.item();
+    norm_sq = all_reduce_scalar(optim::grad_norm_squared(update_grads));
   } else {
     all_reduce(grads);
     update_grads = grads;
     norm_sq = optim::grad_norm_squared(grads);
   }
-  Tensor loss_t = Tensor::full({1}, loss_sum, DType::f64);
-  all_reduce(loss_t);
 
   StepStats st;
   st.step = step;
-  st.loss = loss_t.item();
+  st.loss = all_reduce_scalar(loss_sum);
   st.tokens = config_.batch.sequences * config_.batch.sequence_length;
   st.grad_norm = std::sqrt(norm_sq);
   if (config_.optimizer.grad_clip > 0)
@@ -233,7 +247,12 @@ StepStats Trainer::train_step(int64_t step) {
   if (logger) {
     for (const auto& p : model_->slab().parameters())
       logger->write_whole("param/" + p.name, "param", p.value);
-    logger->combine([&](Tensor& t) { all_reduce(t); });
+    logger->combine([&](Tensor& t) {  // logs live on the host; NCCL reduces device tensors
+      if (device_ == Device::cpu) return all_reduce(t);
+      Tensor d = t.to(device_);
+      all_reduce(d);
+      t.copy_(d);
+    });
     if (is_root()) logger->save(config_.run.output_dir + "/tensor_logs", step);
   }
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -263,9 +282,7 @@ double Trainer::evaluate() {
       loss += model_->loss({{&in, 0, s}}, 1.0, fo).item();
     }
   }
-  Tensor t = Tensor::full({1}, loss, DType::f64);
-  all_reduce(t);
-  return t.item() / std::max(tokens, 1.0);
+  return all_reduce_scalar(loss) / std::max(tokens, 1.0);
 }
 
 Tensor Trainer::reduce_scatter_grads() {
@@ -327,9 +344,12 @@ int Trainer::run() {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double tps = double(tokens_done) / std::max(elapsed, 1e-9);
     if (is_root()) {
-      metrics << nlohmann::json{{"step", step},           {"loss", last.loss},
-                                {"lr", last.lr},          {"grad_norm", last.grad_norm},
-                                {"tokens", last.tokens},  {"tokens_per_second", tps},
+      metrics << nlohmann::json{{"step", step},
+                                {"loss", last.loss},
+                                {"lr", last.lr},
+                                {"grad_norm", last.grad_norm},
+                                {"tokens", last.tokens},
+                                {"tokens_per_second", tps},
                                 {"step_seconds", last.seconds}}
                      .dump()
               << "\n"

@@ -20,14 +20,14 @@
 namespace driftless::train {
 
 struct TrainerOptions {
-  bool resume = false;                       // continue from the run's newest checkpoint
-  int64_t rank = 0;                          // world rank
+  bool resume = false;                           // continue from the run's newest checkpoint
+  int64_t rank = 0;                              // world rank
   parallel::Communicator* data_group = nullptr;  // all ranks (dp x sdp); nullptr: one rank
   layers::KvExchange* sdp_exchange = nullptr;    // ranks sharing a sequence
   const layers::ModelFaults* faults = nullptr;   // test-only fault injection
   const std::atomic<bool>* stop = nullptr;       // set by Ctrl-C: finish the step and stop
-  bool progress = true;                      // progress bar / lines on `log`
-  std::ostream* log = nullptr;               // default std::cerr
+  bool progress = true;                          // progress bar / lines on `log`
+  std::ostream* log = nullptr;                   // default std::cerr
 };
 
 struct StepStats {
@@ -35,7 +35,7 @@ struct StepStats {
   double loss = 0;       // mean over the global batch's loss tokens
   double grad_norm = 0;  // before clipping
   double lr = 0;
-  int64_t tokens = 0;    // tokens of the global batch
+  int64_t tokens = 0;  // tokens of the global batch
   double seconds = 0;
 };
 
@@ -72,10 +72,13 @@ class Trainer {
   void all_gather_slab(const Tensor& slab, const Tensor& own_shard);
   std::ostream& log() const;
   void all_reduce(const Tensor& t) const;
+  // Sum of v over the data group (v itself on one rank).
+  double all_reduce_scalar(double v) const;
 
   Config config_;
   TrainerOptions options_;
   Layout layout_;
+  Device device_ = Device::cpu;  // precision.device: parameters, slabs, K/V buffers, inputs
   std::unique_ptr<data::Dataset> train_data_, val_data_;
   std::unique_ptr<data::Sampler> sampler_, val_sampler_;
   std::unique_ptr<layers::Gpt> model_;

@@ -10,6 +10,7 @@ namespace {
 // Builds the functor of spec.score_mod for compute type T; converted parameter tensors
 // live for the duration of the call.
 struct BuiltinBinder {
+  static constexpr bool kUserFunctor = false;
   template <class T, class F>
   void operator()(T, const AttentionSpec& spec, F&& f) const {
     const ScoreModSpec& m = spec.score_mod;
@@ -40,6 +41,17 @@ struct BuiltinBinder {
 }  // namespace
 
 namespace detail {
+
+#ifndef DRIFTLESS_HAVE_CUDA
+AttentionOutputs cuda_forward(const ResolvedAttention&, const Tensor&, const Tensor&, const Tensor&,
+                              const AttentionSpec&) {
+  DL_FAIL(kOp, "tensors are on cuda but this build has no CUDA backend (DRIFTLESS_CUDA=OFF)");
+}
+AttentionGrads cuda_backward(const ResolvedAttention&, const Tensor&, const Tensor&, const Tensor&,
+                             const AttentionSpec&, const Tensor&, const Tensor&, const Tensor&) {
+  DL_FAIL(kOp, "tensors are on cuda but this build has no CUDA backend (DRIFTLESS_CUDA=OFF)");
+}
+#endif
 
 std::pair<Tensor, Tensor> learnable_inputs(const AttentionSpec& spec) {
   Tensor table;

@@ -78,16 +78,33 @@ inline Tensor as_compute(const Tensor& t, DType ct) {
   return t.defined() ? t.to(Device::cpu, ct).contiguous() : Tensor();
 }
 
-inline void check_cpu(const Tensor& q) {
-  DL_CHECK(q.device() == Device::cpu, kOp,
-           "only the CPU path exists in this build; got tensors on " << device_name(q.device()));
+// The CUDA path (cuda/attention_cuda.cpp; without CUDA in the build these throw). Built-in
+// modifiers none, softcap and ALiBi; f32 and bf16.
+AttentionOutputs cuda_forward(const ResolvedAttention& r, const Tensor& q, const Tensor& k,
+                              const Tensor& v, const AttentionSpec& spec);
+AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const Tensor& k,
+                             const Tensor& v, const AttentionSpec& spec, const Tensor& out,
+                             const Tensor& lse, const Tensor& dout);
+
+// The one place that picks the backend of a call: true for cuda (every tensor must then be
+// on cuda, and the modifier must be a built-in), false for the CPU kernels.
+template <class Binder>
+bool use_cuda(const Tensor& q, const Tensor& k, const Tensor& v) {
+  DL_CHECK(k.device() == q.device() && v.device() == q.device(), kOp,
+           "q, k, v must be on one device, got " << device_name(q.device()) << ", "
+                                                 << device_name(k.device()) << ", "
+                                                 << device_name(v.device()));
+  if (q.device() != Device::cuda) return false;
+  DL_CHECK(!Binder::kUserFunctor, kOp,
+           "user score modifiers are not on cuda yet; use a built-in modifier or cpu tensors");
+  return true;
 }
 
 template <class Binder>
 AttentionOutputs forward_impl(const Tensor& q, const Tensor& k, const Tensor& v,
                               const AttentionSpec& spec, const Binder& bind) {
   const ResolvedAttention r = validate(spec, q, k, v);
-  check_cpu(q);
+  if (use_cuda<Binder>(q, k, v)) return cuda_forward(r, q, k, v, spec);
   const DType ct = compute_dtype(q.dtype());
   return visit_dtype(ct, [&](auto tag) -> AttentionOutputs {
     using T = decltype(tag);
@@ -111,7 +128,7 @@ AttentionGrads backward_impl(const Tensor& q, const Tensor& k, const Tensor& v,
                              const AttentionSpec& spec, const Tensor& out, const Tensor& lse,
                              const Tensor& dout, const Binder& bind) {
   const ResolvedAttention r = validate(spec, q, k, v);
-  check_cpu(q);
+  const bool on_cuda = use_cuda<Binder>(q, k, v);
   const Shape qs{r.t_q, r.heads, r.head_dim};
   DL_CHECK(out.defined() && out.shape() == qs, kOp,
            "out must be " << shape_str(qs) << ", got "
@@ -122,6 +139,7 @@ AttentionGrads backward_impl(const Tensor& q, const Tensor& k, const Tensor& v,
   DL_CHECK(lse.defined() && lse.shape() == Shape({r.heads, r.t_q}), kOp,
            "lse must be (H, T_q) = (" << r.heads << ", " << r.t_q << "), got "
                                       << (lse.defined() ? shape_str(lse.shape()) : "undefined"));
+  if (on_cuda) return cuda_backward(r, q, k, v, spec, out, lse, dout);
   const DType ct = compute_dtype(q.dtype());
   return visit_dtype(ct, [&](auto tag) -> AttentionGrads {
     using T = decltype(tag);
@@ -188,6 +206,7 @@ Tensor attention_node(const Tensor& q, const Tensor& k, const Tensor& v, const A
 // Binder of a user functor: the same object for every compute type.
 template <class Mod>
 struct UserBinder {
+  static constexpr bool kUserFunctor = true;
   Mod mod;
   template <class T, class F>
   void operator()(T, const AttentionSpec& spec, F&& f) const {

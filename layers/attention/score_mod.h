@@ -90,10 +90,13 @@ struct RelativePosition {
   }
 };
 
-// Whether a modifier has learnable inputs (host-side trait used by the kernels).
+// Whether a modifier has learnable inputs (host-side trait used by the kernels). Only in
+// C++20 translation units: nvcc compiles the CUDA kernels as C++17.
+#if __cplusplus >= 202002L
 template <class M>
 concept HasParams = requires(const M& m) {
   {m.param_count()};
 };
+#endif
 
 }  // namespace driftless::layers::score_mod

@@ -1,0 +1,121 @@
+// Host glue of the CUDA attention (attention.h detail::cuda_forward / cuda_backward): turns
+// a validated call into the POD problem of flash_cuda.h (documents and per-row document
+// maps copied to the device) and launches the kernels. Built-in modifiers none, softcap and
+// ALiBi; the relative-position table and the additive bias are CPU-only for now.
+#include "layers/attention/attention.h"
+#include "layers/attention/cuda/flash_cuda.h"
+
+namespace driftless::layers::detail {
+
+namespace {
+
+// Device copies the kernels read; they live as long as the call.
+struct DeviceProblem {
+  gpu::Problem p;
+  gpu::Mod mod;
+  Tensor q, k, v, docs, q_doc, k_doc, slopes;
+};
+
+void check_cuda(const Tensor& t, const char* what) {
+  DL_CHECK(!t.defined() || t.device() == Device::cuda, kOp,
+           what << " must be on cuda like q, got " << device_name(t.device()));
+}
+
+DeviceProblem make_device_problem(const ResolvedAttention& r, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const AttentionSpec& spec) {
+  check_cuda(k, "k");
+  check_cuda(v, "v");
+  DL_CHECK(q.dtype() == DType::f32 || q.dtype() == DType::bf16, kOp,
+           "the cuda path takes f32 or bf16 q/k/v, got " << dtype_name(q.dtype()));
+  DL_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), kOp,
+           "q, k, v must share a dtype on cuda, got " << dtype_name(q.dtype()) << ", "
+                                                      << dtype_name(k.dtype()) << ", "
+                                                      << dtype_name(v.dtype()));
+  DL_CHECK(!spec.bias.defined(), kOp, "an additive bias tensor is not on cuda yet (use cpu)");
+  DL_CHECK(spec.score_mod.kind != ScoreModKind::relative_position, kOp,
+           "the relative-position score modifier is not on cuda yet (use cpu)");
+  DeviceProblem d;
+  d.q = q.contiguous();
+  d.k = k.contiguous();
+  d.v = v.contiguous();
+  std::vector<int64_t> docs;
+  std::vector<int32_t> q_doc(size_t(r.t_q), -1), k_doc(size_t(r.t_k), -1);
+  for (size_t b = 0; b < r.docs.size(); ++b) {
+    const DocSpan& s = r.docs[b];
+    docs.insert(docs.end(), {s.q_offset, s.q_len, s.k_offset, s.k_len});
+    for (int64_t i = 0; i < s.q_len; ++i) {
+      int32_t& m = q_doc[size_t(s.q_offset + i)];
+      DL_CHECK(m < 0, kOp,
+               "q row " << s.q_offset + i << " belongs to documents " << m << " and " << b);
+      m = int32_t(b);
+    }
+    for (int64_t j = 0; j < s.k_len; ++j) {
+      int32_t& m = k_doc[size_t(s.k_offset + j)];
+      DL_CHECK(m < 0, kOp,
+               "k row " << s.k_offset + j << " belongs to documents " << m << " and " << b);
+      m = int32_t(b);
+    }
+  }
+  if (!docs.empty()) d.docs = Tensor::from_vector(docs).to(Device::cuda);
+  if (!q_doc.empty()) d.q_doc = Tensor::from_vector(q_doc).to(Device::cuda);
+  if (!k_doc.empty()) d.k_doc = Tensor::from_vector(k_doc).to(Device::cuda);
+  gpu::Problem& p = d.p;
+  p.q = d.q.raw_data();
+  p.k = d.k.raw_data();
+  p.v = d.v.raw_data();
+  p.bf16 = q.dtype() == DType::bf16;
+  p.docs = d.docs.defined() ? static_cast<const gpu::Doc*>(d.docs.raw_data()) : nullptr;
+  p.q_doc = d.q_doc.defined() ? d.q_doc.data<int32_t>() : nullptr;
+  p.k_doc = d.k_doc.defined() ? d.k_doc.data<int32_t>() : nullptr;
+  p.t_q = r.t_q;
+  p.t_k = r.t_k;
+  p.heads = r.heads;
+  p.kv_heads = r.kv_heads;
+  p.head_dim = r.head_dim;
+  p.scale = float(r.scale);
+  p.causal = r.causal;
+  p.window_left = r.window_left;
+  p.window_right = r.window_right;
+  const ScoreModSpec& m = spec.score_mod;
+  if (m.kind == ScoreModKind::softcap) {
+    d.mod.kind = gpu::ModKind::softcap;
+    d.mod.softcap = float(m.softcap);
+  } else if (m.kind == ScoreModKind::alibi) {
+    d.mod.kind = gpu::ModKind::alibi;
+    d.slopes = m.alibi_slopes.to(Device::cuda, DType::f32).contiguous();
+    d.mod.alibi_slopes = d.slopes.data<float>();
+  }
+  return d;
+}
+
+}  // namespace
+
+AttentionOutputs cuda_forward(const ResolvedAttention& r, const Tensor& q, const Tensor& k,
+                              const Tensor& v, const AttentionSpec& spec) {
+  DeviceProblem d = make_device_problem(r, q, k, v, spec);
+  Tensor out = Tensor::empty({r.t_q, r.heads, r.head_dim}, q.dtype(), Device::cuda);
+  Tensor lse = Tensor::empty({r.heads, r.t_q}, DType::f32, Device::cuda);
+  gpu::launch_forward(d.p, d.mod, out.raw_data(), lse.data<float>());
+  return {out, lse};
+}
+
+AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const Tensor& k,
+                             const Tensor& v, const AttentionSpec& spec, const Tensor& out,
+                             const Tensor& lse, const Tensor& dout) {
+  check_cuda(out, "out");
+  check_cuda(lse, "lse");
+  check_cuda(dout, "d_out");
+  DeviceProblem d = make_device_problem(r, q, k, v, spec);
+  Tensor oc = out.to(q.dtype()).contiguous(), doc = dout.to(q.dtype()).contiguous();
+  Tensor lc = lse.to(DType::f32).contiguous();
+  Tensor delta = Tensor::empty({r.t_q * r.heads}, DType::f32, Device::cuda);
+  AttentionGrads g;
+  g.dq = Tensor::empty({r.t_q, r.heads, r.head_dim}, q.dtype(), Device::cuda);
+  g.dk = Tensor::empty({r.t_k, r.kv_heads, r.head_dim}, q.dtype(), Device::cuda);
+  g.dv = Tensor::empty({r.t_k, r.kv_heads, r.head_dim}, q.dtype(), Device::cuda);
+  gpu::launch_backward(d.p, d.mod, oc.raw_data(), doc.raw_data(), lc.data<float>(),
+                       delta.data<float>(), g.dq.raw_data(), g.dk.raw_data(), g.dv.raw_data());
+  return g;
+}
+
+}  // namespace driftless::layers::detail

@@ -1,0 +1,45 @@
+// Launchers of the reference CUDA varlen attention (flash_cuda.cu), called by the host glue
+// in attention_cuda.cpp. Plain pointers and POD structs only: nvcc compiles this as C++17
+// and it must not see tensor.h. Same math as cpu/flash_cpu.h; all launches go to the
+// default stream. Speed is not the goal (no tensor cores): exactness and determinism are.
+#pragma once
+#include <cstdint>
+
+namespace driftless::layers::gpu {
+
+// One document (spec.h DocSpan), in device memory.
+struct Doc {
+  int64_t q_offset, q_len, k_offset, k_len;
+};
+
+struct Problem {
+  const void* q = nullptr;  // (T_q, H, D), f32 or bf16 (bf16 == true)
+  const void* k = nullptr;  // (T_k, H_kv, D)
+  const void* v = nullptr;  // (T_k, H_kv, D)
+  bool bf16 = false;
+  const Doc* docs = nullptr;       // (N) device
+  const int32_t* q_doc = nullptr;  // (T_q) device: document of each q row, -1 for padding
+  const int32_t* k_doc = nullptr;  // (T_k) device: document of each k row, -1 for padding
+  int64_t t_q = 0, t_k = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  float scale = 1.0f;
+  bool causal = false;
+  int64_t window_left = -1, window_right = -1;
+};
+
+enum class ModKind : int { none, softcap, alibi };
+struct Mod {
+  ModKind kind = ModKind::none;
+  float softcap = 0.0f;
+  const float* alibi_slopes = nullptr;  // (H) device
+};
+
+// Writes every row of out (T_q, H, D) and lse (H, T_q): padded rows and rows that see no
+// key get 0 and -inf.
+void launch_forward(const Problem& p, const Mod& mod, void* out, float* lse);
+// Writes every element of dq (T_q, H, D), dk and dv (T_k, H_kv, D) (dtype of q). delta is
+// (T_q * H) f32 scratch. No atomics: each output row is reduced by one block in a fixed
+// order, so the result is bitwise reproducible.
+void launch_backward(const Problem& p, const Mod& mod, const void* out, const void* dout,
+                     const float* lse, float* delta, void* dq, void* dk, void* dv);
+
+}  // namespace driftless::layers::gpu

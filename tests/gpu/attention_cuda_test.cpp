@@ -1,0 +1,257 @@
+// Backends agree (CONVENTIONS.md tier 2) for the varlen attention op: the CUDA kernels
+// (layers/attention/cuda/) against the CPU kernels through attention_forward /
+// attention_backward, for out, lse, dq, dk, dv, on odd lengths, packed documents with
+// zero-length ones, a K past, GQA/MQA, several head dims, causal and windows, softcap,
+// ALiBi and padding. Outputs come from NaN-poisoned cache blocks; CUDA runs twice and must
+// repeat bit for bit. Skips when no GPU is present.
+//
+// Tolerances. f32: both backends do the same fp32 operations per element but sum in another
+// order (the CPU's 64-key tiles vs 128-key tiles with tree sums for the softmax
+// denominator, FMA contraction on the GPU, device expf/tanhf within 2 ulp); over at most
+// ~4k terms that is a few 1e-7 of the tensor's scale, so 1e-5 of max|cpu| leaves a margin
+// of ~10 and still catches any masking or indexing error (those are O(1)). bf16: the
+// FlashAttention criterion of CONVENTIONS.md: against an f64 reference on the same
+// bf16-rounded inputs, the CUDA error is at most 2x the CPU bf16 path's error (the same
+// computation: f32 on bf16 inputs, rounded once), plus 1e-6 for the LSE, which both
+// compute in f32 and whose bf16 reference error can itself be ~1e-7.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/core/device_ops.h"
+#include "engine/core/tensor.h"
+#include "layers/attention/attention.h"
+
+namespace driftless {
+namespace {
+
+using layers::AttentionGrads;
+using layers::AttentionOutputs;
+using layers::AttentionSpec;
+using layers::ScoreModSpec;
+
+#define DL_REQUIRE_GPU() \
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device present"
+
+void poison_cache() {
+  std::vector<Tensor> blocks;
+  for (int64_t bytes = 512; bytes <= (int64_t(32) << 20); bytes *= 2)
+    for (int k = 0; k < 3; ++k) {
+      Tensor t = Tensor::empty({bytes / 4}, DType::f32, Device::cuda);
+      t.fill_(std::nan(""));
+      blocks.push_back(t);
+    }
+}
+
+struct Doc {
+  int64_t q, k, q_pad = 0, k_pad = 0;
+};
+
+struct Case {
+  std::string name;
+  std::vector<Doc> docs;
+  int64_t heads = 2, kv_heads = 1, head_dim = 64;
+  bool causal = true;
+  int64_t window_left = -1, window_right = -1;
+  enum { none, softcap, alibi } mod = none;
+};
+
+struct Problem {
+  Tensor q, k, v, dout;  // cpu, f32
+  AttentionSpec spec;
+};
+
+Problem make(const Case& c, uint64_t seed) {
+  std::vector<int32_t> cq{0}, ck{0}, uq, uk;
+  bool padded = false;
+  for (const Doc& d : c.docs) {
+    cq.push_back(int32_t(cq.back() + d.q + d.q_pad));
+    ck.push_back(int32_t(ck.back() + d.k + d.k_pad));
+    uq.push_back(int32_t(d.q));
+    uk.push_back(int32_t(d.k));
+    padded = padded || d.q_pad > 0 || d.k_pad > 0;
+  }
+  Problem p;
+  AttentionSpec& s = p.spec;
+  s.cu_seqlens_q = Tensor::from_vector(cq);
+  s.cu_seqlens_k = Tensor::from_vector(ck);
+  if (padded) {  // FlashAttention 3 convention: offsets in cu_seqlens, lengths in seqused
+    s.seqused_q = Tensor::from_vector(uq);
+    s.seqused_k = Tensor::from_vector(uk);
+  }
+  for (const Doc& d : c.docs) {
+    s.max_seqlen_q = std::max(s.max_seqlen_q, d.q);
+    s.max_seqlen_k = std::max(s.max_seqlen_k, d.k);
+  }
+  s.max_seqlen_q = std::max<int64_t>(s.max_seqlen_q, 1);
+  s.max_seqlen_k = std::max<int64_t>(s.max_seqlen_k, 1);
+  s.causal = c.causal;
+  s.window_left = c.window_left;
+  s.window_right = c.window_right;
+  if (c.mod == Case::softcap) s.score_mod = ScoreModSpec::make_softcap(3.0);
+  if (c.mod == Case::alibi) {
+    std::vector<float> slopes;
+    for (int64_t h = 0; h < c.heads; ++h) slopes.push_back(std::pow(2.0f, -float(h + 1)));
+    s.score_mod = ScoreModSpec::make_alibi(Tensor::from_vector(slopes));
+  }
+  const int64_t tq = cq.back(), tk = ck.back();
+  p.q = Tensor::randn({tq, c.heads, c.head_dim}, seed, DType::f32, 0.0, 1.5);
+  p.k = Tensor::randn({tk, c.kv_heads, c.head_dim}, seed + 1, DType::f32, 0.0, 1.5);
+  p.v = Tensor::randn({tk, c.kv_heads, c.head_dim}, seed + 2, DType::f32);
+  p.dout = Tensor::randn({tq, c.heads, c.head_dim}, seed + 3, DType::f32);
+  return p;
+}
+
+struct Result {
+  Tensor out, lse, dq, dk, dv;  // cpu
+};
+
+Result run(const Problem& p, DType dtype, Device device) {
+  auto on = [&](const Tensor& t) { return t.to(device, dtype); };
+  Tensor q = on(p.q), k = on(p.k), v = on(p.v), dout = on(p.dout);
+  if (device == Device::cuda) poison_cache();
+  AttentionOutputs f = layers::attention_forward(q, k, v, p.spec);
+  if (device == Device::cuda) poison_cache();
+  AttentionGrads g = layers::attention_backward(q, k, v, p.spec, f.out, f.lse, dout);
+  auto cpu = [](const Tensor& t) { return t.to(Device::cpu); };
+  return {cpu(f.out), cpu(f.lse), cpu(g.dq), cpu(g.dk), cpu(g.dv)};
+}
+
+// max|t - r| / max|r| over finite entries; -inf must match exactly, NaN fails (returns inf).
+double rel_err(const Tensor& t, const Tensor& r, const std::string& what) {
+  const auto tv = t.to_vector<double>(), rv = r.to_vector<double>();
+  EXPECT_EQ(tv.size(), rv.size()) << what;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < rv.size(); ++i) {
+    if (std::isnan(tv[i])) return INFINITY;
+    if (std::isinf(rv[i]) || std::isinf(tv[i])) {
+      EXPECT_EQ(tv[i], rv[i]) << what << " element " << i;
+      continue;
+    }
+    num = std::max(num, std::abs(tv[i] - rv[i]));
+    den = std::max(den, std::abs(rv[i]));
+  }
+  return den > 0 ? num / den : num;
+}
+
+// Wherever the CPU wrote an exact 0 (padded rows, rows that see no key, keys no query
+// sees), the CUDA result must be an exact 0 too.
+void expect_zeros_match(const Tensor& t, const Tensor& r, const std::string& what) {
+  const auto tv = t.to_vector<double>(), rv = r.to_vector<double>();
+  int64_t bad = 0;
+  for (size_t i = 0; i < rv.size(); ++i)
+    if (rv[i] == 0 && tv[i] != 0) ++bad;
+  EXPECT_EQ(bad, 0) << what << ": elements that must be exactly 0 are not";
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> c;
+  for (int64_t n : {1, 7, 63, 65, 129, 1023}) c.push_back({"len" + std::to_string(n), {{n, n}}});
+  c.push_back({"packed_zero_len", {{5, 5}, {0, 0}, {63, 63}, {1, 1}, {0, 0}, {129, 129}, {7, 7}}});
+  c.push_back({"past", {{7, 20}, {65, 200}, {30, 30}, {1, 147}}});
+  for (int64_t kv : {4, 2, 1})
+    c.push_back({"gqa_h4_kv" + std::to_string(kv), {{65, 65}, {33, 90}}, 4, kv});
+  c.push_back({"mqa_h8", {{65, 65}, {33, 90}}, 8, 1});
+  for (int64_t d : {32, 80, 128})
+    c.push_back({"d" + std::to_string(d), {{63, 63}, {70, 129}}, 2, 1, d});
+  c.push_back({"noncausal", {{63, 40}, {70, 129}}, 2, 2, 64, false});
+  c.push_back({"causal_window", {{129, 129}, {50, 200}}, 2, 1, 64, true, 16});
+  c.push_back({"window_lr", {{129, 129}, {50, 200}}, 2, 1, 64, false, 10, 5});
+  Case sc{"softcap", {{65, 65}, {40, 129}}, 4, 2};
+  sc.mod = Case::softcap;
+  c.push_back(sc);
+  Case al{"alibi", {{65, 65}, {40, 129}}, 4, 2};
+  al.mod = Case::alibi;
+  c.push_back(al);
+  Case al2 = al;
+  al2.name = "alibi_noncausal";
+  al2.causal = false;
+  c.push_back(al2);
+  c.push_back({"padding", {{7, 7, 3, 2}, {0, 0, 4, 4}, {65, 100, 5, 0}, {30, 30, 0, 9}}, 4, 2});
+  c.push_back({"padding_k_longer_than_q", {{1, 20, 2, 3}, {17, 17, 1, 1}}, 2, 1, 80});
+  return c;
+}
+
+TEST(AttentionCuda, F32MatchesCpu) {
+  DL_REQUIRE_GPU();
+  uint64_t seed = 1234;
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    const Problem p = make(c, seed += 10);
+    const Result r = run(p, DType::f32, Device::cpu);
+    const Result t = run(p, DType::f32, Device::cuda);
+    const Result t2 = run(p, DType::f32, Device::cuda);
+    const char* names[] = {"out", "lse", "dq", "dk", "dv"};
+    const Tensor* rs[] = {&r.out, &r.lse, &r.dq, &r.dk, &r.dv};
+    const Tensor* ts[] = {&t.out, &t.lse, &t.dq, &t.dk, &t.dv};
+    const Tensor* t2s[] = {&t2.out, &t2.lse, &t2.dq, &t2.dk, &t2.dv};
+    double worst = 0;
+    for (int i = 0; i < 5; ++i) {
+      const double e = rel_err(*ts[i], *rs[i], names[i]);
+      worst = std::max(worst, e);
+      EXPECT_LE(e, 1e-5) << c.name << " " << names[i];
+      if (i != 1) expect_zeros_match(*ts[i], *rs[i], c.name + " " + names[i]);
+      EXPECT_TRUE(same_bits(*ts[i], *t2s[i]))
+          << c.name << " " << names[i] << " not bitwise repeatable";
+    }
+    std::printf("[attention cuda f32] %-26s max rel err %.3g\n", c.name.c_str(), worst);
+  }
+}
+
+TEST(AttentionCuda, Bf16WithinTwiceTheCpuBf16Error) {
+  DL_REQUIRE_GPU();
+  uint64_t seed = 777;
+  for (const Case& c : cases()) {
+    if (c.name == "len1" || c.name == "len7" || c.name == "len63") continue;
+    SCOPED_TRACE(c.name);
+    Problem p = make(c, seed += 10);
+    // The reference sees the bf16-rounded inputs: only the computation's error is compared.
+    for (Tensor* t : {&p.q, &p.k, &p.v, &p.dout}) *t = t->to(DType::bf16).to(DType::f32);
+    const Result ref = run(p, DType::f64, Device::cpu);
+    const Result cpu = run(p, DType::bf16, Device::cpu);
+    const Result gpu = run(p, DType::bf16, Device::cuda);
+    const Result gpu2 = run(p, DType::bf16, Device::cuda);
+    const char* names[] = {"out", "lse", "dq", "dk", "dv"};
+    const Tensor* rs[] = {&ref.out, &ref.lse, &ref.dq, &ref.dk, &ref.dv};
+    const Tensor* cs[] = {&cpu.out, &cpu.lse, &cpu.dq, &cpu.dk, &cpu.dv};
+    const Tensor* gs[] = {&gpu.out, &gpu.lse, &gpu.dq, &gpu.dk, &gpu.dv};
+    const Tensor* g2s[] = {&gpu2.out, &gpu2.lse, &gpu2.dq, &gpu2.dk, &gpu2.dv};
+    for (int i = 0; i < 5; ++i) {
+      const double ec = rel_err(*cs[i], *rs[i], names[i]);
+      const double eg = rel_err(*gs[i], *rs[i], names[i]);
+      EXPECT_LE(eg, 2 * ec + (i == 1 ? 1e-6 : 0.0))
+          << c.name << " " << names[i] << ": cuda bf16 error " << eg << ", cpu bf16 error " << ec;
+      if (i != 1) expect_zeros_match(*gs[i], *cs[i], c.name + " " + names[i]);
+      EXPECT_TRUE(same_bits(*gs[i], *g2s[i]))
+          << c.name << " " << names[i] << " not bitwise repeatable";
+      if (i == 0 || i == 3)
+        std::printf("[attention cuda bf16] %-26s %s err cuda %.3g cpu %.3g\n", c.name.c_str(),
+                    names[i], eg, ec);
+    }
+  }
+}
+
+TEST(AttentionCuda, UnsupportedInputsFailClearly) {
+  DL_REQUIRE_GPU();
+  Case c{"relpos", {{9, 9}}};
+  Problem p = make(c, 5);
+  p.spec.score_mod = ScoreModSpec::make_relative_position(Tensor::zeros({2, 9}), 4);
+  Tensor q = p.q.to(Device::cuda), k = p.k.to(Device::cuda), v = p.v.to(Device::cuda);
+  try {
+    layers::attention_forward(q, k, v, p.spec);
+    FAIL() << "relative-position on cuda did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not on cuda yet"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(layers::attention_forward(q, p.k, v, make(c, 5).spec), Error);  // mixed devices
+}
+
+}  // namespace
+}  // namespace driftless
