@@ -28,7 +28,7 @@ struct ImportOptions {
 int run_export(const ExportOptions& o) {
   const train::CheckpointInfo info = train::read_checkpoint_info(o.checkpoint);
   const train::Config config = train::parse_config_text(info.config_yaml);
-  const layers::GptConfig g = train::gpt_config(config.model);
+  const layers::GptConfig g = config.model;
   layers::hf_gpt2_config(g);  // refuses GQA, softcap, ALiBi before any work
   layers::Gpt model(g);
   train::load_checkpoint(o.checkpoint, model, nullptr);
@@ -56,7 +56,7 @@ int run_import(const ImportOptions& o) {
   m.softcap = 0;
   m.alibi = false;
   if (o.config.empty()) m.dropout = hf.config.dropout;  // else the run config's dropout wins
-  layers::Gpt model(train::gpt_config(m));
+  layers::Gpt model(m);
   layers::load_into(hf, model);
   train::CheckpointInfo info;
   info.step = 0;

@@ -38,7 +38,7 @@ int run_sample(const SampleArgs& a) {
            "tokenizer '" << tokenizer->name() << "' has " << tokenizer->vocab_size()
                          << " tokens, more than the model's vocab_size "
                          << config.model.vocab_size);
-  layers::Gpt model(train::gpt_config(config.model));
+  layers::Gpt model(config.model);
   train::load_checkpoint(path, model, nullptr);
 
   const std::vector<std::string> prompts =

@@ -58,7 +58,7 @@ int run_train(const TrainArgs& a) {
   wo.comm.timeout_s = config.distributed.timeout_seconds;
   parallel::World world(wo);
   int status = 0;
-  int guarded = parallel::run_guarded(world, [&] {
+  auto body = [&] {
     // NCCL communicators for cuda runs, so gradients and K/V stay on the device.
     const Device device = config.precision.device == "cuda" ? Device::cuda : Device::cpu;
     parallel::ProcessGroups groups(
@@ -78,7 +78,14 @@ int run_train(const TrainArgs& a) {
     std::signal(SIGINT, on_sigint);
     train::Trainer trainer(config, options);
     status = trainer.run();
-  });
+  };
+  // One process: errors reach main and print as one "driftless: error:" line. Several
+  // ranks: the failing rank's message ends the whole job (MPI_Abort), never a hang.
+  if (!world.uses_mpi() || world.size() == 1) {
+    body();
+    return status;
+  }
+  const int guarded = parallel::run_guarded(world, body);
   return guarded != 0 ? guarded : status;
 }
 

@@ -6,20 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "layers/gpt_config.h"
+
 namespace driftless::train {
 
-struct ModelConfig {
-  int64_t vocab_size = 50257;
-  int64_t n_positions = 1024;
-  int64_t n_layer = 12;
-  int64_t n_head = 12;
-  int64_t n_kv_head = 0;  // 0: same as n_head
-  int64_t n_embd = 768;
-  double dropout = 0.0;
-  double softcap = 0.0;  // 0: off
-  bool alibi = false;
-  int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
-};
+using ModelConfig = layers::GptConfig;  // the model: section
 
 struct DataConfig {
   std::string format = "random";  // memmap | llmc | random

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "data/memmap_dataset.h"
 #include "data/random_dataset.h"
 #include "engine/autograd/autograd.h"
 #include "engine/core/device_ops.h"
@@ -23,20 +24,6 @@
 namespace driftless::train {
 
 namespace fs = std::filesystem;
-
-layers::GptConfig gpt_config(const ModelConfig& m) {
-  layers::GptConfig g;
-  g.vocab_size = m.vocab_size;
-  g.n_positions = m.n_positions;
-  g.n_layer = m.n_layer;
-  g.n_head = m.n_head;
-  g.n_kv_head = m.n_kv_head;
-  g.n_embd = m.n_embd;
-  g.dropout = m.dropout;
-  g.softcap = m.softcap;
-  g.alibi = m.alibi;
-  return g;
-}
 
 std::unique_ptr<data::Dataset> open_training_data(const Config& c, bool validation) {
   const DataConfig& d = c.data;
@@ -53,6 +40,10 @@ std::unique_ptr<data::Dataset> open_training_data(const Config& c, bool validati
   const std::string& path = validation ? d.validation_path : d.path;
   if (path.empty()) return nullptr;
   auto ds = data::open_dataset(path);
+  const bool is_memmap = dynamic_cast<const data::MemmapDataset*>(ds.get()) != nullptr;
+  DL_CHECK(is_memmap == (d.format == "memmap"), "train",
+           path << " is " << (is_memmap ? "a memmap .bin/.idx dataset" : "an llm.c shard dataset")
+                << " but data.format is " << d.format);
   DL_CHECK(ds->vocab_size() <= c.model.vocab_size, "train",
            path << " uses a vocabulary of " << ds->vocab_size()
                 << " tokens, more than model.vocab_size (" << c.model.vocab_size << ")");
@@ -97,7 +88,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   sampler_ = std::make_unique<data::Sampler>(*train_data_, sampler_config(config));
   if (val_data_) val_sampler_ = std::make_unique<data::Sampler>(*val_data_, sampler_config(config));
 
-  model_ = std::make_unique<layers::Gpt>(gpt_config(config.model), device_);
+  model_ = std::make_unique<layers::Gpt>(config.model, device_);
   model_->init(uint64_t(config.training.seed));
   const int64_t slots = config.batch.sequences / layout_.data_parallel / layout_.depth_first;
   model_->prepare_buffers(slots, config.batch.sequence_length);

@@ -39,7 +39,6 @@ struct StepStats {
   double seconds = 0;
 };
 
-layers::GptConfig gpt_config(const ModelConfig& m);
 std::unique_ptr<data::Dataset> open_training_data(const Config& c, bool validation);
 data::SamplerConfig sampler_config(const Config& c);
 

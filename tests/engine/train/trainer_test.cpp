@@ -124,7 +124,7 @@ TEST(Trainer, ResumeIsBitForBit) {
             0)
       << "parameters after 5 + resume + 5 steps differ from 10 straight steps";
   // The checkpoints written at the end agree too (the file is what a later resume reads).
-  layers::Gpt a(gpt_config(straight.config().model)), b(gpt_config(straight.config().model));
+  layers::Gpt a(straight.config().model), b(straight.config().model);
   load_checkpoint(latest_checkpoint(root + "/straight"), a, nullptr);
   load_checkpoint(latest_checkpoint(split), b, nullptr);
   EXPECT_EQ(a.slab().params().to_vector<float>(), b.slab().params().to_vector<float>());
