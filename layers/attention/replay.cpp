@@ -185,11 +185,12 @@ std::vector<std::pair<std::string, Tensor>> replay_attention(const AttentionCall
                                                              const std::string& device) {
   DL_CHECK(device == "cpu" || device == "cuda", kOp,
            "device \"" << device << "\", expected cpu or cuda");
-  DL_CHECK(device == "cpu", kOp, "the CUDA attention path does not exist yet; use --device cpu");
-  AttentionOutputs f = attention_forward(c.q, c.k, c.v, c.spec);
+  const Device dev = device == "cuda" ? Device::cuda : Device::cpu;
+  const Tensor q = c.q.to(dev), k = c.k.to(dev), v = c.v.to(dev);
+  AttentionOutputs f = attention_forward(q, k, v, c.spec);
   std::vector<std::pair<std::string, Tensor>> r{{"out", f.out}, {"lse", f.lse}};
   if (!c.d_out.defined()) return r;
-  AttentionGrads g = attention_backward(c.q, c.k, c.v, c.spec, f.out, f.lse, c.d_out);
+  AttentionGrads g = attention_backward(q, k, v, c.spec, f.out, f.lse, c.d_out.to(dev));
   r.emplace_back("dq", g.dq);
   r.emplace_back("dk", g.dk);
   r.emplace_back("dv", g.dv);

@@ -30,8 +30,8 @@ struct AttentionCall {
 AttentionCall read_attention_call(const std::string& path);
 void write_attention_call(const std::string& path, const AttentionCall& call);
 
-// Runs forward (and backward when d_out is given) on device ("cpu"; "cuda" once that
-// path exists) and returns the result tensors in file order.
+// Runs forward (and backward when d_out is given) on device ("cpu" or "cuda") and returns
+// the result tensors in file order.
 std::vector<std::pair<std::string, Tensor>> replay_attention(const AttentionCall& call,
                                                              const std::string& device);
 

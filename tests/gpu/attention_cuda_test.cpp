@@ -24,6 +24,7 @@
 #include "engine/core/device_ops.h"
 #include "engine/core/tensor.h"
 #include "layers/attention/attention.h"
+#include "layers/attention/replay.h"
 
 namespace driftless {
 namespace {
@@ -253,5 +254,32 @@ TEST(AttentionCuda, UnsupportedInputsFailClearly) {
   EXPECT_THROW(layers::attention_forward(q, p.k, v, make(c, 5).spec), Error);  // mixed devices
 }
 
+}  // namespace
+}  // namespace driftless
+
+namespace driftless {
+namespace {
+// `driftless attention --device cuda`: the replay of a dumped call on cuda equals the CPU
+// replay within the f32 tolerance of this file.
+TEST(AttentionCuda, ReplayOnCudaMatchesCpu) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device present";
+  layers::AttentionCall call;
+  call.q = Tensor::randn({40, 4, 32}, 1);
+  call.k = Tensor::randn({40, 2, 32}, 2);
+  call.v = Tensor::randn({40, 2, 32}, 3);
+  call.d_out = Tensor::randn({40, 4, 32}, 4);
+  call.spec = layers::AttentionSpec::from_lengths({7, 0, 33}, {7, 0, 33}, true);
+  auto cpu = layers::replay_attention(call, "cpu");
+  auto gpu = layers::replay_attention(call, "cuda");
+  ASSERT_EQ(cpu.size(), gpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    ASSERT_EQ(cpu[i].first, gpu[i].first);
+    auto a = cpu[i].second.to_vector<double>(), b = gpu[i].second.to_vector<double>();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t j = 0; j < a.size(); ++j)
+      if (std::isfinite(a[j]) || std::isfinite(b[j]))
+        EXPECT_NEAR(a[j], b[j], 1e-5 * (1 + std::abs(a[j]))) << cpu[i].first << "[" << j << "]";
+  }
+}
 }  // namespace
 }  // namespace driftless
