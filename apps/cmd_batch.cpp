@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/command.h"
+#include "parallel/process_group.h"
 #include "data/dataset.h"
 #include "data/random_dataset.h"
 #include "data/sampler.h"
@@ -84,10 +85,11 @@ int run_batch(const BatchOptions& o) {
   out["data_parallel"] = o.data_parallel;
   out["loss_tokens"] = batch.loss_tokens;
   out["ranks"] = nlohmann::json::array();
-  // Rank R = batch_data_rank * sdp + sdp_rank: the sdp ranks of a sequence are adjacent.
+  // Rank numbering is parallel/process_group.h's: the sdp ranks of a sequence are adjacent.
   for (int32_t rank = 0; rank < world; ++rank) {
     if (o.rank >= 0 && rank != o.rank) continue;
-    const int32_t sdp_rank = rank % o.sdp, group = rank / o.sdp;
+    const parallel::RankCoords c = parallel::rank_coords(rank, {o.data_parallel, o.sdp});
+    const int32_t sdp_rank = c.sdp_rank, group = c.batch_rank;
     nlohmann::json r;
     r["rank"] = rank;
     r["sdp_rank"] = sdp_rank;
