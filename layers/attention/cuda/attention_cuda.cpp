@@ -2,7 +2,10 @@
 // a validated call into the POD problem of flash_cuda.h (documents and per-row document
 // maps copied to the device) and launches the kernels. Built-in modifiers none, softcap and
 // ALiBi; the relative-position table and the additive bias are CPU-only for now.
+// bf16 with head_dim 64 or 128 goes to the tensor-core kernels of cuda/fast/ (which need
+// only the documents and a tile schedule); everything else to the reference kernels.
 #include "layers/attention/attention.h"
+#include "layers/attention/cuda/fast/fast_attention.h"
 #include "layers/attention/cuda/flash_cuda.h"
 
 namespace driftless::layers::detail {
@@ -14,7 +17,23 @@ struct DeviceProblem {
   gpu::Problem p;
   gpu::Mod mod;
   Tensor q, k, v, docs, q_doc, k_doc, slopes;
+  bool fast = false;                // the call goes to the cuda/fast/ kernels
+  std::vector<gpu::Doc> host_docs;  // for the fast kernels' tile schedule
+  bool q_padded = false, k_padded = false;
 };
+
+// A tile schedule (fast_attention.h) on the device, as int32 pairs.
+Tensor device_tiles(const std::vector<gpu::fast::Tile>& tiles) {
+  if (tiles.empty()) return Tensor();
+  std::vector<int32_t> flat;
+  flat.reserve(tiles.size() * 2);
+  for (const auto& t : tiles) flat.insert(flat.end(), {t.doc, t.start});
+  return Tensor::from_vector(flat).to(Device::cuda);
+}
+
+const gpu::fast::Tile* tiles_ptr(const Tensor& t) {
+  return t.defined() ? static_cast<const gpu::fast::Tile*>(t.raw_data()) : nullptr;
+}
 
 void check_cuda(const Tensor& t, const char* what) {
   DL_CHECK(!t.defined() || t.device() == Device::cuda, kOp,
@@ -35,14 +54,21 @@ DeviceProblem make_device_problem(const ResolvedAttention& r, const Tensor& q, c
   DL_CHECK(spec.score_mod.kind != ScoreModKind::relative_position, kOp,
            "the relative-position score modifier is not on cuda yet (use cpu)");
   DeviceProblem d;
+  d.fast = q.dtype() == DType::bf16 && (r.head_dim == 64 || r.head_dim == 128);
   d.q = q.contiguous();
   d.k = k.contiguous();
   d.v = v.contiguous();
   std::vector<int64_t> docs;
-  std::vector<int32_t> q_doc(size_t(r.t_q), -1), k_doc(size_t(r.t_k), -1);
+  // The per-row document maps only the reference kernels read.
+  std::vector<int32_t> q_doc(d.fast ? 0 : size_t(r.t_q), -1), k_doc(d.fast ? 0 : size_t(r.t_k), -1);
+  int64_t q_rows = 0, k_rows = 0;
   for (size_t b = 0; b < r.docs.size(); ++b) {
     const DocSpan& s = r.docs[b];
     docs.insert(docs.end(), {s.q_offset, s.q_len, s.k_offset, s.k_len});
+    d.host_docs.push_back({s.q_offset, s.q_len, s.k_offset, s.k_len});
+    q_rows += s.q_len;
+    k_rows += s.k_len;
+    if (d.fast) continue;
     for (int64_t i = 0; i < s.q_len; ++i) {
       int32_t& m = q_doc[size_t(s.q_offset + i)];
       DL_CHECK(m < 0, kOp,
@@ -56,6 +82,8 @@ DeviceProblem make_device_problem(const ResolvedAttention& r, const Tensor& q, c
       m = int32_t(b);
     }
   }
+  d.q_padded = q_rows < r.t_q;
+  d.k_padded = k_rows < r.t_k;
   if (!docs.empty()) d.docs = Tensor::from_vector(docs).to(Device::cuda);
   if (!q_doc.empty()) d.q_doc = Tensor::from_vector(q_doc).to(Device::cuda);
   if (!k_doc.empty()) d.k_doc = Tensor::from_vector(k_doc).to(Device::cuda);
@@ -85,6 +113,7 @@ DeviceProblem make_device_problem(const ResolvedAttention& r, const Tensor& q, c
     d.slopes = m.alibi_slopes.to(Device::cuda, DType::f32).contiguous();
     d.mod.alibi_slopes = d.slopes.data<float>();
   }
+  d.fast = d.fast && gpu::fast::supported(d.p, d.mod);
   return d;
 }
 
@@ -95,6 +124,12 @@ AttentionOutputs cuda_forward(const ResolvedAttention& r, const Tensor& q, const
   DeviceProblem d = make_device_problem(r, q, k, v, spec);
   Tensor out = Tensor::empty({r.t_q, r.heads, r.head_dim}, q.dtype(), Device::cuda);
   Tensor lse = Tensor::empty({r.heads, r.t_q}, DType::f32, Device::cuda);
+  if (d.fast) {
+    const Tensor tiles = device_tiles(gpu::fast::q_tiles(d.p, d.host_docs, gpu::fast::kFwdBlockQ));
+    gpu::fast::forward(d.p, d.mod, tiles_ptr(tiles), tiles.defined() ? int(tiles.numel() / 2) : 0,
+                       d.q_padded, out.raw_data(), lse.data<float>());
+    return {out, lse};
+  }
   gpu::launch_forward(d.p, d.mod, out.raw_data(), lse.data<float>());
   return {out, lse};
 }
@@ -113,6 +148,15 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
   g.dq = Tensor::empty({r.t_q, r.heads, r.head_dim}, q.dtype(), Device::cuda);
   g.dk = Tensor::empty({r.t_k, r.kv_heads, r.head_dim}, q.dtype(), Device::cuda);
   g.dv = Tensor::empty({r.t_k, r.kv_heads, r.head_dim}, q.dtype(), Device::cuda);
+  if (d.fast) {
+    const Tensor qt = device_tiles(gpu::fast::q_tiles(d.p, d.host_docs, gpu::fast::kBwdBlockQ));
+    const Tensor kt = device_tiles(gpu::fast::k_tiles(d.p, d.host_docs, gpu::fast::kBwdBlockK));
+    gpu::fast::backward(d.p, d.mod, tiles_ptr(qt), qt.defined() ? int(qt.numel() / 2) : 0,
+                        tiles_ptr(kt), kt.defined() ? int(kt.numel() / 2) : 0, d.q_padded,
+                        d.k_padded, oc.raw_data(), doc.raw_data(), lc.data<float>(),
+                        delta.data<float>(), g.dq.raw_data(), g.dk.raw_data(), g.dv.raw_data());
+    return g;
+  }
   gpu::launch_backward(d.p, d.mod, oc.raw_data(), doc.raw_data(), lc.data<float>(),
                        delta.data<float>(), g.dq.raw_data(), g.dk.raw_data(), g.dv.raw_data());
   return g;

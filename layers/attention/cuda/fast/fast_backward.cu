@@ -1,0 +1,385 @@
+// Backward of the fast attention (fast_attention.h), FlashAttention-2 style and without
+// atomics, so every gradient element is summed by one thread in a fixed order:
+//   delta_kernel  delta = rowsum(dO * O) per (q row, head), one warp per row;
+//   dkv_kernel    one CTA per (64-key tile of a document, kv head); each of its 4 warps owns
+//                 16 keys, computes S^T and dP^T for every query head of the GQA group and
+//                 every 64-row query tile that sees the keys, and accumulates dV += P^T dO,
+//                 dK += dS^T Q in registers (the group's reduction happens in the CTA);
+//   dq_kernel     one CTA per (64-row query tile, head) recomputing P over the visible key
+//                 tiles: dQ += dS K.
+// dS = P * (dP - delta) * d value / d score; the softmax scale is applied once at the end.
+#include "engine/core/cuda/check.h"
+#include "layers/attention/cuda/fast/fast_common.cuh"
+
+namespace driftless::layers::gpu::fast {
+namespace {
+
+constexpr int kBQ = kBwdBlockQ, kBK = kBwdBlockK, kThreads = 128;
+
+// delta[h * T_q + row] = sum_d dO * O, summed by a fixed warp tree.
+template <int D>
+__global__ void delta_kernel(int64_t rows, int64_t heads, int64_t t_q, const bf16* out,
+                             const bf16* dout, float* delta) {
+  const int64_t r = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;  // row * H + h
+  if (r >= rows) return;
+  const int lane = threadIdx.x & 31;
+  constexpr int kPer = D / 32;
+  float s = 0.f;
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) {
+    const int64_t o = r * D + lane * kPer + e;
+    s += __bfloat162float(out[o]) * __bfloat162float(dout[o]);
+  }
+  for (int w = 16; w > 0; w >>= 1) s += __shfl_xor_sync(0xffffffffu, s, w);
+  if (lane == 0) delta[(r % heads) * t_q + r / heads] = s;
+}
+
+template <int D, class M>
+__global__ void __launch_bounds__(kThreads)
+    dq_kernel(Problem p, M mod, const Tile* tiles, const bf16* dout, const float* lse,
+              const float* delta, bf16* dq) {
+  constexpr int KD = D / 16, NK = kBK / 8, ND = D / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sQ = smem_u32(smem);
+  const uint32_t sdO = sQ + kBQ * D * 2;
+  const uint32_t sK = sdO + kBQ * D * 2;     // 2 buffers of (kBK, D)
+  const uint32_t sV = sK + 2 * kBK * D * 2;  // 2 buffers of (kBK, D)
+  const int64_t H = p.heads, Hkv = p.kv_heads;
+  const int h = int(blockIdx.x % H);
+  const Tile tile = tiles[blockIdx.x / H];
+  const int kh = int(h / (H / Hkv));
+  const Doc doc = p.docs[tile.doc];
+  const int q_len = int(doc.q_len), k_len = int(doc.k_len), i0 = tile.start;
+  const int nq = min(kBQ, q_len - i0);
+  mod.bind(h);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+
+  int lo_first, hi_first, lo_last, hi_last;
+  row_keys(p, doc, i0, &lo_first, &hi_first);
+  row_keys(p, doc, i0 + nq - 1, &lo_last, &hi_last);
+  int lo[2], hi[2], qpos[2];
+  float lse2[2], dl[2];
+  for (int r = 0; r < 2; ++r) {
+    const int row = warp * 16 + g + 8 * r;
+    lo[r] = 1;
+    hi[r] = 0;
+    lse2[r] = INFINITY;  // P = 0 for rows that see nothing or lie past the document
+    dl[r] = 0.f;
+    if (row < nq) {
+      row_keys(p, doc, i0 + row, &lo[r], &hi[r]);
+      const int64_t qrow = doc.q_offset + i0 + row;
+      const float L = lse[h * p.t_q + qrow];
+      if (L != -INFINITY) lse2[r] = L * kLog2e;
+      dl[r] = delta[h * p.t_q + qrow];
+    }
+    qpos[r] = i0 + row + k_len - q_len;
+  }
+
+  const bf16* qg = static_cast<const bf16*>(p.q) + ((doc.q_offset + i0) * H + h) * D;
+  const bf16* dog = dout + ((doc.q_offset + i0) * H + h) * D;
+  const bf16* kg = static_cast<const bf16*>(p.k) + (doc.k_offset * Hkv + kh) * D;
+  const bf16* vg = static_cast<const bf16*>(p.v) + (doc.k_offset * Hkv + kh) * D;
+  const int j_begin = lo_first > 0 ? (lo_first / kBK) * kBK : 0;
+  const int n_tiles = hi_last >= lo_first ? (hi_last - j_begin) / kBK + 1 : 0;
+
+  float acc[ND][4];
+#pragma unroll
+  for (int n = 0; n < ND; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+
+  if (n_tiles > 0) {
+    load_tile<kBQ, D, kThreads>(sQ, qg, H * D, nq);
+    load_tile<kBQ, D, kThreads>(sdO, dog, H * D, nq);
+    auto load_kv = [&](int t) {
+      const int j0 = j_begin + t * kBK, buf = t & 1;
+      load_tile<kBK, D, kThreads>(sK + buf * kBK * D * 2, kg + j0 * Hkv * D, Hkv * D, k_len - j0);
+      load_tile<kBK, D, kThreads>(sV + buf * kBK * D * 2, vg + j0 * Hkv * D, Hkv * D, k_len - j0);
+    };
+    load_kv(0);
+    cp_async_commit();
+    for (int t = 0; t < n_tiles; ++t) {
+      if (t + 1 < n_tiles) {
+        load_kv(t + 1);
+        cp_async_commit();
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+      const uint32_t k_s = sK + (t & 1) * kBK * D * 2, v_s = sV + (t & 1) * kBK * D * 2;
+      const int j0 = j_begin + t * kBK;
+      float s[NK][4], dp[NK][4];
+#pragma unroll
+      for (int n = 0; n < NK; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.f;
+#pragma unroll
+      for (int kd = 0; kd < KD; ++kd) {
+        uint32_t aq[4], ado[4];
+        load_a<D>(aq, sQ, warp * 16, kd, lane);
+        load_a<D>(ado, sdO, warp * 16, kd, lane);
+#pragma unroll
+        for (int np = 0; np < NK / 2; ++np) {
+          uint32_t b[4];
+          load_b<D>(b, k_s, np * 16, kd, lane);
+          mma_bf16(s[2 * np], aq, b[0], b[1]);
+          mma_bf16(s[2 * np + 1], aq, b[2], b[3]);
+          load_b<D>(b, v_s, np * 16, kd, lane);
+          mma_bf16(dp[2 * np], ado, b[0], b[1]);
+          mma_bf16(dp[2 * np + 1], ado, b[2], b[3]);
+        }
+      }
+      const bool full = j0 >= lo_last && j0 + kBK - 1 <= hi_first;
+#pragma unroll
+      for (int n = 0; n < NK; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1, j = j0 + n * 8 + 2 * t4 + (e & 1);
+          float dx;
+          const float x = mod.x_dx(s[n][e], qpos[r], j, &dx);
+          float pr = exp2f(x - lse2[r]);
+          if (!full && (j < lo[r] || j > hi[r])) pr = 0.f;
+          dp[n][e] = pr * (dp[n][e] - dl[r]) * dx;
+        }
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk) {
+        uint32_t a[4];
+        c_to_a(a, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+        for (int dd = 0; dd < ND / 2; ++dd) {
+          uint32_t b[4];
+          load_b_trans<D>(b, k_s, kk * 16, dd * 16, lane);
+          mma_bf16(acc[2 * dd], a, b[0], b[1]);
+          mma_bf16(acc[2 * dd + 1], a, b[2], b[3]);
+        }
+      }
+      __syncthreads();
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = warp * 16 + g + 8 * r;
+    if (row >= nq) continue;
+    bf16* o = dq + ((doc.q_offset + i0 + row) * H + h) * D;
+#pragma unroll
+    for (int n = 0; n < ND; ++n)
+      *reinterpret_cast<uint32_t*>(o + n * 8 + 2 * t4) =
+          pack_bf16(acc[n][2 * r] * p.scale, acc[n][2 * r + 1] * p.scale);
+  }
+}
+
+template <int D, class M>
+__global__ void __launch_bounds__(kThreads)
+    dkv_kernel(Problem p, M mod0, const Tile* tiles, const bf16* dout, const float* lse,
+               const float* delta, bf16* dk, bf16* dv) {
+  constexpr int KD = D / 16, NQ = kBQ / 8, ND = D / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sK = smem_u32(smem);
+  const uint32_t sV = sK + kBK * D * 2;
+  const uint32_t sQ = sV + kBK * D * 2;       // 2 buffers of (kBQ, D)
+  const uint32_t sdO = sQ + 2 * kBQ * D * 2;  // 2 buffers of (kBQ, D)
+  float* sL = reinterpret_cast<float*>(smem + (2 * kBK + 4 * kBQ) * D * 2);  // 2 x kBQ
+  float* sD = sL + 2 * kBQ;                                                  // 2 x kBQ
+  const int64_t H = p.heads, Hkv = p.kv_heads, group = H / Hkv;
+  const int kh = int(blockIdx.x % Hkv);
+  const Tile tile = tiles[blockIdx.x / Hkv];
+  const Doc doc = p.docs[tile.doc];
+  const int q_len = int(doc.q_len), k_len = int(doc.k_len), j0 = tile.start;
+  const int nk = min(kBK, k_len - j0);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+
+  // Query rows that may see a key of the tile (as the reference kernel; re-checked below).
+  const int shift = k_len - q_len;
+  int i_begin = 0, i_end = q_len - 1;
+  if (p.causal) i_begin = max(i_begin, j0 - shift);
+  if (p.window_right >= 0) i_begin = max(i_begin, int(j0 - p.window_right - shift));
+  if (p.window_left >= 0) i_end = min(i_end, int(j0 + nk - 1 + p.window_left - shift));
+  const int n_qt = i_end >= i_begin ? (i_end - i_begin) / kBQ + 1 : 0;
+  const int n_steps = int(group) * n_qt;
+
+  const bf16* kg = static_cast<const bf16*>(p.k) + ((doc.k_offset + j0) * Hkv + kh) * D;
+  const bf16* vg = static_cast<const bf16*>(p.v) + ((doc.k_offset + j0) * Hkv + kh) * D;
+  float dk_acc[ND][4], dv_acc[ND][4];
+#pragma unroll
+  for (int n = 0; n < ND; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk_acc[n][e] = dv_acc[n][e] = 0.f;
+
+  if (n_steps > 0) {
+    load_tile<kBK, D, kThreads>(sK, kg, Hkv * D, nk);
+    load_tile<kBK, D, kThreads>(sV, vg, Hkv * D, nk);
+    // Step s: query head kh * group + s / n_qt, query rows i_begin + (s % n_qt) * kBQ.
+    auto load_q = [&](int s) {
+      const int h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ, buf = s & 1;
+      const int n = min(kBQ, q_len - q0);
+      const int64_t off = ((doc.q_offset + q0) * H + h) * D;
+      load_tile<kBQ, D, kThreads>(sQ + buf * kBQ * D * 2, static_cast<const bf16*>(p.q) + off,
+                                  H * D, n);
+      load_tile<kBQ, D, kThreads>(sdO + buf * kBQ * D * 2, dout + off, H * D, n);
+      for (int r = threadIdx.x; r < kBQ; r += kThreads) {
+        float L = INFINITY, dl = 0.f;  // P = 0 past the document and for rows seeing nothing
+        if (r < n) {
+          const int64_t row = doc.q_offset + q0 + r;
+          const float l = lse[h * p.t_q + row];
+          if (l != -INFINITY) L = l * kLog2e;
+          dl = delta[h * p.t_q + row];
+        }
+        sL[buf * kBQ + r] = L;
+        sD[buf * kBQ + r] = dl;
+      }
+    };
+    load_q(0);
+    cp_async_commit();
+    const int jr[2] = {j0 + warp * 16 + g, j0 + warp * 16 + g + 8};  // this thread's keys
+    for (int s = 0; s < n_steps; ++s) {
+      if (s + 1 < n_steps) {
+        load_q(s + 1);
+        cp_async_commit();
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+      const int buf = s & 1, h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ;
+      M mod = mod0;
+      mod.bind(h);
+      const uint32_t q_s = sQ + buf * kBQ * D * 2, do_s = sdO + buf * kBQ * D * 2;
+      const float* L = sL + buf * kBQ;
+      const float* Dl = sD + buf * kBQ;
+      float st[NQ][4], dpt[NQ][4];  // (16 keys of the warp, kBQ queries)
+#pragma unroll
+      for (int n = 0; n < NQ; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) st[n][e] = dpt[n][e] = 0.f;
+#pragma unroll
+      for (int kd = 0; kd < KD; ++kd) {
+        uint32_t ak[4], av[4];
+        load_a<D>(ak, sK, warp * 16, kd, lane);
+        load_a<D>(av, sV, warp * 16, kd, lane);
+#pragma unroll
+        for (int np = 0; np < NQ / 2; ++np) {
+          uint32_t b[4];
+          load_b<D>(b, q_s, np * 16, kd, lane);
+          mma_bf16(st[2 * np], ak, b[0], b[1]);
+          mma_bf16(st[2 * np + 1], ak, b[2], b[3]);
+          load_b<D>(b, do_s, np * 16, kd, lane);
+          mma_bf16(dpt[2 * np], av, b[0], b[1]);
+          mma_bf16(dpt[2 * np + 1], av, b[2], b[3]);
+        }
+      }
+      // Every (query, key) of the step visible: no element mask.
+      int lo_a, hi_a, lo_b, hi_b;
+      const int q_last = min(q0 + kBQ, q_len) - 1;
+      row_keys(p, doc, q0, &lo_a, &hi_a);
+      row_keys(p, doc, q_last, &lo_b, &hi_b);
+      const bool full =
+          q0 + kBQ <= q_len && j0 + kBK <= k_len && lo_b <= j0 && hi_a >= j0 + kBK - 1;
+#pragma unroll
+      for (int n = 0; n < NQ; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = n * 8 + 2 * t4 + (e & 1), i = q0 + c, j = jr[e >> 1];
+          float dx;
+          const float x = mod.x_dx(st[n][e], i + shift, j, &dx);
+          float pr = exp2f(x - L[c]);
+          if (!full) {
+            int lo, hi;
+            row_keys(p, doc, i, &lo, &hi);
+            if (i >= q_len || j < lo || j > hi) pr = 0.f;
+          }
+          st[n][e] = pr;
+          dpt[n][e] = pr * (dpt[n][e] - Dl[c]) * dx;
+        }
+#pragma unroll
+      for (int kk = 0; kk < kBQ / 16; ++kk) {
+        uint32_t ap[4], as[4];
+        c_to_a(ap, st[2 * kk], st[2 * kk + 1]);
+        c_to_a(as, dpt[2 * kk], dpt[2 * kk + 1]);
+#pragma unroll
+        for (int dd = 0; dd < ND / 2; ++dd) {
+          uint32_t b[4];
+          load_b_trans<D>(b, do_s, kk * 16, dd * 16, lane);
+          mma_bf16(dv_acc[2 * dd], ap, b[0], b[1]);
+          mma_bf16(dv_acc[2 * dd + 1], ap, b[2], b[3]);
+          load_b_trans<D>(b, q_s, kk * 16, dd * 16, lane);
+          mma_bf16(dk_acc[2 * dd], as, b[0], b[1]);
+          mma_bf16(dk_acc[2 * dd + 1], as, b[2], b[3]);
+        }
+      }
+      __syncthreads();
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = warp * 16 + g + 8 * r;
+    if (row >= nk) continue;
+    const int64_t off = ((doc.k_offset + j0 + row) * Hkv + kh) * D;
+#pragma unroll
+    for (int n = 0; n < ND; ++n) {
+      *reinterpret_cast<uint32_t*>(dk + off + n * 8 + 2 * t4) =
+          pack_bf16(dk_acc[n][2 * r] * p.scale, dk_acc[n][2 * r + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(dv + off + n * 8 + 2 * t4) =
+          pack_bf16(dv_acc[n][2 * r], dv_acc[n][2 * r + 1]);
+    }
+  }
+}
+
+template <class K>
+void set_smem(K kernel, int bytes) {
+  DL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+template <int D, class M>
+void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, const Tile* k_tiles,
+            int n_k_tiles, const bf16* out, const bf16* dout, const float* lse, float* delta,
+            bf16* dq, bf16* dk, bf16* dv) {
+  constexpr int kSmemQ = (2 * kBQ + 4 * kBK) * D * 2;
+  constexpr int kSmemKV = (2 * kBK + 4 * kBQ) * D * 2 + 4 * kBQ * 4;
+  static bool configured = false;
+  if (!configured) {
+    set_smem(dq_kernel<D, M>, kSmemQ);
+    set_smem(dkv_kernel<D, M>, kSmemKV);
+    configured = true;
+  }
+  const int64_t rows = p.t_q * p.heads;
+  delta_kernel<D><<<unsigned((rows + 7) / 8), 256>>>(rows, p.heads, p.t_q, out, dout, delta);
+  DL_CUDA_LAUNCH_CHECK();
+  if (n_q_tiles > 0) {
+    dq_kernel<D, M><<<unsigned(int64_t(n_q_tiles) * p.heads), kThreads, kSmemQ>>>(
+        p, mod, q_tiles, dout, lse, delta, dq);
+    DL_CUDA_LAUNCH_CHECK();
+  }
+  if (n_k_tiles > 0) {
+    dkv_kernel<D, M><<<unsigned(int64_t(n_k_tiles) * p.kv_heads), kThreads, kSmemKV>>>(
+        p, mod, k_tiles, dout, lse, delta, dk, dv);
+    DL_CUDA_LAUNCH_CHECK();
+  }
+}
+
+}  // namespace
+
+void backward(const Problem& p, const Mod& mod, const Tile* q_tiles, int n_q_tiles,
+              const Tile* k_tiles, int n_k_tiles, bool q_padded, bool k_padded, const void* out,
+              const void* dout, const float* lse, float* delta, void* dq, void* dk, void* dv) {
+  const size_t q_bytes = size_t(p.t_q * p.heads * p.head_dim) * 2;
+  const size_t k_bytes = size_t(p.t_k * p.kv_heads * p.head_dim) * 2;
+  if (q_padded && q_bytes > 0) DL_CUDA_CHECK(cudaMemsetAsync(dq, 0, q_bytes));
+  if (k_padded && k_bytes > 0) {
+    DL_CUDA_CHECK(cudaMemsetAsync(dk, 0, k_bytes));
+    DL_CUDA_CHECK(cudaMemsetAsync(dv, 0, k_bytes));
+  }
+  if (p.t_q == 0 || p.heads == 0) return;
+  dispatch_mod(p, mod, [&](auto m) {
+    auto go = [&](auto d) {
+      launch<decltype(d)::value>(p, m, q_tiles, n_q_tiles, k_tiles, n_k_tiles,
+                                 static_cast<const bf16*>(out), static_cast<const bf16*>(dout), lse,
+                                 delta, static_cast<bf16*>(dq), static_cast<bf16*>(dk),
+                                 static_cast<bf16*>(dv));
+    };
+    if (p.head_dim == 64)
+      go(std::integral_constant<int, 64>{});
+    else
+      go(std::integral_constant<int, 128>{});
+  });
+}
+
+}  // namespace driftless::layers::gpu::fast

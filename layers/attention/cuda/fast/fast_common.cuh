@@ -1,0 +1,171 @@
+// Device building blocks of the fast attention kernels (fast_attention.h): cp.async tile
+// loads into XOR-swizzled shared memory (conflict-free ldmatrix), the m16n8k16 bf16 mma with
+// fp32 accumulation, and the score modifiers bound to one head. Fragment layouts are the
+// PTX ISA's for mma.m16n8k16 (g = lane / 4 is the row group, t = lane % 4 the column pair).
+#pragma once
+#include <cuda_bf16.h>
+#include <math.h>
+
+#include <cstdint>
+
+#include "layers/attention/cuda/fast/fast_attention.h"
+#include "layers/attention/mask.h"
+
+namespace driftless::layers::gpu::fast {
+
+using bf16 = __nv_bfloat16;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return uint32_t(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared; zero-filled (nothing read) when !valid.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// c += a (16x16, row) * b (16x8, col), bf16 in, fp32 accumulate.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Two C fragments (keys 16kk..16kk+15 of one 16-row block) as the A fragment of the next
+// product: the FlashAttention register reuse of P.
+__device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&c0)[4],
+                                       const float (&c1)[4]) {
+  a[0] = pack_bf16(c0[0], c0[1]);
+  a[1] = pack_bf16(c0[2], c0[3]);
+  a[2] = pack_bf16(c1[0], c1[1]);
+  a[3] = pack_bf16(c1[2], c1[3]);
+}
+
+// A tile of ROWS rows x D bf16 in shared memory; 16-byte chunk c of row r sits at chunk
+// c ^ (r % 8), so the 8 rows an ldmatrix reads hit 8 different bank groups.
+template <int D>
+__device__ __forceinline__ uint32_t tile_addr(uint32_t base, int r, int c) {
+  return base + uint32_t((r * D + ((c ^ (r & 7)) << 3)) * 2);
+}
+
+// Rows [0, n_valid) of a (rows, ld) global matrix into a swizzled tile; rows past n_valid are
+// zero-filled so partial tiles never read out of bounds and contribute exact zeros.
+template <int ROWS, int D, int THREADS>
+__device__ __forceinline__ void load_tile(uint32_t dst, const bf16* src, int64_t ld, int n_valid) {
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int idx = threadIdx.x; idx < ROWS * kChunks; idx += THREADS) {
+    const int r = idx / kChunks, c = idx % kChunks;
+    const bool ok = r < n_valid;
+    cp_async16(tile_addr<D>(dst, r, c), ok ? src + r * ld + c * 8 : src, ok);
+  }
+}
+
+// A fragment (rows r0..r0+15, d columns 16kd..16kd+15) of a row-major tile.
+template <int D>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], uint32_t tile, int r0, int kd, int lane) {
+  ldmatrix_x4(a, tile_addr<D>(tile, r0 + (lane & 15), kd * 2 + (lane >> 4)));
+}
+// B fragments of two n-tiles (rows n0..n0+15 of the tile are the n index, columns
+// 16kd.. the k index): b[0], b[1] for n-tile n0, b[2], b[3] for n0 + 8. For S = Q K^T.
+template <int D>
+__device__ __forceinline__ void load_b(uint32_t (&b)[4], uint32_t tile, int n0, int kd, int lane) {
+  ldmatrix_x4(b,
+              tile_addr<D>(tile, n0 + (lane & 7) + ((lane >> 4) << 3), kd * 2 + ((lane >> 3) & 1)));
+}
+// B fragments of two n-tiles where the tile's rows are the k index (rows k0..k0+15) and its
+// columns the n index (columns n0..n0+15): for O = P V. b[0], b[1]: columns n0; b[2], b[3]:
+// n0 + 8.
+template <int D>
+__device__ __forceinline__ void load_b_trans(uint32_t (&b)[4], uint32_t tile, int k0, int n0,
+                                             int lane) {
+  ldmatrix_x4_trans(
+      b, tile_addr<D>(tile, k0 + (lane & 7) + (((lane >> 3) & 1) << 3), (n0 >> 3) + (lane >> 4)));
+}
+
+// Score modifiers bound to one head: x(dot) is the modified score in log2 units
+// (value(scale * dot) * log2 e, score_mod.h), x_dx also gives d value / d score.
+struct ModNone {
+  float scale_log2;
+  __device__ void bind(int) {}
+  __device__ float x(float dot, int, int) const { return dot * scale_log2; }
+  __device__ float x_dx(float dot, int, int, float* dx) const {
+    *dx = 1.f;
+    return dot * scale_log2;
+  }
+};
+struct ModSoftcap {  // cap * tanh(s / cap)
+  float scale, cap;
+  __device__ void bind(int) {}
+  __device__ float x(float dot, int, int) const { return cap * tanhf(dot * scale / cap) * kLog2e; }
+  __device__ float x_dx(float dot, int, int, float* dx) const {
+    const float t = tanhf(dot * scale / cap);
+    *dx = 1.f - t * t;
+    return cap * t * kLog2e;
+  }
+};
+struct ModAlibi {  // s - slope[h] * |q - k|
+  float scale;
+  const float* slopes;
+  float slope = 0.f;
+  __device__ void bind(int h) { slope = slopes[h]; }
+  __device__ float x(float dot, int q, int k) const {
+    const int d = q >= k ? q - k : k - q;
+    return (dot * scale - slope * float(d)) * kLog2e;
+  }
+  __device__ float x_dx(float dot, int q, int k, float* dx) const {
+    *dx = 1.f;
+    return x(dot, q, k);
+  }
+};
+
+// Calls f(mod_functor) for the built-in modifier of the call.
+template <class F>
+void dispatch_mod(const Problem& p, const Mod& mod, F&& f) {
+  switch (mod.kind) {
+    case ModKind::none:
+      return f(ModNone{p.scale * kLog2e});
+    case ModKind::softcap:
+      return f(ModSoftcap{p.scale, mod.softcap});
+    case ModKind::alibi:
+      return f(ModAlibi{p.scale, mod.alibi_slopes});
+  }
+}
+
+__device__ __forceinline__ void row_keys(const Problem& p, const Doc& d, int i, int* lo, int* hi) {
+  int64_t a, b;
+  visible_keys(i, d.q_len, d.k_len, p.causal, p.window_left, p.window_right, &a, &b);
+  *lo = int(a);
+  *hi = int(b);
+}
+
+}  // namespace driftless::layers::gpu::fast

@@ -1,0 +1,63 @@
+// Host schedule of the fast attention kernels (fast_attention.h): the list of (document,
+// tile start) pairs the CTAs walk, heaviest first so the long causal tiles of long documents
+// are not left for the tail of the grid. Sorted stably, so the schedule (and with it
+// nothing numeric: each output is reduced by one CTA in a fixed order) is deterministic.
+#include <algorithm>
+
+#include "layers/attention/cuda/fast/fast_attention.h"
+#include "layers/attention/mask.h"
+
+namespace driftless::layers::gpu::fast {
+
+namespace {
+
+struct Weighted {
+  int64_t work;
+  Tile tile;
+};
+
+std::vector<Tile> sorted(std::vector<Weighted> w) {
+  std::stable_sort(w.begin(), w.end(),
+                   [](const Weighted& a, const Weighted& b) { return a.work > b.work; });
+  std::vector<Tile> out;
+  out.reserve(w.size());
+  for (const Weighted& x : w) out.push_back(x.tile);
+  return out;
+}
+
+}  // namespace
+
+std::vector<Tile> q_tiles(const Problem& p, const std::vector<Doc>& docs, int block_q) {
+  std::vector<Weighted> w;
+  for (size_t b = 0; b < docs.size(); ++b) {
+    const Doc& d = docs[b];
+    for (int64_t i0 = 0; i0 < d.q_len; i0 += block_q) {
+      const int64_t i1 = std::min(d.q_len, i0 + block_q) - 1;
+      int64_t lo0, hi0, lo1, hi1;
+      visible_keys(i0, d.q_len, d.k_len, p.causal, p.window_left, p.window_right, &lo0, &hi0);
+      visible_keys(i1, d.q_len, d.k_len, p.causal, p.window_left, p.window_right, &lo1, &hi1);
+      w.push_back({std::max<int64_t>(hi1 - lo0 + 1, 0), {int32_t(b), int32_t(i0)}});
+    }
+  }
+  return sorted(std::move(w));
+}
+
+std::vector<Tile> k_tiles(const Problem& p, const std::vector<Doc>& docs, int block_k) {
+  std::vector<Weighted> w;
+  for (size_t b = 0; b < docs.size(); ++b) {
+    const Doc& d = docs[b];
+    const int64_t shift = d.k_len - d.q_len;
+    for (int64_t j0 = 0; j0 < d.k_len; j0 += block_k) {
+      const int64_t j1 = std::min(d.k_len, j0 + block_k) - 1;
+      // Query rows that may see a key of the tile (same bounds as the kernel's).
+      int64_t i_begin = 0, i_end = d.q_len - 1;
+      if (p.causal) i_begin = std::max(i_begin, j0 - shift);
+      if (p.window_right >= 0) i_begin = std::max(i_begin, j0 - p.window_right - shift);
+      if (p.window_left >= 0) i_end = std::min(i_end, j1 + p.window_left - shift);
+      w.push_back({std::max<int64_t>(i_end - i_begin + 1, 0), {int32_t(b), int32_t(j0)}});
+    }
+  }
+  return sorted(std::move(w));
+}
+
+}  // namespace driftless::layers::gpu::fast
