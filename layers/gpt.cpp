@@ -56,7 +56,7 @@ Tensor int_tensor(const std::vector<int32_t>& v, Device device) {
 
 }  // namespace
 
-Gpt::Gpt(const GptConfig& c, Device device) : config_(c), device_(device) {
+Gpt::Gpt(const GptConfig& c, Device device, DType compute) : config_(c), device_(device) {
   DL_CHECK(c.n_embd % c.n_head == 0 && c.n_head % c.kv_heads() == 0, "gpt",
            "n_embd " << c.n_embd << ", n_head " << c.n_head << ", n_kv_head " << c.kv_heads()
                      << " do not divide");
@@ -81,7 +81,7 @@ Gpt::Gpt(const GptConfig& c, Device device) : config_(c), device_(device) {
   }
   slab_.declare("ln_f.weight", {C}, false);
   slab_.declare("ln_f.bias", {C}, false);
-  slab_.allocate(device);
+  slab_.allocate(device, compute);
   kv_buffers_.resize(size_t(c.n_layer));
   if (c.alibi) {
     std::vector<float> slopes(size_t(c.n_head));
@@ -111,11 +111,13 @@ void Gpt::init(uint64_t seed) {
     }
     ++index;
   }
+  slab_.sync_compute();
 }
 
 void Gpt::prepare_buffers(int64_t slots, int64_t sequence_length) {
   for (auto& b : kv_buffers_)
-    b.ensure(slots, sequence_length, config_.kv_heads(), config_.head_dim(), DType::f32, device_);
+    b.ensure(slots, sequence_length, config_.kv_heads(), config_.head_dim(), compute_dtype(),
+             device_, DType::f32);
 }
 
 void Gpt::zero_kv_grads() {

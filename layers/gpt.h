@@ -42,7 +42,9 @@ struct ForwardOptions {
 
 class Gpt {
  public:
-  explicit Gpt(const GptConfig& config, Device device = Device::cpu);
+  // compute: f32, or bf16 (bf16 activations and K/V, f32 master weights, f32 gradients).
+  explicit Gpt(const GptConfig& config, Device device = Device::cpu,
+               DType compute = DType::f32);
   const GptConfig& config() const { return config_; }
   ParameterSlab& slab() { return slab_; }
   const ParameterSlab& slab() const { return slab_; }
@@ -50,6 +52,7 @@ class Gpt {
   // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2 n_layer)),
   // zero biases, unit layer-norm gains. Seeded per parameter: same on every machine.
   void init(uint64_t seed);
+  DType compute_dtype() const { return slab_.compute_dtype(); }
 
   // K/V buffers for `slots` sequences of `sequence_length` tokens (allocated once).
   void prepare_buffers(int64_t slots, int64_t sequence_length);

@@ -270,6 +270,7 @@ void load_into(const HfGpt2& hf, Gpt& model) {
                     << shape_str(p.value.shape()));
     p.value.copy_(it->second.to(p.value.device()));
   }
+  model.slab().sync_compute();
 }
 
 }  // namespace driftless::layers

@@ -17,16 +17,26 @@ void ParameterSlab::declare(const std::string& name, const Shape& shape, bool we
   shapes_.push_back(shape);
 }
 
-void ParameterSlab::allocate(Device device) {
+void ParameterSlab::allocate(Device device, DType compute_dtype) {
+  DL_CHECK(compute_dtype == DType::f32 || compute_dtype == DType::bf16, "parameters",
+           "compute dtype must be f32 or bf16, got " << dtype_name(compute_dtype));
+  compute_dtype_ = compute_dtype;
   params_ = Tensor::zeros({numel_}, DType::f32, device);
   grads_ = Tensor::zeros({numel_}, DType::f32, device);
+  if (compute_dtype != DType::f32) compute_ = Tensor::zeros({numel_}, compute_dtype, device);
   for (size_t i = 0; i < parameters_.size(); ++i) {
     Parameter& p = parameters_[i];
-    p.value = params_.narrow(0, p.begin, p.end - p.begin).view(shapes_[i]);
-    p.value.set_requires_grad(true);
-    p.grad = grads_.narrow(0, p.begin, p.end - p.begin).view(shapes_[i]);
-    p.value.set_grad(p.grad);
+    const int64_t n = p.end - p.begin;
+    p.value = params_.narrow(0, p.begin, n).view(shapes_[i]);
+    p.grad = grads_.narrow(0, p.begin, n).view(shapes_[i]);
+    p.compute = compute_.defined() ? compute_.narrow(0, p.begin, n).view(shapes_[i]) : p.value;
+    p.compute.set_requires_grad(true);
+    p.compute.set_grad(p.grad);
   }
+}
+
+void ParameterSlab::sync_compute() const {
+  if (compute_.defined()) compute_.copy_(params_);
 }
 
 const Parameter& ParameterSlab::get(const std::string& name) const {

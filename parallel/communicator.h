@@ -16,6 +16,14 @@ struct CommOptions {
   double timeout_s = 300.0;
 };
 
+// A collective in flight (Communicator::all_reduce_async). wait() returns once it has
+// completed, or throws on error or timeout like the blocking collectives.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -36,6 +44,11 @@ class Communicator {
   virtual void reduce_scatter(const Tensor& out, const Tensor& in) = 0;
   // t = Σ over ranks of t, bitwise identical on every rank. Any numel.
   virtual void all_reduce(const Tensor& t) = 0;
+  // all_reduce that may overlap with work issued after it. NCCL runs it on the
+  // communicator's side stream, ordered after everything already issued on the compute
+  // stream; the caller leaves t alone until wait(). Other backends finish it before
+  // returning. Same sums as all_reduce.
+  virtual std::unique_ptr<Work> all_reduce_async(const Tensor& t);
   // t = root's t.
   virtual void broadcast(const Tensor& t, int root) = 0;
   virtual void barrier() = 0;

@@ -1,7 +1,9 @@
-// NCCL backend (nccl_communicator.h). Collectives run on the legacy default stream, so they
-// are ordered after the kernels that produced their inputs; the host then polls the stream
-// and ncclCommGetAsyncError until the deadline, and on error or timeout aborts the NCCL
-// communicator (ncclCommAbort) before throwing. Sums: NCCL's ring/tree order is fixed for a
+// NCCL backend (nccl_communicator.h). Blocking collectives run on the compute stream, so
+// they are ordered after the kernels that produced their inputs; the host then polls the
+// stream and ncclCommGetAsyncError until the deadline, and on error or timeout aborts the
+// NCCL communicator (ncclCommAbort) before throwing. all_reduce_async runs on a side stream
+// that waits for an event recorded on the compute stream, so gradient buckets reduce while
+// the backward goes on; its Work polls an event the same way. Sums: NCCL's ring/tree order is fixed for a
 // given topology and every rank receives the same reduced bits.
 #include "parallel/nccl_communicator.h"
 
@@ -14,6 +16,7 @@
 #include <thread>
 
 #include "engine/core/cuda/check.h"
+#include "engine/core/cuda/stream.h"
 #endif
 
 namespace driftless::parallel {
@@ -113,6 +116,20 @@ class NcclCommunicator final : public Communicator {
                                     nccl_datatype(t.dtype()), ncclSum, comm_, stream()));
     wait(op);
   }
+  std::unique_ptr<Work> all_reduce_async(const Tensor& t) override {
+    const char* op = "all_reduce_async";
+    check_usable(op);
+    check_tensor(op, t);
+    if (!side_) side_ = std::make_unique<cuda::Stream>();
+    cuda::Event ready;
+    ready.record(stream());
+    side_->wait(ready);
+    DL_NCCL_CHECK(op, ncclAllReduce(t.raw_data(), t.raw_data(), size_t(t.numel()),
+                                    nccl_datatype(t.dtype()), ncclSum, comm_, side_->get()));
+    auto work = std::make_unique<NcclWork>(this);
+    work->done.record(side_->get());
+    return work;
+  }
   void broadcast(const Tensor& t, int root) override {
     const char* op = "broadcast";
     check_usable(op);
@@ -148,20 +165,41 @@ class NcclCommunicator final : public Communicator {
     comm_ = nullptr;
   }
 
-  // Waits for the enqueued collective: completion of the stream, or an asynchronous NCCL
-  // error, or the deadline.
+  struct NcclWork final : Work {
+    explicit NcclWork(NcclCommunicator* c) : comm(c) {}
+    void wait() override {
+      comm->wait("all_reduce_async", [this] { return done.done(); });
+    }
+    NcclCommunicator* comm;
+    cuda::Event done;
+  };
+
   void wait(const char* op) {
+    wait(op, [] {
+      const cudaError_t st = cudaStreamQuery(stream());
+      if (st == cudaErrorNotReady) return false;
+      DL_CUDA_CHECK(st);
+      return true;
+    });
+  }
+
+  // Waits until finished() (which throws on a CUDA error), or an asynchronous NCCL error,
+  // or the deadline.
+  template <class Finished>
+  void wait(const char* op, const Finished& finished) {
     using clock = std::chrono::steady_clock;
     const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(
                                              std::chrono::duration<double>(options_.timeout_s));
     for (int polls = 0;; ++polls) {
-      const cudaError_t st = cudaStreamQuery(stream());
-      if (st == cudaSuccess) return;
-      if (st != cudaErrorNotReady) {
+      bool ok = false;
+      try {
+        ok = finished();
+      } catch (const Error& e) {
         abort_comm();
         DL_FAIL(op, "cuda error during collective " << op << " on rank " << world_rank() << ": "
-                                                    << cudaGetErrorString(st));
+                                                    << e.what());
       }
+      if (ok) return;
       ncclResult_t async = ncclSuccess;
       DL_NCCL_CHECK(op, ncclCommGetAsyncError(comm_, &async));
       if (async != ncclSuccess) fail(op, "asynchronous NCCL error", async);
@@ -179,6 +217,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   MpiCommunicator bootstrap_;
+  std::unique_ptr<cuda::Stream> side_;  // all_reduce_async
   ncclComm_t comm_ = nullptr;
   int rank_ = 0, size_ = 1;
   bool broken_ = false;

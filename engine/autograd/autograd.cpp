@@ -92,7 +92,7 @@ void accumulate(Tensor& slot, const Tensor& g) {
 }
 }  // namespace
 
-void backward(const Tensor& root, const Tensor& grad) {
+void backward(const Tensor& root, const Tensor& grad, const LeafDoneHook& on_leaf_done) {
   DL_CHECK(root.requires_grad(), "backward",
            "the tensor does not require grad (no input of its graph requires grad)");
   Tensor seed = grad;
@@ -108,6 +108,7 @@ void backward(const Tensor& root, const Tensor& grad) {
     Tensor g = root.grad();
     accumulate(g, seed);
     root.set_grad(g);
+    if (on_leaf_done) on_leaf_done(root);
     return;
   }
 
@@ -132,6 +133,17 @@ void backward(const Tensor& root, const Tensor& grad) {
     }
   }
 
+  // Edges into each leaf that needs a gradient: the hook fires when the last one has run.
+  std::unordered_map<const void*, int64_t> leaf_edges;
+  if (on_leaf_done)
+    for (Node* node : order)
+      for (const Tensor& in : node->inputs())
+        if (in.defined() && in.requires_grad() && !in.grad_fn()) ++leaf_edges[in.impl_ptr().get()];
+  auto edge_done = [&](const Tensor& in) {
+    if (!on_leaf_done || !in.defined() || !in.requires_grad() || in.grad_fn()) return;
+    if (--leaf_edges[in.impl_ptr().get()] == 0) on_leaf_done(in);
+  };
+
   std::unordered_map<Node*, std::vector<Tensor>> slots;
   slots[root.grad_fn().get()].resize(root.grad_fn()->outputs().size());
   slots[root.grad_fn().get()][root.output_nr()] = seed;
@@ -140,7 +152,10 @@ void backward(const Tensor& root, const Tensor& grad) {
   for (size_t i = order.size(); i-- > 0;) {
     Node* node = order[i];
     auto it = slots.find(node);
-    if (it == slots.end()) continue;  // reached only through inputs needing no gradient
+    if (it == slots.end()) {  // reached only through inputs needing no gradient
+      for (const Tensor& in : node->inputs()) edge_done(in);
+      continue;
+    }
     std::vector<Tensor> gouts = std::move(it->second);
     slots.erase(it);
     gouts.resize(node->outputs().size());
@@ -169,6 +184,7 @@ void backward(const Tensor& root, const Tensor& grad) {
         in.set_grad(g);
       }
     }
+    for (const Tensor& in : inputs) edge_done(in);
     node->release();
   }
 }

@@ -92,7 +92,13 @@ std::vector<Tensor> record(std::string name, const std::vector<Tensor>& inputs,
 Tensor record(std::string name, const std::vector<Tensor>& inputs, const Tensor& output,
               Context ctx, BackwardFn fn);
 
+// Called once per leaf of the graph, right after the last gradient this backward pass
+// delivers to it has been accumulated into its .grad (data-parallel gradient buckets start
+// their reduction from here while the rest of the backward runs).
+using LeafDoneHook = std::function<void(const Tensor& leaf)>;
+
 // Runs reverse mode from root. grad defaults to ones (root must then have one element).
-void backward(const Tensor& root, const Tensor& grad = Tensor());
+void backward(const Tensor& root, const Tensor& grad = Tensor(),
+              const LeafDoneHook& on_leaf_done = {});
 
 }  // namespace driftless::autograd

@@ -52,6 +52,10 @@ void reset_peak_memory(Device device) {
   cuda::reset_peak_memory();
 }
 
+void empty_cache(Device device) {
+  if (device == Device::cuda) cuda::empty_cache();
+}
+
 Storage::Storage(Allocator& allocator, size_t bytes)
     : allocator_(allocator), data_(allocator.allocate(bytes)), bytes_(bytes) {}
 

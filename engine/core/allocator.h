@@ -22,6 +22,8 @@ class Allocator {
 struct MemoryStats {
   size_t bytes_in_use = 0;
   size_t peak_bytes_in_use = 0;
+  size_t bytes_cached = 0;        // cuda: freed blocks kept for reuse (0 on cpu)
+  size_t system_allocations = 0;  // cuda: cudaMalloc calls so far (0 on cpu)
 };
 
 // 64-byte aligned host memory (cache lines, AVX-512 loads), with in-use/peak counters.
@@ -41,6 +43,8 @@ class CpuAllocator final : public Allocator {
 // In-use and peak bytes of the allocator of a device (cuda: the caching allocator).
 MemoryStats memory_stats(Device device);
 void reset_peak_memory(Device device);
+// Returns cached, unused device blocks to the system (cuda); nothing to do on cpu.
+void empty_cache(Device device);
 
 // The allocator used for new tensors on a device. For cuda it throws when the build has
 // no CUDA backend.

@@ -2,19 +2,23 @@
 // copy with dtype conversion, fill and accumulate. The CPU bodies live in tensor.cpp; the
 // CUDA bodies in engine/core/cuda/, or a stub that throws when built without CUDA.
 #pragma once
+#include <string>
+
 #include "engine/core/tensor.h"
 
 namespace driftless::cuda {
 
 bool built_with_cuda();
 int device_count();  // 0 when built without CUDA or no GPU is present
+std::string device_name();  // the current GPU's name ("" without one)
 Allocator& allocator();
 // dst and src have the same shape; either may live on cpu, at least one on cuda.
 void copy(const Tensor& dst, const Tensor& src);
 void fill(const Tensor& dst, double value);
 void add_(const Tensor& dst, const Tensor& src);
 void synchronize();
-MemoryStats memory_stats();  // the caching allocator's in-use and peak bytes
+MemoryStats memory_stats();  // the caching allocator's counters
 void reset_peak_memory();
+void empty_cache();  // frees the caching allocator's unused blocks (cudaFree)
 
 }  // namespace driftless::cuda

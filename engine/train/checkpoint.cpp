@@ -91,6 +91,7 @@ CheckpointInfo load_checkpoint(const std::string& path, layers::Gpt& model,
                   << ", the model expects " << shape_str(p.value.shape()));
     p.value.copy_(t);
   }
+  model.slab().sync_compute();
   if (optimizer) {
     DL_CHECK(f.contains("optim.m") && f.contains("optim.v"), "checkpoint",
              path << " holds no optimizer state (optim.m, optim.v)");

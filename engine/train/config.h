@@ -64,12 +64,14 @@ struct DistributedConfig {
   int64_t sequence_data_parallel = 1;
   int64_t data_parallel = 1;
   int64_t zero_stage = 0;
+  double bucket_mb = 25;  // gradient all-reduce buckets; 0: one reduction after the backward
   double timeout_seconds = 600;
 };
 
 struct PrecisionConfig {
   std::string device = "cpu";    // cpu | cuda
   std::string compute = "f32";   // f32 | bf16 (bf16 needs cuda)
+  double peak_tflops = 0;        // for MFU; 0: from the GPU's name (H100/H200/A100)
 };
 
 struct TensorLogConfig {

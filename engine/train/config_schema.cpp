@@ -58,10 +58,12 @@ void visit_schema_impl(C& c, V&& v) {
   v(Field{"distributed.sequence_data_parallel", "ranks sharing one sequence (SDP)", 1, 1 << 16}, c.distributed.sequence_data_parallel);
   v(Field{"distributed.data_parallel", "ranks splitting the batch", 1, 1 << 16}, c.distributed.data_parallel);
   v(Field{"distributed.zero_stage", "0: all-reduce gradients; 1 (ZeRO-1): reduce-scatter gradients, shard optimizer state over the data group, all-gather parameters", 0, 1}, c.distributed.zero_stage);
+  v(Field{"distributed.bucket_mb", "size of the gradient buckets all-reduced during the backward (on GPU overlapped with it, on a side stream); 0: one all-reduce after the backward", 0, 1e5}, c.distributed.bucket_mb);
   v(Field{"distributed.timeout_seconds", "a collective waiting longer ends the job", 1, 1e6}, c.distributed.timeout_seconds);
   // precision
   v(Field{"precision.device", "where the run computes", 0, 0, {"cpu", "cuda"}}, c.precision.device);
-  v(Field{"precision.compute", "compute dtype (master weights stay f32)", 0, 0, {"f32", "bf16"}}, c.precision.compute);
+  v(Field{"precision.compute", "compute dtype: bf16 runs matrix products, activations and K/V in bf16 with f32 master weights, f32 gradients and f32 accumulation in every reduction (cuda only)", 0, 0, {"f32", "bf16"}}, c.precision.compute);
+  v(Field{"precision.peak_tflops", "the GPU's peak dense TFLOP/s in the compute dtype, for the MFU that train reports; 0: looked up from the GPU's name (H100/H200, A100)", 0, 1e5}, c.precision.peak_tflops);
   // run
   v(Field{"run.output_dir", "run directory: effective config, metrics.jsonl, checkpoints, tensor logs"}, c.run.output_dir);
   v(Field{"run.tensor_logs.steps", "steps whose tensors are logged", 0, kBig}, c.run.tensor_logs.steps);

@@ -18,6 +18,7 @@
 #include "engine/core/random.h"
 #include "engine/optim/clip.h"
 #include "engine/train/checkpoint.h"
+#include "engine/train/flops.h"
 #include "engine/train/progress.h"
 #include "engine/train/tensor_log.h"
 
@@ -75,10 +76,9 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
            "sequence_data_parallel > 1 needs an SDP exchange (run under mpirun)");
   DL_CHECK(config.precision.device == "cpu" || config.precision.device == "cuda", "train",
            "precision.device must be cpu or cuda, got " << config.precision.device);
-  DL_CHECK(config.precision.compute == "f32", "train",
+  DL_CHECK(config.precision.compute == "f32" || device_ == Device::cuda, "train",
            "precision.compute " << config.precision.compute
-                                << ": only f32 training exists so far (bf16 mixed precision "
-                                   "on cuda is not implemented yet)");
+                                << " needs precision.device cuda (the CPU computes in f32)");
   DL_CHECK(device_ == Device::cpu || cuda::device_count() > 0, "train",
            "precision.device cuda, but no CUDA device is available"
                << (cuda::device_count() == 0 ? " (no GPU, or a build without CUDA)" : ""));
@@ -88,7 +88,8 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   sampler_ = std::make_unique<data::Sampler>(*train_data_, sampler_config(config));
   if (val_data_) val_sampler_ = std::make_unique<data::Sampler>(*val_data_, sampler_config(config));
 
-  model_ = std::make_unique<layers::Gpt>(config.model, device_);
+  model_ = std::make_unique<layers::Gpt>(
+      config.model, device_, config.precision.compute == "bf16" ? DType::bf16 : DType::f32);
   model_->init(uint64_t(config.training.seed));
   const int64_t slots = config.batch.sequences / layout_.data_parallel / layout_.depth_first;
   model_->prepare_buffers(slots, config.batch.sequence_length);
@@ -110,6 +111,13 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
                                                 std::min((r + 1) * n, N), device_);
   } else {
     optimizer_ = std::make_unique<optim::AdamW>(ac, ranges, N, device_);
+    if (world > 1)
+      buckets_ = std::make_unique<GradientBuckets>(model_->slab(), *options.data_group,
+                                                   config.distributed.bucket_mb * (1 << 20));
+  }
+  if (device_ == Device::cuda) {
+    peak_flops_ = config.precision.peak_tflops * 1e12;
+    if (peak_flops_ == 0) peak_flops_ = cuda_peak_flops(config.precision.compute);
   }
   schedule_.max_lr = config.optimizer.lr;
   schedule_.min_lr = config.optimizer.min_lr;
@@ -168,8 +176,9 @@ StepStats Trainer::train_step(int64_t step) {
   const data::SliceSpec base{0, int32_t(m), int32_t(layout_.sdp_rank()),
                              int32_t(layout_.sequence_data_parallel)};
   model_->slab().zero_grads();
-  double loss_sum = 0;
-  for (const auto& group : micro_batches(layout_, config_.batch.sequences)) {
+  std::vector<Tensor> loss_parts;  // read after the backward: no host sync inside the step
+  const auto groups = micro_batches(layout_, config_.batch.sequences);
+  for (const auto& group : groups) {
     model_->zero_kv_grads();
     // inputs[mb][i][j]: ModelInput of sequence j of micro-batch mb, micro-sequence i.
     std::vector<std::vector<std::vector<data::ModelInput>>> inputs(group.size());
@@ -193,12 +202,20 @@ StepStats Trainer::train_step(int64_t step) {
       slot += int64_t(group[mb].size());
     }
     // Backward: micro-batches and micro-sequences in reverse order (the K/V gradient rule).
+    // The step's very last backward pass completes the parameter gradients: its leaf hook
+    // starts the bucketed data-parallel reduction while the backward goes on.
+    const bool last_group = &group == &groups.back();
+    if (last_group && buckets_) buckets_->start_step();
     for (size_t mb = group.size(); mb-- > 0;)
       for (int64_t i = m; i-- > 0;) {
-        loss_sum += losses[mb][size_t(i)].item();
-        autograd::backward(losses[mb][size_t(i)]);
+        loss_parts.push_back(losses[mb][size_t(i)].detach());
+        const bool last = last_group && mb == 0 && i == 0;
+        autograd::backward(losses[mb][size_t(i)], Tensor(),
+                           last && buckets_ ? buckets_->hook() : autograd::LeafDoneHook());
       }
   }
+  double loss_sum = 0;
+  for (const Tensor& l : loss_parts) loss_sum += l.item();
   const Tensor& grads = model_->slab().grads();
   // Gradients to update with: the whole reduced slab, or this rank's ZeRO-1 shard of it.
   Tensor update_grads;
@@ -207,7 +224,7 @@ StepStats Trainer::train_step(int64_t step) {
     update_grads = reduce_scatter_grads();
     norm_sq = all_reduce_scalar(optim::grad_norm_squared(update_grads));
   } else {
-    all_reduce(grads);
+    if (buckets_) buckets_->finish();
     update_grads = grads;
     norm_sq = optim::grad_norm_squared(grads);
   }
@@ -216,6 +233,7 @@ StepStats Trainer::train_step(int64_t step) {
   st.step = step;
   st.loss = all_reduce_scalar(loss_sum);
   st.tokens = config_.batch.sequences * config_.batch.sequence_length;
+  st.flops = step_flops(config_.model, batch);
   st.grad_norm = std::sqrt(norm_sq);
   if (config_.optimizer.grad_clip > 0)
     optim::scale_grads(update_grads,
@@ -232,6 +250,7 @@ StepStats Trainer::train_step(int64_t step) {
     if (zero1())
       all_gather_slab(params, params.narrow(0, optimizer_->shard_begin(),
                                             optimizer_->shard_end() - optimizer_->shard_begin()));
+    model_->slab().sync_compute();
   } else if (is_root()) {
     log() << "step " << step << ": gradient norm is " << st.grad_norm << "; update skipped\n";
   }
@@ -325,15 +344,21 @@ int Trainer::run() {
                     options_.progress && is_root());
   const auto start = std::chrono::steady_clock::now();
   int64_t tokens_done = 0;
+  double flops_done = 0;
+  const double world = double(layout_.world_size());
   StepStats last;
   double last_val = std::nan("");
   int status = 0;
   for (int64_t step = next_step_; step < config_.training.steps; ++step) {
     last = train_step(step);
     tokens_done += last.tokens;
+    flops_done += last.flops;
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double tps = double(tokens_done) / std::max(elapsed, 1e-9);
+    // Model FLOP utilisation over all GPUs of the run (0 when the peak is unknown).
+    const double mfu =
+        peak_flops_ > 0 ? flops_done / std::max(elapsed, 1e-9) / (peak_flops_ * world) : 0;
     if (is_root()) {
       metrics << nlohmann::json{{"step", step},
                                 {"loss", last.loss},
@@ -341,6 +366,7 @@ int Trainer::run() {
                                 {"grad_norm", last.grad_norm},
                                 {"tokens", last.tokens},
                                 {"tokens_per_second", tps},
+                                {"mfu", mfu},
                                 {"step_seconds", last.seconds}}
                      .dump()
               << "\n"
@@ -348,6 +374,7 @@ int Trainer::run() {
       std::ostringstream extra;
       extra << "loss " << std::fixed << std::setprecision(4) << last.loss << "  "
             << std::setprecision(0) << tps << " tok/s";
+      if (mfu > 0) extra << "  MFU " << std::setprecision(1) << 100 * mfu << "%";
       progress.update(step + 1, extra.str());
     }
     const bool last_step = step + 1 == config_.training.steps;
@@ -381,7 +408,11 @@ int Trainer::run() {
           << std::setprecision(4) << last.loss;
     if (!std::isnan(last_val)) log() << ", validation loss " << last_val;
     log() << ", " << std::setprecision(0) << double(tokens_done) / std::max(elapsed, 1e-9)
-          << " tokens/s, " << Progress::format_duration(elapsed) << ", checkpoint "
+          << " tokens/s";
+    if (peak_flops_ > 0)
+      log() << ", MFU " << std::setprecision(1)
+            << 100 * flops_done / std::max(elapsed, 1e-9) / (peak_flops_ * world) << "%";
+    log() << ", " << Progress::format_duration(elapsed) << ", checkpoint "
           << latest_checkpoint(dir) << "\n";
   }
   return status;

@@ -13,6 +13,7 @@
 #include "engine/optim/adamw.h"
 #include "engine/optim/schedule.h"
 #include "engine/train/config.h"
+#include "engine/train/grad_buckets.h"
 #include "engine/train/layout.h"
 #include "layers/gpt.h"
 #include "parallel/communicator.h"
@@ -36,6 +37,7 @@ struct StepStats {
   double grad_norm = 0;  // before clipping
   double lr = 0;
   int64_t tokens = 0;  // tokens of the global batch
+  double flops = 0;    // model FLOPs of the step (forward + backward, all ranks)
   double seconds = 0;
 };
 
@@ -85,6 +87,8 @@ class Trainer {
   optim::LrSchedule schedule_;
   int64_t next_step_ = 0;
   Tensor zero_buffer_;  // ZeRO-1: (P * n) padded slab for the collectives
+  std::unique_ptr<GradientBuckets> buckets_;  // all-reduce path with more than one rank
+  double peak_flops_ = 0;  // per GPU, for MFU; 0: unknown
 };
 
 }  // namespace driftless::train

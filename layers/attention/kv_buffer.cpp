@@ -6,12 +6,13 @@
 namespace driftless::layers {
 
 void KvBuffer::ensure(int64_t sequences, int64_t sequence_length, int64_t kv_heads,
-                      int64_t head_dim, DType dtype, Device device) {
+                      int64_t head_dim, DType dtype, Device device, DType grad_dtype) {
   const Shape shape{sequences, sequence_length, 2, kv_heads, head_dim};
-  if (kv_.defined() && kv_.shape() == shape && kv_.dtype() == dtype && kv_.device() == device)
+  if (kv_.defined() && kv_.shape() == shape && kv_.dtype() == dtype && kv_.device() == device &&
+      grad_.dtype() == grad_dtype)
     return;
   kv_ = Tensor::zeros(shape, dtype, device);
-  grad_ = Tensor::zeros(shape, dtype, device);
+  grad_ = Tensor::zeros(shape, grad_dtype, device);
 }
 
 namespace {
@@ -63,12 +64,18 @@ std::pair<Tensor, Tensor> kv_write_read(KvBuffer& buffer, const KvSlice& slice,
                                   const std::vector<Tensor>& g) -> std::vector<Tensor> {
         autograd::NoGradGuard no_grad;
         const Tensor& grad = buffer.grad();
-        rows(grad, slice.sequence, slice.first_document_begin, slice.q1, 0).add_(g[0]);
-        rows(grad, slice.sequence, slice.first_document_begin, slice.q1, 1).add_(g[1]);
+        for (int64_t c = 0; c < 2; ++c)  // accumulate in the gradient buffer's dtype
+          rows(grad, slice.sequence, slice.first_document_begin, slice.q1, c)
+              .add_(g[size_t(c)].to(grad.dtype()));
         // Every later micro-sequence has run its backward: the slice is complete.
         if (ex.ranks() > 1 && !skip_rs) ex.reduce_scatter(span(grad, slice, ex));
-        Tensor dk = rows(grad, slice.sequence, slice.q0, slice.q1, 0).clone();
-        Tensor dv = rows(grad, slice.sequence, slice.q0, slice.q1, 1).clone();
+        // A fresh copy in the K/V dtype (the buffer slice is reused by the next step).
+        const DType dt = buffer.kv().dtype();
+        auto out = [&](int64_t c) {
+          Tensor r = rows(grad, slice.sequence, slice.q0, slice.q1, c);
+          return dt == grad.dtype() ? r.clone() : r.to(dt).contiguous();
+        };
+        Tensor dk = out(0), dv = out(1);
         if (drop) {
           dk.zero_();
           dv.zero_();

@@ -37,9 +37,10 @@ struct KvFaults {
 
 class KvBuffer {
  public:
-  // (Re)allocates only when the shape grows or changes dtype/device.
+  // (Re)allocates only when the shape, dtypes or device change. The gradient buffer may be
+  // wider than the K/V (f32 for bf16 K/V): it accumulates over micro-sequences and ranks.
   void ensure(int64_t sequences, int64_t sequence_length, int64_t kv_heads, int64_t head_dim,
-              DType dtype, Device device);
+              DType dtype, Device device, DType grad_dtype);
   const Tensor& kv() const { return kv_; }      // (B, S, 2, H_kv, D)
   const Tensor& grad() const { return grad_; }  // (B, S, 2, H_kv, D)
   void zero_grad() const {

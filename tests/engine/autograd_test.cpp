@@ -30,6 +30,28 @@ TEST(Autograd, TensorUsedTwiceGetsSummedGradient) {
   EXPECT_TRUE(all_close(x.grad(), {3 * (2 * 3 + 1), 3 * (2 * -6 + 1)}));
 }
 
+TEST(Autograd, LeafDoneHookFiresOnceAfterTheLastContribution) {
+  // a is used early and late in the graph (like a tied embedding); b once. The hook must
+  // see each leaf exactly once, with its gradient complete at that moment.
+  Tensor a = Tensor::from_vector<double>({1, 2}).set_requires_grad();
+  Tensor b = Tensor::from_vector<double>({3, 4}).set_requires_grad();
+  Tensor c = Tensor::from_vector<double>({5, 6}).set_requires_grad();
+  Tensor h = ops::mul(a, b);                   // first use of a
+  Tensor root = ops::sum_all(ops::add(ops::scale(h, 2.0), ops::mul(a, a)));  // second use
+  Tensor unused = ops::scale(c, 1.0);  // not on the root's graph: never reported
+  std::vector<std::pair<std::string, std::vector<double>>> seen;
+  autograd::backward(root, Tensor(), [&](const Tensor& leaf) {
+    const std::string name = leaf.impl_ptr() == a.impl_ptr() ? "a" : "b";
+    seen.push_back({name, leaf.grad().to_vector<double>()});
+  });
+  ASSERT_EQ(seen.size(), 2u);
+  for (const auto& [name, g] : seen) {
+    if (name == "a") EXPECT_EQ(g, (std::vector<double>{2 * 3 + 2 * 1, 2 * 4 + 2 * 2}));
+    if (name == "b") EXPECT_EQ(g, (std::vector<double>{2 * 1, 2 * 2}));
+  }
+  EXPECT_NE(seen[0].first, seen[1].first);
+}
+
 TEST(Autograd, SeedGradientIsNotModified) {
   // add returns the same gradient tensor for both inputs and p also reaches the root
   // through q: summing into p's slot must not write into the caller's seed (or q's slot).

@@ -7,6 +7,8 @@
 #include "engine/core/tensor.h"
 #ifdef DRIFTLESS_HAVE_CUDA
 #include "engine/core/cuda/caching_allocator.h"
+#include "engine/core/cuda/check.h"
+#include "engine/core/cuda/stream.h"
 #endif
 
 namespace driftless {
@@ -68,6 +70,52 @@ TEST(CoreCuda, CachingAllocatorReusesBlocks) {
   }
   EXPECT_EQ(a.stats().system_allocations, before);
   EXPECT_GE(a.stats().bytes_reserved, size_t(4) << 20);
+}
+
+TEST(CoreCuda, CachingAllocatorKeepsStreamsApartAndEmptiesItsCache) {
+  DL_REQUIRE_GPU();
+  auto& a = cuda::caching_allocator();
+  cuda::empty_cache();
+  EXPECT_EQ(memory_stats(Device::cuda).bytes_cached, 0u);
+  void* compute_block = nullptr;
+  {
+    Tensor t = Tensor::empty({3 << 18}, DType::f32, Device::cuda);
+    compute_block = t.raw_data();
+  }
+  EXPECT_GE(memory_stats(Device::cuda).bytes_cached, size_t(3) << 20);
+  const size_t before = a.stats().system_allocations;
+  {
+    // A block freed on the compute stream is not handed to another stream's allocation.
+    cuda::Stream side;
+    cuda::AllocationStreamGuard guard(side.get());
+    Tensor t = Tensor::empty({3 << 18}, DType::f32, Device::cuda);
+    EXPECT_NE(t.raw_data(), compute_block);
+    EXPECT_EQ(a.stats().system_allocations, before + 1);
+  }
+  {
+    Tensor t = Tensor::empty({3 << 18}, DType::f32, Device::cuda);  // compute stream again
+    EXPECT_EQ(t.raw_data(), compute_block);
+    EXPECT_EQ(a.stats().system_allocations, before + 1);
+  }
+  cuda::empty_cache();
+  EXPECT_EQ(memory_stats(Device::cuda).bytes_cached, 0u);
+}
+
+TEST(CoreCuda, EventsOrderASideStreamAfterTheComputeStream) {
+  DL_REQUIRE_GPU();
+  Tensor x = Tensor::zeros({1 << 20}, DType::f32, Device::cuda);
+  x.fill_(3.0);  // compute stream
+  cuda::Event ready, done;
+  ready.record(cuda::compute_stream());
+  cuda::Stream side;
+  side.wait(ready);
+  Tensor host = Tensor::zeros({1 << 20}, DType::f32);
+  DL_CUDA_CHECK(cudaMemcpyAsync(host.raw_data(), x.raw_data(), x.nbytes(),
+                                cudaMemcpyDeviceToHost, side.get()));
+  done.record(side.get());
+  done.synchronize();
+  EXPECT_TRUE(done.done());
+  EXPECT_EQ(host.to_vector<float>()[12345], 3.0f);
 }
 #endif
 

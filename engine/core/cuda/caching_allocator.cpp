@@ -7,6 +7,15 @@
 
 namespace driftless::cuda {
 
+namespace {
+thread_local void* tls_alloc_stream = nullptr;
+}
+
+AllocationStreamGuard::AllocationStreamGuard(void* stream) : previous_(tls_alloc_stream) {
+  tls_alloc_stream = stream;
+}
+AllocationStreamGuard::~AllocationStreamGuard() { tls_alloc_stream = previous_; }
+
 size_t CachingAllocator::round_size(size_t bytes) {
   constexpr size_t kSmall = 512, kLarge = size_t(2) << 20;
   if (bytes < (size_t(1) << 20)) return (bytes + kSmall - 1) / kSmall * kSmall;
@@ -15,25 +24,33 @@ size_t CachingAllocator::round_size(size_t bytes) {
 
 CachingAllocator::~CachingAllocator() { release_cached(); }
 
+void CachingAllocator::free_all_cached() {
+  for (auto& [key, blocks] : free_)
+    for (void* q : blocks) {
+      cudaFree(q);
+      stats_.bytes_reserved -= key.second;
+    }
+  free_.clear();
+}
+
 void* CachingAllocator::allocate(size_t bytes) {
   if (bytes == 0) return nullptr;
   size_t size = round_size(bytes);
+  void* const stream = tls_alloc_stream;
   std::lock_guard<std::mutex> lock(mutex_);
   void* p = nullptr;
-  auto it = free_.lower_bound(size);
-  if (it != free_.end() && it->first <= 2 * size) {
-    p = it->second;
-    size = it->first;
-    free_.erase(it);
+  auto it = free_.lower_bound({stream, size});
+  if (it != free_.end() && it->first.first == stream && it->first.second <= 2 * size) {
+    size = it->first.second;
+    p = it->second.back();
+    it->second.pop_back();
+    if (it->second.empty()) free_.erase(it);
   } else {
     cudaError_t err = cudaMalloc(&p, size);
     if (err == cudaErrorMemoryAllocation) {
       cudaGetLastError();  // clear the error, drop the cache, retry once
-      for (auto& [s, q] : free_) {
-        cudaFree(q);
-        stats_.bytes_reserved -= s;
-      }
-      free_.clear();
+      DL_CUDA_CHECK(cudaDeviceSynchronize());  // cached blocks may still be read by kernels
+      free_all_cached();
       err = cudaMalloc(&p, size);
     }
     DL_CHECK(err == cudaSuccess, "cuda.alloc",
@@ -42,7 +59,7 @@ void* CachingAllocator::allocate(size_t bytes) {
     ++stats_.system_allocations;
     stats_.bytes_reserved += size;
   }
-  live_[p] = size;
+  live_[p] = {size, stream};
   stats_.bytes_in_use += size;
   if (stats_.bytes_in_use > stats_.peak_bytes_in_use)
     stats_.peak_bytes_in_use = stats_.bytes_in_use;
@@ -54,19 +71,16 @@ void CachingAllocator::deallocate(void* ptr, size_t) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = live_.find(ptr);
   if (it == live_.end()) return;  // not ours; never happens through Storage
-  size_t size = it->second;
+  const Block b = it->second;
   live_.erase(it);
-  free_.emplace(size, ptr);
-  stats_.bytes_in_use -= size;
+  free_[{b.stream, b.size}].push_back(ptr);
+  stats_.bytes_in_use -= b.size;
 }
 
 void CachingAllocator::release_cached() {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [s, p] : free_) {
-    cudaFree(p);
-    stats_.bytes_reserved -= s;
-  }
-  free_.clear();
+  if (!free_.empty()) cudaDeviceSynchronize();  // kernels may still read freed blocks
+  free_all_cached();
 }
 
 AllocatorStats CachingAllocator::stats() const {
@@ -88,9 +102,12 @@ Allocator& allocator() { return caching_allocator(); }
 
 MemoryStats memory_stats() {
   const AllocatorStats s = caching_allocator().stats();
-  return {s.bytes_in_use, s.peak_bytes_in_use};
+  return {s.bytes_in_use, s.peak_bytes_in_use, s.bytes_reserved - s.bytes_in_use,
+          s.system_allocations};
 }
 
 void reset_peak_memory() { caching_allocator().reset_peak(); }
+
+void empty_cache() { caching_allocator().release_cached(); }
 
 }  // namespace driftless::cuda

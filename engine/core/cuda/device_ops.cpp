@@ -35,6 +35,15 @@ int device_count() {
   return n;
 }
 
+std::string device_name() {
+  if (device_count() == 0) return "";
+  int d = 0;
+  DL_CUDA_CHECK(cudaGetDevice(&d));
+  cudaDeviceProp prop{};
+  DL_CUDA_CHECK(cudaGetDeviceProperties(&prop, d));
+  return prop.name;
+}
+
 void synchronize() { DL_CUDA_CHECK(cudaDeviceSynchronize()); }
 
 void copy(const Tensor& dst, const Tensor& src) {

@@ -12,6 +12,7 @@ namespace {
 
 bool built_with_cuda() { return false; }
 int device_count() { return 0; }
+std::string device_name() { return ""; }
 Allocator& allocator() { no_cuda("cuda.alloc"); }
 void copy(const Tensor&, const Tensor&) { no_cuda("cuda.copy"); }
 void fill(const Tensor&, double) { no_cuda("cuda.fill"); }
@@ -19,5 +20,6 @@ void add_(const Tensor&, const Tensor&) { no_cuda("cuda.add_"); }
 void synchronize() {}
 MemoryStats memory_stats() { return {}; }
 void reset_peak_memory() {}
+void empty_cache() {}
 
 }  // namespace driftless::cuda

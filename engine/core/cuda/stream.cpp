@@ -1,0 +1,31 @@
+// Streams and events (stream.h). Destructors ignore errors: at process exit the driver may
+// already be shutting down.
+#include "engine/core/cuda/stream.h"
+
+#include "engine/core/cuda/check.h"
+
+namespace driftless::cuda {
+
+Event::Event() { DL_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
+Event::~Event() {
+  if (event_) cudaEventDestroy(event_);
+}
+void Event::record(cudaStream_t stream) { DL_CUDA_CHECK(cudaEventRecord(event_, stream)); }
+bool Event::done() const {
+  const cudaError_t st = cudaEventQuery(event_);
+  if (st == cudaErrorNotReady) return false;
+  DL_CUDA_CHECK(st);
+  return true;
+}
+void Event::synchronize() const { DL_CUDA_CHECK(cudaEventSynchronize(event_)); }
+
+Stream::Stream() { DL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+Stream::~Stream() {
+  if (stream_) cudaStreamDestroy(stream_);
+}
+void Stream::wait(const Event& event) const {
+  DL_CUDA_CHECK(cudaStreamWaitEvent(stream_, event.get(), 0));
+}
+void Stream::synchronize() const { DL_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+}  // namespace driftless::cuda
