@@ -1,6 +1,6 @@
 // Backward of the fast attention (fast_attention.h), FlashAttention-2 style and without
 // atomics, so every gradient element is summed by one thread in a fixed order:
-//   delta_kernel  delta = rowsum(dO * O) per (q row, head), one warp per row;
+//   delta_kernel  delta = rowsum(dO * O) per (q row, head), on tensor cores (see there);
 //   dkv_kernel    one CTA per (64-key tile of a document, kv head); each of its 4 warps owns
 //                 16 keys, computes S^T and dP^T for every query head of the GQA group and
 //                 every 64-row query tile that sees the keys, and accumulates dV += P^T dO,
@@ -8,6 +8,8 @@
 //   dq_kernel     one CTA per (64-row query tile, head) recomputing P over the visible key
 //                 tiles: dQ += dS K.
 // dS = P * (dP - delta) * d value / d score; the softmax scale is applied once at the end.
+// dQ = dS K takes dS as a bf16 head plus tail (two products): dS of a row sums to ~0, so
+// dQ is a cancelling sum and one bf16 rounding of dS alone put its error at ~2x the CPU's.
 #include "engine/core/cuda/check.h"
 #include "layers/attention/cuda/fast/fast_common.cuh"
 
@@ -16,22 +18,41 @@ namespace {
 
 constexpr int kBQ = kBwdBlockQ, kBK = kBwdBlockK, kThreads = 128;
 
-// delta[h * T_q + row] = sum_d dO * O, summed by a fixed warp tree.
+// delta[h * T_q + row] = sum_d dO * O, as the diagonal of the tensor-core product dO O^T
+// over 16 rows per warp: the same mma, operand positions and k order as dP = dO V^T in the
+// dQ kernel, so where O equals the one visible V row (a row that sees a single key) dP and
+// delta are bitwise equal and dS is exactly 0, like the CPU path's.
 template <int D>
 __global__ void delta_kernel(int64_t rows, int64_t heads, int64_t t_q, const bf16* out,
                              const bf16* dout, float* delta) {
-  const int64_t r = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;  // row * H + h
-  if (r >= rows) return;
-  const int lane = threadIdx.x & 31;
-  constexpr int kPer = D / 32;
-  float s = 0.f;
+  const int64_t r0 = (blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32) * 16;
+  if (r0 >= rows) return;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int64_t ra = r0 + g, rb = r0 + g + 8;  // rows of this lane (row * H + h)
+  auto ld = [&](const bf16* x, int64_t r, int col) -> uint32_t {
+    return r < rows ? *reinterpret_cast<const uint32_t*>(x + r * D + col) : 0u;
+  };
+  float c0[4] = {0.f, 0.f, 0.f, 0.f}, c1[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-  for (int e = 0; e < kPer; ++e) {
-    const int64_t o = r * D + lane * kPer + e;
-    s += __bfloat162float(out[o]) * __bfloat162float(dout[o]);
+  for (int kd = 0; kd < D / 16; ++kd) {
+    const int col = kd * 16 + 2 * t4;
+    const uint32_t a[4] = {ld(dout, ra, col), ld(dout, rb, col), ld(dout, ra, col + 8),
+                           ld(dout, rb, col + 8)};
+    mma_bf16(c0, a, ld(out, ra, col), ld(out, ra, col + 8));  // O rows r0 .. r0 + 7
+    mma_bf16(c1, a, ld(out, rb, col), ld(out, rb, col + 8));  // O rows r0 + 8 .. r0 + 15
   }
-  for (int w = 16; w > 0; w >>= 1) s += __shfl_xor_sync(0xffffffffu, s, w);
-  if (lane == 0) delta[(r % heads) * t_q + r / heads] = s;
+  // Diagonal: (g, g) sits in c0 of the lane with t4 == g / 2, (g + 8, g + 8) in c1.
+  const int src = (lane & ~3) | (g >> 1);
+  float d0[4], d1[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    d0[e] = __shfl_sync(0xffffffffu, c0[e], src);
+    d1[e] = __shfl_sync(0xffffffffu, c1[e], src);
+  }
+  if (t4 == 0) {
+    if (ra < rows) delta[(ra % heads) * t_q + ra / heads] = d0[g & 1];
+    if (rb < rows) delta[(rb % heads) * t_q + rb / heads] = d1[2 + (g & 1)];
+  }
 }
 
 template <int D, class M>
@@ -142,14 +163,16 @@ __global__ void __launch_bounds__(kThreads)
         }
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk) {
-        uint32_t a[4];
-        c_to_a(a, dp[2 * kk], dp[2 * kk + 1]);
+        uint32_t a[4], a_lo[4];  // dS as bf16 head + tail: dq keeps f32-like accuracy
+        c_to_a_split(a, a_lo, dp[2 * kk], dp[2 * kk + 1]);
 #pragma unroll
         for (int dd = 0; dd < ND / 2; ++dd) {
           uint32_t b[4];
           load_b_trans<D>(b, k_s, kk * 16, dd * 16, lane);
           mma_bf16(acc[2 * dd], a, b[0], b[1]);
           mma_bf16(acc[2 * dd + 1], a, b[2], b[3]);
+          mma_bf16(acc[2 * dd], a_lo, b[0], b[1]);
+          mma_bf16(acc[2 * dd + 1], a_lo, b[2], b[3]);
         }
       }
       __syncthreads();
@@ -341,7 +364,7 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
     configured = true;
   }
   const int64_t rows = p.t_q * p.heads;
-  delta_kernel<D><<<unsigned((rows + 7) / 8), 256>>>(rows, p.heads, p.t_q, out, dout, delta);
+  delta_kernel<D><<<unsigned((rows + 127) / 128), 256>>>(rows, p.heads, p.t_q, out, dout, delta);
   DL_CUDA_LAUNCH_CHECK();
   if (n_q_tiles > 0) {
     dq_kernel<D, M><<<unsigned(int64_t(n_q_tiles) * p.heads), kThreads, kSmemQ>>>(

@@ -70,6 +70,20 @@ __device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&c0)[4],
   a[3] = pack_bf16(c1[2], c1[3]);
 }
 
+// The same, split into a bf16 head and a bf16 tail (x ~ head + tail to ~2^-16 relative), for
+// a product whose bf16 rounding of the A operand would cost accuracy (dS in dQ = dS K).
+__device__ __forceinline__ void c_to_a_split(uint32_t (&hi)[4], uint32_t (&lo)[4],
+                                             const float (&c0)[4], const float (&c1)[4]) {
+  const float* src[4][2] = {{&c0[0], &c0[1]}, {&c0[2], &c0[3]}, {&c1[0], &c1[1]}, {&c1[2], &c1[3]}};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float x = *src[i][0], y = *src[i][1];
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+    hi[i] = *reinterpret_cast<const uint32_t*>(&h);
+    lo[i] = pack_bf16(x - __low2float(h), y - __high2float(h));
+  }
+}
+
 // A tile of ROWS rows x D bf16 in shared memory; 16-byte chunk c of row r sits at chunk
 // c ^ (r % 8), so the 8 rows an ldmatrix reads hit 8 different bank groups.
 template <int D>
