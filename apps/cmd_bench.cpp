@@ -1,12 +1,24 @@
 // `driftless bench memory`: peak activation memory of one training step for several
 // micro-sequence counts (the point of micro-sequences is less memory). Wiring only; the
 // measurement uses the allocator's in-use/peak counters around Trainer::train_step.
+// `driftless bench attention`: the CUDA attention op (bf16) forward and forward+backward on
+// the shapes of issue 9, timed with CUDA events (warm-up, then the median of N), in TFLOP/s
+// counted exactly from the documents; tests/reference/bench_attention.py prints the ratios
+// against PyTorch from the JSON line this prints last.
+#include <algorithm>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "apps/command.h"
+#include "engine/core/device_ops.h"
 #include "engine/train/trainer.h"
+#include "layers/attention/attention.h"
+#ifdef DRIFTLESS_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "engine/core/cuda/check.h"
+#endif
 
 namespace driftless::apps {
 namespace {
@@ -15,7 +27,97 @@ struct BenchArgs {
   std::string config;
   std::vector<std::string> overrides;
   std::vector<int64_t> micro_sequences = {1, 2, 4};
+  int warmup = 3, reps = 20;
 };
+
+struct AttnShape {
+  std::string name;
+  std::vector<int64_t> docs;  // document lengths, packed one after another
+  int64_t heads, kv_heads, head_dim;
+  double softcap = 0;
+};
+
+std::vector<AttnShape> attention_shapes() {
+  const std::vector<int64_t> dense(4, 4096);  // 4 x 4096 = 16k tokens
+  const std::vector<int64_t> packed = {512, 1536, 768, 1280, 256, 1792, 1024, 1024};  // 8192
+  return {{"causal_t4096_d64", dense, 32, 32, 64},
+          {"causal_t4096_d128", dense, 16, 16, 128},
+          {"docs8_t8192_d64", packed, 32, 32, 64},
+          {"docs8_t8192_d64_softcap30", packed, 32, 32, 64, 30.0},
+          {"causal_t4096_d128_gqa4", dense, 32, 8, 128}};
+}
+
+int run_attention(const BenchArgs& a) {
+#ifndef DRIFTLESS_HAVE_CUDA
+  (void)a;
+  DL_FAIL("bench", "attention needs a CUDA build");
+#else
+  DL_CHECK(cuda::device_count() > 0, "bench", "attention needs a CUDA device");
+  std::cout << "shape                        fwd_ms  fwd_TFLOPs  fwdbwd_ms  bwd_TFLOPs  "
+               "fwdbwd_TFLOPs\n";
+  nlohmann::json rows = nlohmann::json::array();
+  cudaEvent_t e0, e1;
+  DL_CUDA_CHECK(cudaEventCreate(&e0));
+  DL_CUDA_CHECK(cudaEventCreate(&e1));
+  for (const AttnShape& sh : attention_shapes()) {
+    int64_t t = 0;
+    double pairs = 0;  // visible (query, key) pairs per head: causal within each document
+    for (int64_t n : sh.docs) {
+      t += n;
+      pairs += double(n) * double(n + 1) / 2;
+    }
+    const double fwd_flops = 4.0 * double(sh.head_dim) * pairs * double(sh.heads);
+    const double bwd_flops = 2.5 * fwd_flops;
+    layers::AttentionSpec spec = layers::AttentionSpec::from_lengths(sh.docs, sh.docs, true);
+    if (sh.softcap > 0) spec.score_mod = layers::ScoreModSpec::make_softcap(sh.softcap);
+    Tensor q = Tensor::randn({t, sh.heads, sh.head_dim}, 1).to(Device::cuda, DType::bf16);
+    Tensor k = Tensor::randn({t, sh.kv_heads, sh.head_dim}, 2).to(Device::cuda, DType::bf16);
+    Tensor v = Tensor::randn({t, sh.kv_heads, sh.head_dim}, 3).to(Device::cuda, DType::bf16);
+    Tensor dout = Tensor::randn({t, sh.heads, sh.head_dim}, 4).to(Device::cuda, DType::bf16);
+    auto time_ms = [&](bool backward) {
+      std::vector<float> ms;
+      for (int r = 0; r < a.warmup + a.reps; ++r) {
+        DL_CUDA_CHECK(cudaEventRecord(e0));
+        layers::AttentionOutputs f = layers::attention_forward(q, k, v, spec);
+        if (backward) layers::attention_backward(q, k, v, spec, f.out, f.lse, dout);
+        DL_CUDA_CHECK(cudaEventRecord(e1));
+        DL_CUDA_CHECK(cudaEventSynchronize(e1));
+        float x = 0;
+        DL_CUDA_CHECK(cudaEventElapsedTime(&x, e0, e1));
+        if (r >= a.warmup) ms.push_back(x);
+      }
+      std::sort(ms.begin(), ms.end());
+      return double(ms[ms.size() / 2]);
+    };
+    const double f_ms = time_ms(false), fb_ms = time_ms(true);
+    const double b_ms = fb_ms - f_ms;
+    const double f_tf = fwd_flops / (f_ms * 1e9), b_tf = bwd_flops / (b_ms * 1e9);
+    const double fb_tf = (fwd_flops + bwd_flops) / (fb_ms * 1e9);
+    std::cout << std::left << std::setw(28) << sh.name << std::right << std::fixed
+              << std::setprecision(3) << std::setw(8) << f_ms << std::setprecision(1)
+              << std::setw(12) << f_tf << std::setprecision(3) << std::setw(11) << fb_ms
+              << std::setprecision(1) << std::setw(12) << b_tf << std::setw(15) << fb_tf << "\n";
+    rows.push_back({{"shape", sh.name},
+                    {"tokens", t},
+                    {"docs", sh.docs},
+                    {"heads", sh.heads},
+                    {"kv_heads", sh.kv_heads},
+                    {"head_dim", sh.head_dim},
+                    {"softcap", sh.softcap},
+                    {"fwd_flops", fwd_flops},
+                    {"bwd_flops", bwd_flops},
+                    {"fwd_ms", f_ms},
+                    {"fwdbwd_ms", fb_ms},
+                    {"fwd_tflops", f_tf},
+                    {"bwd_tflops", b_tf},
+                    {"fwdbwd_tflops", fb_tf}});
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::cout << rows.dump() << "\n";
+  return 0;
+#endif
+}
 
 int run_memory(const BenchArgs& a) {
   std::cout << "micro_sequences  peak_activation_MiB  resident_before_MiB  step_seconds\n";
@@ -40,14 +142,18 @@ int run_memory(const BenchArgs& a) {
               << std::setw(21) << double(before) / (1 << 20) << std::setw(14)
               << std::setprecision(3) << st.seconds << "   (" << std::setprecision(2)
               << peak / first << "x of m=" << a.micro_sequences[0] << ")\n";
-    rows.push_back({{"micro_sequences", m}, {"peak_activation_bytes", peak * (1 << 20)},
-                    {"resident_bytes", before}, {"step_seconds", st.seconds}});
+    rows.push_back({{"micro_sequences", m},
+                    {"peak_activation_bytes", peak * (1 << 20)},
+                    {"resident_bytes", before},
+                    {"step_seconds", st.seconds}});
   }
   std::cout << rows.dump() << "\n";
   return 0;
 }
 
-Registrar reg({"bench", "Benchmarks (memory: peak activation memory vs micro-sequences)",
+Registrar reg({"bench",
+               "Benchmarks (memory: peak activation memory vs micro-sequences; attention: "
+               "CUDA attention TFLOP/s)",
                [](CLI::App& sub) {
                  auto a = std::make_shared<BenchArgs>();
                  auto* mem = sub.add_subcommand(
@@ -56,8 +162,13 @@ Registrar reg({"bench", "Benchmarks (memory: peak activation memory vs micro-seq
                  mem->add_option("--set", a->overrides, "override a key (repeatable)");
                  mem->add_option("--micro-sequences,-m", a->micro_sequences,
                                  "micro-sequence counts to measure");
+                 auto* att = sub.add_subcommand(
+                     "attention", "CUDA attention forward and forward+backward TFLOP/s (bf16)");
+                 att->add_option("--warmup", a->warmup, "untimed calls first");
+                 att->add_option("--reps", a->reps, "timed calls (the median is reported)");
                  sub.require_subcommand(1);
-                 return std::function<int()>([a] { return run_memory(*a); });
+                 return std::function<int()>(
+                     [a, att] { return att->parsed() ? run_attention(*a) : run_memory(*a); });
                }});
 
 }  // namespace

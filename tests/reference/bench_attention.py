@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""PyTorch side of `driftless bench attention` (issue 9): the same shapes, timed the same way
+(CUDA events, warm-up, median), with torch SDPA for dense causal (and GQA) and FlexAttention
+for the document-masked and softcap shapes. With --driftless FILE (the output of
+`driftless bench attention`; its last JSON line is read) it prints driftless / torch ratios.
+
+  python3 tests/reference/bench_attention.py [--driftless bench.txt] [--reps 20]
+"""
+import argparse
+import json
+import statistics
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+DENSE = [4096] * 4
+PACKED = [512, 1536, 768, 1280, 256, 1792, 1024, 1024]
+# name, documents, heads, kv_heads, head_dim, softcap, torch implementation
+SHAPES = [
+    ("causal_t4096_d64", DENSE, 32, 32, 64, 0.0, "sdpa"),
+    ("causal_t4096_d128", DENSE, 16, 16, 128, 0.0, "sdpa"),
+    ("docs8_t8192_d64", PACKED, 32, 32, 64, 0.0, "flex"),
+    ("docs8_t8192_d64_softcap30", PACKED, 32, 32, 64, 30.0, "flex"),
+    ("causal_t4096_d128_gqa4", DENSE, 32, 8, 128, 0.0, "sdpa"),
+]
+
+
+def flops(docs, heads, d):
+    pairs = sum(n * (n + 1) / 2 for n in docs)
+    f = 4.0 * d * pairs * heads
+    return f, 2.5 * f
+
+
+def time_ms(fn, warmup, reps):
+    ms = []
+    for r in range(warmup + reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        if r >= warmup:
+            ms.append(a.elapsed_time(b))
+    return statistics.median(ms)
+
+
+def bench(shape, warmup, reps):
+    name, docs, H, Hkv, D, cap, impl = shape
+    dev, dt = "cuda", torch.bfloat16
+    if impl == "sdpa":  # equal-length documents: a batch of dense causal sequences
+        B, T = len(docs), docs[0]
+    else:  # one packed sequence with a document mask
+        B, T = 1, sum(docs)
+    q = torch.randn(B, H, T, D, device=dev, dtype=dt, requires_grad=True)
+    k = torch.randn(B, Hkv, T, D, device=dev, dtype=dt, requires_grad=True)
+    v = torch.randn(B, Hkv, T, D, device=dev, dtype=dt, requires_grad=True)
+    dout = torch.randn(B, H, T, D, device=dev, dtype=dt)
+    if impl == "sdpa":
+        def fwd():
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=Hkv != H)
+    else:
+        doc_id = torch.repeat_interleave(
+            torch.arange(len(docs), device=dev), torch.tensor(docs, device=dev))
+
+        def mask_mod(b, h, qi, ki):
+            return (doc_id[qi] == doc_id[ki]) & (qi >= ki)
+
+        block_mask = create_block_mask(mask_mod, None, None, T, T, device=dev)
+        score_mod = None
+        if cap > 0:
+            def score_mod(s, b, h, qi, ki):
+                return cap * torch.tanh(s / cap)
+        flex = torch.compile(flex_attention)
+
+        def fwd():
+            return flex(q, k, v, score_mod=score_mod, block_mask=block_mask,
+                        enable_gqa=Hkv != H)
+
+    def fwdbwd():
+        fwd().backward(dout)
+
+    f_ms = time_ms(fwd, warmup, reps)
+    fb_ms = time_ms(fwdbwd, warmup, reps)
+    ff, bf = flops(docs, H, D)
+    return {"shape": name, "impl": impl, "fwd_ms": f_ms, "fwdbwd_ms": fb_ms,
+            "fwd_tflops": ff / (f_ms * 1e9), "bwd_tflops": bf / ((fb_ms - f_ms) * 1e9),
+            "fwdbwd_tflops": (ff + bf) / (fb_ms * 1e9)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--driftless", help="output of `driftless bench attention`")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=20)
+    a = ap.parse_args()
+    print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
+    rows = [bench(s, a.warmup, a.reps) for s in SHAPES]
+    print("shape                        impl  fwd_TFLOPs  bwd_TFLOPs  fwdbwd_TFLOPs")
+    for r in rows:
+        print(f"{r['shape']:<28} {r['impl']:<5}{r['fwd_tflops']:>11.1f}{r['bwd_tflops']:>12.1f}"
+              f"{r['fwdbwd_tflops']:>15.1f}")
+    print(json.dumps(rows))
+    if not a.driftless:
+        return
+    lines = [l for l in open(a.driftless) if l.startswith("[")]
+    ours = {r["shape"]: r for r in json.loads(lines[-1])}
+    print("\nratio driftless / torch (TFLOP/s, same FLOP count)")
+    print("shape                        vs     fwd     bwd  fwd+bwd   driftless fwd/bwd/fwd+bwd")
+    for r in rows:
+        o = ours.get(r["shape"])
+        if o is None:
+            continue
+        rf, rb, rfb = (o[x] / r[x] for x in ("fwd_tflops", "bwd_tflops", "fwdbwd_tflops"))
+        print(f"{r['shape']:<28} {r['impl']:<5}{rf:>6.2f}x{rb:>7.2f}x{rfb:>8.2f}x   "
+              f"{o['fwd_tflops']:.0f}/{o['bwd_tflops']:.0f}/{o['fwdbwd_tflops']:.0f}")
+
+
+if __name__ == "__main__":
+    main()
