@@ -72,7 +72,7 @@ std::vector<LayoutResult> run_regression(const RegressConfig& c, const RegressRu
   steps += "]";
   std::map<std::string, bool> ran;
   std::map<std::string, std::string> errors;
-  std::string dtype;
+  std::map<std::string, std::string> dtype;  // layout -> precision.compute of its run
   for (const auto& l : c.layouts) {
     const std::string dir = fs::absolute(fs::path(c.output_dir) / l.name).string();
     fs::remove_all(dir);
@@ -100,11 +100,8 @@ std::vector<LayoutResult> run_regression(const RegressConfig& c, const RegressRu
     if (status != 0) errors[l.name] = "train exited with " + std::to_string(status) + ": " + last_line(dir + "/train.log");
     log << (status == 0 ? "done" : "FAILED") << " (" << std::fixed << std::setprecision(1) << secs
         << " s)" << (status == 0 ? "" : "  " + errors[l.name]) << "\n";
-    if (dtype.empty() && status == 0) dtype = load_config(dir + "/config.yaml").precision.compute;
+    if (status == 0) dtype[l.name] = load_config(dir + "/config.yaml").precision.compute;
   }
-  if (dtype.empty()) dtype = "f32";
-  auto tol = c.tolerances.find(dtype);
-  DL_CHECK(tol != c.tolerances.end(), "regress", "no tolerances for dtype " << dtype);
   std::vector<LayoutResult> results;
   for (const auto& l : c.layouts) {
     if (l.baseline == "none") continue;
@@ -115,6 +112,11 @@ std::vector<LayoutResult> run_regression(const RegressConfig& c, const RegressRu
       r.ran = false;
       r.error = !ran[l.baseline] ? "baseline " + l.baseline + " failed: " + errors[l.baseline] : errors[l.name];
     } else {
+      // A comparison takes the tolerances of its lower precision: bf16 if either run is.
+      const std::string dt =
+          dtype[l.name] == "bf16" || dtype[l.baseline] == "bf16" ? "bf16" : "f32";
+      auto tol = c.tolerances.find(dt);
+      DL_CHECK(tol != c.tolerances.end(), "regress", "no tolerances for dtype " << dt);
       r = compare_runs(ref, test, c.log_steps, tol->second, c.epsilon, c.tolerance_overrides);
     }
     r.name = l.name;

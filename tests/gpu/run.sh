@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds driftless with CUDA and runs every GPU test (ctest label `gpu`) plus a smoke run,
-# on a machine that has a GPU. Logs go to ${OUT:-build-gpu}/gpu-tests.log.
+# Builds driftless with CUDA and runs every GPU test (ctest label `gpu`), trains gpt2_tiny
+# for 20 steps on the GPU (bf16), and runs the GPU-vs-CPU regression
+# (configs/regress/gpu_vs_cpu.yaml: cuda f32 and bf16 against cpu f32), on a machine that
+# has a GPU. Logs go to ${OUT:-build-gpu}/gpu-tests.log, gpu-train.log, gpu-regress.log.
 # Environment: BUILD (build dir), CMAKE_ARGS (extra configure flags, e.g.
 # -DCMAKE_CUDA_ARCHITECTURES=90 to halve compile time), TARGETS (build only these targets,
 # space-separated; default all).
@@ -18,7 +20,14 @@ for t in ${TARGETS:-}; do targets+=(--target "$t"); done
 cmake --build "$build" -j"$(nproc)" "${targets[@]}" >"$log_dir/build.log" 2>&1 ||
   { grep -E "error|Error" "$log_dir/build.log" | head -40; exit 1; }
 tail -3 "$log_dir/build.log"
-ctest --test-dir "$build" -L gpu --output-on-failure 2>&1 | tee "$log_dir/gpu-tests.log"
+status=0
+ctest --test-dir "$build" -L gpu --output-on-failure 2>&1 | tee "$log_dir/gpu-tests.log" || status=1
 if [ -x "$build/apps/driftless" ]; then
-  "$build/apps/driftless" info | tee -a "$log_dir/gpu-tests.log"
+  dl="$build/apps/driftless"
+  "$dl" info | tee -a "$log_dir/gpu-tests.log"
+  "$dl" train --config configs/runs/gpu_smoke.yaml --quiet \
+    --set run.output_dir="$build/runs/gpu_smoke" 2>&1 | tee "$log_dir/gpu-train.log" || status=1
+  "$dl" regress --config configs/regress/gpu_vs_cpu.yaml --output "$build/runs/gpu_vs_cpu" \
+    2>&1 | tee "$log_dir/gpu-regress.log" || status=1
 fi
+exit "$status"
