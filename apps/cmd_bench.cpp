@@ -10,6 +10,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "apps/bench_train.h"
 #include "apps/command.h"
 #include "engine/core/device_ops.h"
 #include "engine/train/trainer.h"
@@ -153,7 +154,7 @@ int run_memory(const BenchArgs& a) {
 
 Registrar reg({"bench",
                "Benchmarks (memory: peak activation memory vs micro-sequences; attention: "
-               "CUDA attention TFLOP/s)",
+               "CUDA attention TFLOP/s; train: training tokens/s, MFU, memory)",
                [](CLI::App& sub) {
                  auto a = std::make_shared<BenchArgs>();
                  auto* mem = sub.add_subcommand(
@@ -166,9 +167,13 @@ Registrar reg({"bench",
                      "attention", "CUDA attention forward and forward+backward TFLOP/s (bf16)");
                  att->add_option("--warmup", a->warmup, "untimed calls first");
                  att->add_option("--reps", a->reps, "timed calls (the median is reported)");
+                 auto train_run = std::make_shared<std::function<int()>>();
+                 auto* tr = add_bench_train(sub, train_run.get());
                  sub.require_subcommand(1);
-                 return std::function<int()>(
-                     [a, att] { return att->parsed() ? run_attention(*a) : run_memory(*a); });
+                 return std::function<int()>([a, att, tr, train_run] {
+                   if (tr->parsed()) return (*train_run)();
+                   return att->parsed() ? run_attention(*a) : run_memory(*a);
+                 });
                }});
 
 }  // namespace

@@ -6,9 +6,7 @@
 #include <sstream>
 
 #include "apps/command.h"
-#include "engine/train/trainer.h"
-#include "parallel/kv_exchange.h"
-#include "parallel/process_group.h"
+#include "apps/distributed_run.h"
 
 namespace driftless::apps {
 namespace {
@@ -53,40 +51,17 @@ layers::ModelFaults faults_from_env() {
 }
 
 int run_train(const TrainArgs& a) {
-  train::Config config = train::load_config(a.config, a.overrides);
-  parallel::WorldOptions wo;
-  wo.comm.timeout_s = config.distributed.timeout_seconds;
-  parallel::World world(wo);
-  int status = 0;
-  auto body = [&] {
-    // NCCL communicators for cuda runs, so gradients and K/V stay on the device.
-    const Device device = config.precision.device == "cuda" ? Device::cuda : Device::cpu;
-    parallel::ProcessGroups groups(
-        world,
-        {int(config.distributed.data_parallel), int(config.distributed.sequence_data_parallel)},
-        device);
-    auto exchange = parallel::make_kv_exchange(groups.sdp());
-    train::TrainerOptions options;
+  const train::Config config = train::load_config(a.config, a.overrides);
+  return run_distributed(config, [&](train::TrainerOptions& options) {
     options.resume = a.resume;
     options.stop = &g_stop;
     options.progress = !a.quiet;
-    options.rank = world.rank();
-    options.data_group = &groups.data();
-    options.sdp_exchange = exchange.get();
     const layers::ModelFaults faults = faults_from_env();
     options.faults = &faults;
     std::signal(SIGINT, on_sigint);
     train::Trainer trainer(config, options);
-    status = trainer.run();
-  };
-  // One process: errors reach main and print as one "driftless: error:" line. Several
-  // ranks: the failing rank's message ends the whole job (MPI_Abort), never a hang.
-  if (!world.uses_mpi() || world.size() == 1) {
-    body();
-    return status;
-  }
-  const int guarded = parallel::run_guarded(world, body);
-  return guarded != 0 ? guarded : status;
+    return trainer.run();
+  });
 }
 
 Registrar reg({"train",

@@ -1,0 +1,124 @@
+// `driftless bench train --config C [--set k=v] [--steps N] [--warmup W]`: tokens/s, MFU and
+// peak memory per GPU of training steps after warm-up (median of the timed steps), on one
+// process or under mpirun with any layout. Benchmark defaults (random packed documents,
+// cuda, bf16, 16 x 1024 tokens, no validation) apply on top of C, so a model config such as
+// configs/models/gpt2_124m.yaml is enough; --set applies last. The last line is JSON, which
+// tests/reference/bench_gpt2.py reads to print the ratios against PyTorch.
+#include "apps/bench_train.h"
+
+#include <algorithm>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "apps/distributed_run.h"
+#include "engine/core/device_ops.h"
+#include "engine/train/flops.h"
+
+namespace driftless::apps {
+namespace {
+
+struct BenchTrainArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  int64_t steps = 10, warmup = 3;
+};
+
+const std::vector<std::string> kDefaults = {
+    "data.format=random",          "data.random_documents=20000", "data.random_mean_length=512",
+    "data.random_max_length=1024", "precision.device=cuda",       "precision.compute=bf16",
+    "batch.sequence_length=1024",  "batch.sequences=16",          "training.eval_interval=0",
+    "optimizer.warmup_steps=2",    "run.output_dir=runs/bench_train"};
+
+int run_bench_train(const BenchTrainArgs& a) {
+  std::vector<std::string> overrides = kDefaults;
+  overrides.push_back("training.steps=" + std::to_string(a.warmup + a.steps));
+  overrides.insert(overrides.end(), a.overrides.begin(), a.overrides.end());
+  const train::Config c = train::load_config(a.config, overrides);
+  return run_distributed(c, [&](train::TrainerOptions& o) {
+    o.progress = false;
+    train::Trainer t(c, o);
+    const Device dev = c.precision.device == "cuda" ? Device::cuda : Device::cpu;
+    const bool root = o.rank == 0;
+    for (int64_t s = 0; s < a.warmup; ++s) t.train_step(s);
+    reset_peak_memory(dev);
+    std::vector<double> secs;
+    double flops = 0;
+    int64_t tokens = 0;
+    for (int64_t s = a.warmup; s < a.warmup + a.steps; ++s) {
+      const train::StepStats st = t.train_step(s);  // ends with the loss on the host: synced
+      secs.push_back(st.seconds);
+      flops = st.flops;
+      tokens = st.tokens;
+      if (root)
+        std::cerr << "  step " << s << ": " << std::fixed << std::setprecision(1)
+                  << st.seconds * 1e3 << " ms, loss " << std::setprecision(4) << st.loss << "\n";
+    }
+    std::sort(secs.begin(), secs.end());
+    const double median = secs[secs.size() / 2];
+    // Peak memory of every rank: each writes its slot, a sum gathers them.
+    const int64_t world = t.layout().world_size();
+    Tensor peaks = Tensor::zeros({world}, DType::f64, dev);
+    {
+      Tensor mine = Tensor::full({1}, double(memory_stats(dev).peak_bytes_in_use), DType::f64, dev);
+      peaks.narrow(0, o.rank, 1).copy_(mine);
+      if (world > 1) o.data_group->all_reduce(peaks);
+    }
+    const std::vector<double> peak = peaks.to(Device::cpu).to_vector<double>();
+    const double peak_max = *std::max_element(peak.begin(), peak.end());
+    double peak_flops = c.precision.peak_tflops * 1e12;
+    if (peak_flops == 0 && dev == Device::cuda) peak_flops = train::cuda_peak_flops(c.precision.compute);
+    const double tps = double(tokens) / median;
+    const double mfu = peak_flops > 0 ? flops / median / (peak_flops * double(world)) : 0;
+    if (root) {
+      std::cout << "bench train: " << t.model().num_parameters() << " parameters, "
+                << t.layout().describe() << ", " << c.batch.sequences << " x "
+                << c.batch.sequence_length << " tokens, " << c.precision.compute << " on "
+                << (dev == Device::cuda ? cuda::device_name() : std::string("cpu")) << "\n"
+                << "  median step " << std::fixed << std::setprecision(1) << median * 1e3
+                << " ms over " << a.steps << " steps: " << std::setprecision(0) << tps
+                << " tokens/s";
+      if (mfu > 0) std::cout << ", MFU " << std::setprecision(1) << 100 * mfu << "%";
+      std::cout << ", peak memory " << std::setprecision(2) << peak_max / double(1 << 30)
+                << " GiB per GPU (max over ranks)\n";
+      std::cout << nlohmann::json{{"parameters", t.model().num_parameters()},
+                                  {"layout", t.layout().describe()},
+                                  {"world", world},
+                                  {"sequences", c.batch.sequences},
+                                  {"sequence_length", c.batch.sequence_length},
+                                  {"compute", c.precision.compute},
+                                  {"median_step_s", median},
+                                  {"tokens_per_s", tps},
+                                  {"flops_per_step", flops},
+                                  {"mfu", mfu},
+                                  {"peak_bytes_per_rank", peak}}
+                       .dump()
+                << "\n";
+    }
+    return 0;
+  });
+}
+
+}  // namespace
+
+CLI::App* add_bench_train(CLI::App& bench, std::function<int()>* run) {
+  auto a = std::make_shared<BenchTrainArgs>();
+  auto* sub = bench.add_subcommand(
+      "train",
+      "training tokens/s, MFU and peak memory per GPU (median of timed steps after warm-up; "
+      "run under mpirun for several ranks)");
+  sub->add_option("--config,-c", a->config, "model or run config (YAML)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_option("--set", a->overrides, "override a key, applied last (repeatable)");
+  sub->add_option("--steps", a->steps, "timed steps (the median is reported)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--warmup", a->warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  sub->footer(
+      "Defaults on top of the config: random packed documents (mean 512, max 1024 tokens), "
+      "precision.device cuda, precision.compute bf16, batch 16 x 1024, no validation.");
+  *run = [a] { return run_bench_train(*a); };
+  return sub;
+}
+
+}  // namespace driftless::apps

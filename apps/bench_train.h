@@ -1,0 +1,11 @@
+// `driftless bench train`: training throughput (issues 10 and 11), see bench_train.cpp.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace driftless::apps {
+
+// Adds the `train` subcommand to `bench`; *run is set to the function that runs it.
+CLI::App* add_bench_train(CLI::App& bench, std::function<int()>* run);
+
+}  // namespace driftless::apps

@@ -1,0 +1,37 @@
+// run_distributed (distributed_run.h).
+#include "apps/distributed_run.h"
+
+#include "parallel/kv_exchange.h"
+#include "parallel/process_group.h"
+
+namespace driftless::apps {
+
+int run_distributed(const train::Config& config,
+                    const std::function<int(train::TrainerOptions&)>& body) {
+  parallel::WorldOptions wo;
+  wo.comm.timeout_s = config.distributed.timeout_seconds;
+  parallel::World world(wo);
+  int status = 0;
+  auto run = [&] {
+    // NCCL communicators for cuda runs, so gradients and K/V stay on the device.
+    const Device device = config.precision.device == "cuda" ? Device::cuda : Device::cpu;
+    parallel::ProcessGroups groups(
+        world,
+        {int(config.distributed.data_parallel), int(config.distributed.sequence_data_parallel)},
+        device);
+    auto exchange = parallel::make_kv_exchange(groups.sdp());
+    train::TrainerOptions options;
+    options.rank = world.rank();
+    options.data_group = &groups.data();
+    options.sdp_exchange = exchange.get();
+    status = body(options);
+  };
+  if (!world.uses_mpi() || world.size() == 1) {
+    run();
+    return status;
+  }
+  const int guarded = parallel::run_guarded(world, run);
+  return guarded != 0 ? guarded : status;
+}
+
+}  // namespace driftless::apps
