@@ -19,7 +19,10 @@ Tensor embedding(const Tensor& weight_in, const Tensor& ids_in) {
   detail::require_float(op, weight_in, "weight");
   detail::require_int(op, ids_in, "ids");
   DL_CHECK(weight_in.dim() == 2, op, "weight must be (V, C), got " << shape_str(weight_in.shape()));
-  const Device dev = detail::device_of(op, {weight_in, ids_in});
+  // ids may live on the host even for a cuda weight: they are validated there anyway, and
+  // host ids spare a device-to-host copy (a sync) per call.
+  const Device dev =
+      detail::device_of(op, {weight_in, ids_in.device() == Device::cpu ? Tensor() : ids_in});
   const int64_t v = weight_in.size(0), c = weight_in.size(1);
   std::vector<int64_t> ids = ids_in.to_vector<int64_t>();
   for (size_t i = 0; i < ids.size(); ++i)

@@ -495,5 +495,21 @@ TEST(OpsCuda, ClipGradNorm) {
   }
 }
 
+TEST(OpsCuda, EmbeddingTakesHostIdsForACudaWeight) {
+  // The model passes token ids from the host (no device-to-host sync per call); the result
+  // and the gradient equal those with ids on the device.
+  DL_REQUIRE_GPU();
+  Tensor w = Tensor::randn({97, 24}, 11).to(Device::cuda);
+  w.set_requires_grad(true);
+  Tensor ids = Tensor::from_vector<int32_t>({3, 96, 0, 3, 41});
+  Tensor a = ops::embedding(w, ids), b = ops::embedding(w, ids.to(Device::cuda));
+  EXPECT_EQ(a.device(), Device::cuda);
+  EXPECT_EQ(a.to(Device::cpu).to_vector<float>(), b.to(Device::cpu).to_vector<float>());
+  autograd::backward(ops::sum_all(a));
+  const std::vector<float> g = w.grad().to(Device::cpu).to_vector<float>();
+  EXPECT_EQ(g[3 * 24], 2.0f);  // id 3 twice
+  EXPECT_EQ(g[1 * 24], 0.0f);
+}
+
 }  // namespace
 }  // namespace driftless

@@ -6,6 +6,7 @@
 
 #include "engine/core/cuda/check.h"
 #include "engine/core/cuda/elementwise.cuh"
+#include "engine/core/cuda/pinned_staging.h"
 
 namespace driftless::cuda {
 
@@ -51,15 +52,17 @@ void copy(const Tensor& dst, const Tensor& src) {
   if (dst_gpu && src_gpu) return launch_copy(view_of(dst), view_of(src), dst.numel());
   if (dst_gpu) {
     // Host -> device: convert and compact on the host, one memcpy, then scatter if needed.
+    // Small copies are asynchronous through pinned memory (no drain of the GPU's queue).
     Tensor staged = src.dtype() == dst.dtype() ? src.contiguous() : src.to(dst.dtype());
-    if (dst.is_contiguous()) {
-      DL_CUDA_CHECK(cudaMemcpy(dst.raw_data(), staged.raw_data(), dst.nbytes(),
-                               cudaMemcpyHostToDevice));
-      return;
-    }
+    auto upload = [&](void* to) {
+      if (dst.nbytes() <= kStagingSlotBytes)
+        copy_to_device_async(to, staged.raw_data(), dst.nbytes());
+      else
+        DL_CUDA_CHECK(cudaMemcpy(to, staged.raw_data(), dst.nbytes(), cudaMemcpyHostToDevice));
+    };
+    if (dst.is_contiguous()) return upload(dst.raw_data());
     Tensor dev = Tensor::empty(dst.shape(), dst.dtype(), Device::cuda);
-    DL_CUDA_CHECK(
-        cudaMemcpy(dev.raw_data(), staged.raw_data(), dst.nbytes(), cudaMemcpyHostToDevice));
+    upload(dev.raw_data());
     return launch_copy(view_of(dst), view_of(dev), dst.numel());
   }
   // Device -> host: compact on the device, one memcpy, convert on the host.
