@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The GPU benchmarks of BENCHMARKS.md in one invocation (issues 10 and 11), on a machine with
+# one or two GPUs and PyTorch: GPT-2 124M / 350M training throughput against PyTorch eager and
+# torch.compile, and gpt2_124m scaling over sequence lengths for 1 GPU, sdp2 and dp2 (the
+# 2-GPU parts are skipped with one GPU). Needs a CUDA build: BUILD (default build-gpu).
+#   bash scripts/bench_gpu.sh [throughput] [scaling]      (default: both)
+# Logs go to ${OUT:-$BUILD}/bench-*.log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD:-build-gpu}
+out=${OUT:-$build}
+dl="$build/apps/driftless"
+parts=${*:-throughput scaling}
+gpus=$(nvidia-smi -L | wc -l)
+mpi=(mpirun -np 2 --oversubscribe --bind-to none)
+[ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+
+if [[ $parts == *throughput* ]]; then
+  for spec in "124m 16" "350m 8"; do
+    set -- $spec
+    model=$1 batch=$2
+    echo "== GPT-2 $model, $batch x 1024, bf16: driftless vs PyTorch" | tee -a "$out/bench-train.log"
+    # One 1024-token document per sequence: the dense causal batch PyTorch runs.
+    "$dl" bench train --config "configs/models/gpt2_$model.yaml" --set batch.sequences="$batch" \
+      --set data.random_distribution=fixed --set data.random_mean_length=1024 \
+      --steps 10 --warmup 3 >"$out/dl-$model.txt" 2>>"$out/bench-train.log"
+    cat "$out/dl-$model.txt" >>"$out/bench-train.log"
+    python3 tests/reference/bench_gpt2.py --model "$model" --batch "$batch" \
+      --driftless "$out/dl-$model.txt" 2>&1 | grep -v Warning | tee -a "$out/bench-train.log"
+  done
+fi
+
+if [[ $parts == *scaling* ]]; then
+  for S in 4096 16384 65536; do
+    common=(--config configs/models/gpt2_124m.yaml --set batch.sequence_length=$S
+            --set batch.sequences=2 --steps 4 --warmup 2)
+    echo "== scaling S=$S, 2 sequences of packed documents" | tee -a "$out/bench-scaling.log"
+    run_one() {  # the two summary lines, or the error's last lines
+      "$@" >"$out/run.txt" 2>"$out/err.txt" && head -2 "$out/run.txt" ||
+        { echo "FAILED: $*"; grep -v "^  step" "$out/err.txt" | tail -3; }
+    }
+    run_one "$dl" bench train "${common[@]}" | tee -a "$out/bench-scaling.log"
+    if [ "$gpus" -ge 2 ]; then
+      for layout in sequence_data_parallel data_parallel; do
+        run_one "${mpi[@]}" "$dl" bench train "${common[@]}" --set distributed.$layout=2 |
+          tee -a "$out/bench-scaling.log"
+      done
+    fi
+    rm -f "$out/run.txt" "$out/err.txt"
+  done
+fi
