@@ -8,6 +8,7 @@
 #include "engine/ops/ops.h"
 #include "layers/attention/attention.h"
 #include "layers/linear.h"
+#include "layers/lm_loss.h"
 
 namespace driftless::layers {
 
@@ -166,8 +167,7 @@ Tensor Gpt::block(int64_t l, const Tensor& x, const std::vector<SliceInput>& sli
   Tensor r = ops::add(x, tap(a, layer_name(l, "attn"), o.sink, rows));
   Tensor m = ops::layer_norm(r, p(layer_name(l, "ln_2.weight")), p(layer_name(l, "ln_2.bias")));
   m = tap(m, layer_name(l, "ln_2"), o.sink, rows);
-  m = linear(m, p(layer_name(l, "mlp.c_fc.weight")), p(layer_name(l, "mlp.c_fc.bias")));
-  m = ops::gelu(m);
+  m = linear_gelu(m, p(layer_name(l, "mlp.c_fc.weight")), p(layer_name(l, "mlp.c_fc.bias")));
   m = linear(m, p(layer_name(l, "mlp.c_proj.weight")), p(layer_name(l, "mlp.c_proj.bias")));
   m = ops::dropout(m, config_.dropout, random::derive(o.dropout_seed, 2 * l + 2), o.training);
   Tensor out = ops::add(r, tap(m, layer_name(l, "mlp"), o.sink, rows));
@@ -219,8 +219,7 @@ Tensor Gpt::logits(const std::vector<SliceInput>& slice, const ForwardOptions& o
 
 Tensor Gpt::loss(const std::vector<SliceInput>& slice, double loss_scale, const ForwardOptions& o) {
   std::vector<RowBlock> rows;
-  Tensor x = hidden(slice, o, rows);
-  Tensor logits = linear(x, p("wte.weight"), Tensor());
+  Tensor x = hidden(slice, o, rows);  // (T, C)
   std::vector<int32_t> labels;
   std::vector<float> mask;
   for (const auto& s : slice) {
@@ -230,9 +229,9 @@ Tensor Gpt::loss(const std::vector<SliceInput>& slice, double loss_scale, const 
       mask.push_back(s.input->loss_mask[t] ? 1.0f : 0.0f);
     }
   }
-  Tensor l = ops::cross_entropy(logits, int_tensor(labels, device_),
-                                Tensor::from_vector(mask).to(device_));
-  return ops::scale(l, loss_scale);
+  // Tied head and cross-entropy in one chunked node: the (T, V) logits never exist whole.
+  return lm_loss(x, p("wte.weight"), Tensor::from_vector(labels), Tensor::from_vector(mask),
+                 loss_scale);
 }
 
 }  // namespace driftless::layers

@@ -3,6 +3,7 @@
 // (op_utils.h device_of) already refuses cuda tensors in such a build.
 #ifndef DRIFTLESS_HAVE_CUDA
 #include "engine/ops/cuda/backend.h"
+#include "engine/ops/cuda/cublaslt.h"
 
 namespace driftless::ops::gpu {
 
@@ -17,6 +18,22 @@ namespace {
 void gemm(DType, const void*, int64_t, int64_t, bool, int64_t, const void*, int64_t, int64_t, bool,
           int64_t, void*, int64_t) {
   no_cuda("matmul");
+}
+void gemm_f32_out(DType, const void*, int64_t, int64_t, bool, const void*, int64_t, int64_t, bool,
+                  void*, bool) {
+  no_cuda("matmul");
+}
+bool lt_matmul(const LtMatmul&) {
+  no_cuda("matmul");
+}
+int64_t lt_matmul_count(LtEpilogue) {
+  return 0;
+}
+Tensor linear_forward(const Tensor&, const Tensor&, const Tensor&) {
+  no_cuda("linear");
+}
+std::vector<Tensor> linear_gelu_forward(const Tensor&, const Tensor&, const Tensor&) {
+  no_cuda("linear_gelu");
 }
 Tensor binary(Binary, const Tensor&, const Tensor&, const Shape&) {
   no_cuda("elementwise");

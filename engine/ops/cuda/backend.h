@@ -16,6 +16,19 @@ namespace driftless::ops::gpu {
 void gemm(DType dtype, const void* a, int64_t ra, int64_t ca, bool ta, int64_t stride_a,
           const void* b, int64_t rb, int64_t cb, bool tb, int64_t stride_b, void* c, int64_t batch);
 
+// f32 c (m, n) = op(a) op(b), or += with accumulate, for one matrix stored as in gemm; a and
+// b share dtype ab (f32 or bf16). The fp32 output of bf16 operands (layers/lm_loss: logits
+// and gradient chunks). cuBLASLt, fp32 accumulation.
+void gemm_f32_out(DType ab, const void* a, int64_t ra, int64_t ca, bool ta, const void* b,
+                  int64_t rb, int64_t cb, bool tb, void* c, bool accumulate);
+// x (N, in), weight (out, in), bias (out) or undefined, contiguous, one dtype -> x w^T + b
+// (N, out); the bias is added in cuBLASLt's epilogue where it has an algorithm.
+Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// Same arguments -> {gelu(x w^T + b), x w^T + b} (both (N, out)): in bf16 one GEMM with
+// the GELU_AUX_BIAS epilogue writes both where cuBLASLt has an algorithm (out % 8 == 0);
+// otherwise linear_forward then the gelu kernel.
+std::vector<Tensor> linear_gelu_forward(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
 enum class Binary { add, sub, mul };
 // a, b broadcast to out_shape (any strides).
 Tensor binary(Binary kind, const Tensor& a, const Tensor& b, const Shape& out_shape);

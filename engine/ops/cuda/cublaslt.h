@@ -1,0 +1,46 @@
+// cuBLASLt for the matrix products of issue 8 item 2: one row-major matmul entry point with
+// the epilogues that pay (bias, and GELU with the pre-activation written beside the output
+// for the MLP's backward). The handle and workspace are in cublas_handle.h.
+#pragma once
+#include <cstdint>
+
+#include "engine/core/tensor.h"
+
+namespace driftless::ops::gpu {
+
+enum class LtEpilogue {
+  none,
+  bias,           // out = a b + bias (bias broadcast over rows)
+  gelu_aux_bias,  // aux = a b + bias; out = gelu_tanh(aux). n must be a multiple of 8.
+};
+
+// Row-major out (m, n) = op(a) op(b) [+ out], a stored (ra, ca), b stored (rb, cb), all
+// contiguous, no batch. a and b share `ab` (f32 or bf16); out, bias (n) and aux (m, n) are
+// `out` (f32 or bf16). CUBLAS_COMPUTE_32F for both: fp32 accumulation, no TF32.
+struct LtMatmul {
+  DType ab = DType::f32;
+  DType out = DType::f32;
+  const void* a = nullptr;
+  int64_t ra = 0, ca = 0;
+  bool ta = false;
+  const void* b = nullptr;
+  int64_t rb = 0, cb = 0;
+  bool tb = false;
+  void* d = nullptr;
+  bool accumulate = false;  // d += product (beta = 1) instead of d = product
+  LtEpilogue epilogue = LtEpilogue::none;
+  const void* bias = nullptr;
+  void* aux = nullptr;
+};
+
+// Issues the product on the compute stream. Returns false, having issued nothing, when
+// cuBLASLt offers no algorithm for this combination (shape, alignment, epilogue, types),
+// so the caller takes its unfused path. The chosen algorithm is cached by value (bounded),
+// so a given problem always runs the same kernel: results are reproducible run to run.
+bool lt_matmul(const LtMatmul& p);
+
+// How many products with this epilogue cuBLASLt has run in this process: tests check that
+// the fused paths are taken, not only that the fallbacks are right.
+int64_t lt_matmul_count(LtEpilogue epilogue);
+
+}  // namespace driftless::ops::gpu

@@ -1,0 +1,167 @@
+// See lm_loss.h. The cross-entropy of each chunk is the existing fused one (engine/ops/
+// loss.cpp on CPU, engine/ops/cuda/softmax.cu on cuda), so the chunked loss is the
+// unchunked one computed piecewise.
+//
+// Precision on cuda: the logits chunk is written in fp32 straight from the GEMM (cuBLASLt,
+// bf16 operands, fp32 accumulation and fp32 output), so the softmax never sees logits
+// rounded to bf16 (a bf16 logit near 10 is off by 0.03, which moves every probability of
+// the row by 3%). dlogits are fp32 and are rounded to bf16 once, only as an operand of the
+// dx and dW GEMMs, whose accumulation and outputs are fp32 (dW accumulates over chunks with
+// beta = 1). The loss is summed in fp32 on the device, per chunk in a fixed order.
+#include "layers/lm_loss.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "engine/autograd/autograd.h"
+#include "engine/ops/cuda/backend.h"
+#include "engine/ops/ops.h"
+
+namespace driftless::layers {
+
+namespace {
+
+struct Grads {
+  Tensor dx;  // (T, C) f32/f64, undefined when x needs no gradient
+  Tensor dw;  // (V, C) f32/f64, undefined when weight needs no gradient
+};
+
+// Any device and dtype: the generic matmul and cross-entropy ops per chunk. dlogits come
+// from the cross-entropy node's own backward, applied to a private leaf.
+Tensor chunked_generic(const Tensor& x, const Tensor& w, const std::vector<int64_t>& labels,
+                       const Tensor& mask, double loss_scale, int64_t rows, Grads& gr) {
+  const int64_t t_rows = x.size(0);
+  const DType acc = mask.dtype();
+  double total = 0;
+  for (int64_t r0 = 0; r0 < t_rows; r0 += rows) {
+    const int64_t n = std::min(rows, t_rows - r0);
+    Tensor xr = x.narrow(0, r0, n);  // (n, C)
+    Tensor tr =
+        Tensor::from_vector(std::vector<int64_t>(labels.begin() + r0, labels.begin() + r0 + n))
+            .to(x.device());
+    Tensor mr = mask.narrow(0, r0, n);  // (n)
+    Tensor logits;                      // (n, V)
+    {
+      autograd::NoGradGuard no_grad;
+      logits = ops::matmul(xr, w, false, true);
+    }
+    if (!gr.dx.defined() && !gr.dw.defined()) {
+      autograd::NoGradGuard no_grad;
+      total += ops::cross_entropy(logits, tr, mr).item();
+      continue;
+    }
+    logits.set_requires_grad(true);
+    Tensor l = ops::cross_entropy(logits, tr, mr);
+    total += l.item();
+    autograd::NoGradGuard no_grad;
+    Tensor dlogits = l.grad_fn()->apply({Tensor::full({}, loss_scale, acc, x.device())})[0];
+    if (gr.dx.defined()) gr.dx.narrow(0, r0, n).copy_(ops::matmul(dlogits, w));  // (n, C)
+    if (gr.dw.defined()) gr.dw.add_(ops::matmul(dlogits, xr, true, false));      // (V, C)
+  }
+  return Tensor::full({}, total * loss_scale, acc, x.device());
+}
+
+// cuda, f32 or bf16 operands: fp32 logits, dlogits, dx and dW (see the file comment).
+Tensor chunked_cuda(const Tensor& x, const Tensor& w, const std::vector<int64_t>& labels,
+                    const Tensor& mask, double loss_scale, int64_t rows, Grads& gr) {
+  namespace gpu = ops::gpu;
+  const int64_t t_rows = x.size(0), c = x.size(1), v = w.size(0);
+  const DType dt = x.dtype();
+  Tensor targets = Tensor::from_vector(labels).to(Device::cuda);  // (T) i64
+  Tensor scale = Tensor::full({}, loss_scale, DType::f32, Device::cuda);
+  Tensor total = Tensor::zeros({}, DType::f32, Device::cuda);
+  for (int64_t r0 = 0; r0 < t_rows; r0 += rows) {
+    const int64_t n = std::min(rows, t_rows - r0);
+    Tensor xr = x.narrow(0, r0, n);                                   // (n, C)
+    Tensor tr = targets.narrow(0, r0, n);                             // (n)
+    Tensor mr = mask.narrow(0, r0, n);                                // (n)
+    Tensor logits = Tensor::empty({n, v}, DType::f32, Device::cuda);  // (n, V)
+    gpu::gemm_f32_out(dt, xr.raw_data(), n, c, false, w.raw_data(), v, c, true, logits.raw_data(),
+                      false);
+    std::vector<Tensor> fwd = gpu::cross_entropy_forward(logits, tr, mr);  // {loss, lse (n)}
+    total = gpu::binary(gpu::Binary::add, total, fwd[0], {});
+    if (!gr.dx.defined() && !gr.dw.defined()) continue;
+    Tensor dlogits = gpu::cross_entropy_backward(scale, logits, fwd[1], tr, mr, false)[0];
+    logits = Tensor();  // the chunk's logits are dead: the allocator may reuse them
+    Tensor d = dt == DType::f32 ? dlogits : dlogits.to(dt);  // GEMM operand (n, V)
+    if (gr.dx.defined())
+      gpu::gemm_f32_out(dt, d.raw_data(), n, v, false, w.raw_data(), v, c, false,
+                        gr.dx.narrow(0, r0, n).raw_data(), false);
+    if (gr.dw.defined())
+      gpu::gemm_f32_out(dt, d.raw_data(), n, v, true, xr.raw_data(), n, c, false, gr.dw.raw_data(),
+                        true);
+  }
+  return gpu::unary(gpu::Unary::scale, total, {}, loss_scale);
+}
+
+}  // namespace
+
+int64_t lm_loss_chunk_rows(int64_t v) {
+  return std::max<int64_t>(1, kLmLossChunkBytes / (std::max<int64_t>(v, 1) * 4));
+}
+
+Tensor lm_loss(const Tensor& x, const Tensor& weight, const Tensor& labels, const Tensor& loss_mask,
+               double loss_scale, int64_t chunk_rows) {
+  const char* op = "lm_loss";
+  DL_CHECK(x.defined() && weight.defined() && labels.defined(), op,
+           "x, weight and labels must be defined tensors");
+  DL_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1), op,
+           "x " << shape_str(x.shape()) << " does not match weight (V, C) "
+                << shape_str(weight.shape()));
+  DL_CHECK(x.dtype() == weight.dtype(), op,
+           "x is " << dtype_name(x.dtype()) << " but weight is " << dtype_name(weight.dtype()));
+  const bool bf16_ok = x.dtype() == DType::bf16 && x.device() == Device::cuda;
+  DL_CHECK(x.dtype() == DType::f32 || x.dtype() == DType::f64 || bf16_ok, op,
+           "x must be f32 or f64 (or bf16 on cuda), got " << dtype_name(x.dtype()));
+  DL_CHECK(x.device() == weight.device(), op, "x and weight must be on one device");
+  const int64_t t_rows = x.size(0), c = x.size(1), v = weight.size(0);
+  DL_CHECK(labels.shape() == Shape{t_rows} &&
+               (labels.dtype() == DType::i32 || labels.dtype() == DType::i64),
+           op,
+           "labels must be i32/i64 of shape [" << t_rows << "], got " << dtype_name(labels.dtype())
+                                               << " " << shape_str(labels.shape()));
+  DL_CHECK(!loss_mask.defined() ||
+               (loss_mask.shape() == Shape{t_rows} && is_floating(loss_mask.dtype())),
+           op,
+           "loss_mask must be floating of shape [" << t_rows << "], got "
+                                                   << shape_str(loss_mask.shape()));
+  DL_CHECK(v > 0 || t_rows == 0, op, "weight " << shape_str(weight.shape()) << " has no rows");
+  DL_CHECK(chunk_rows >= 0, op, "chunk_rows must be >= 0, got " << chunk_rows);
+  std::vector<int64_t> lab = labels.to_vector<int64_t>();
+  for (size_t i = 0; i < lab.size(); ++i)
+    DL_CHECK(lab[i] >= 0 && lab[i] < v, op,
+             "label " << lab[i] << " at row " << i << " is out of range [0, " << v << ")");
+
+  const Device dev = x.device();
+  const DType acc = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const int64_t rows = chunk_rows > 0 ? chunk_rows : lm_loss_chunk_rows(v);
+  Tensor xc = x.contiguous(), wc = weight.contiguous();
+  Tensor mask = loss_mask.defined() ? loss_mask.to(dev, acc).contiguous()
+                                    : Tensor::ones({t_rows}, acc, dev);  // (T)
+  Grads gr;
+  if (autograd::grad_enabled() && x.requires_grad()) gr.dx = Tensor::empty({t_rows, c}, acc, dev);
+  if (autograd::grad_enabled() && weight.requires_grad()) gr.dw = Tensor::zeros({v, c}, acc, dev);
+  Tensor loss = dev == Device::cuda && acc == DType::f32
+                    ? chunked_cuda(xc, wc, lab, mask, loss_scale, rows, gr)
+                    : chunked_generic(xc, wc, lab, mask, loss_scale, rows, gr);
+
+  autograd::Context ctx;
+  ctx.save_for_backward({gr.dx, gr.dw});
+  return autograd::record(
+      op, {x, weight}, loss, std::move(ctx),
+      [dtx = x.dtype(), dtw = weight.dtype()](autograd::Context& cx,
+                                              const std::vector<Tensor>& g) -> std::vector<Tensor> {
+        autograd::NoGradGuard no_grad;
+        auto scaled = [&](const Tensor& d, DType to) -> Tensor {
+          if (!d.defined()) return Tensor();
+          Tensor r = d.device() == Device::cuda
+                         ? ops::gpu::binary(ops::gpu::Binary::mul, d,
+                                            g[0].to(Device::cuda, d.dtype()), d.shape())
+                         : ops::scale(d, g[0].item());
+          return r.to(to);
+        };
+        return {scaled(cx.saved_tensors()[0], dtx), scaled(cx.saved_tensors()[1], dtw)};
+      });
+}
+
+}  // namespace driftless::layers

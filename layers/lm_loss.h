@@ -1,0 +1,34 @@
+// The tied LM head and the masked cross-entropy as one autograd node (issue 8 item 2;
+// DESIGN.md data flow "loss (sum over real tokens, scaled by 1 / tokens in the global
+// batch)"). Rows are processed in chunks, so no more than one chunk of fp32 logits exists.
+#pragma once
+#include <cstdint>
+
+#include "engine/core/tensor.h"
+
+namespace driftless::layers {
+
+// Byte budget of one chunk of fp32 logits (chunk_rows x V x 4). While a chunk is live, its
+// gradient (same size) and, for bf16, a bf16 copy of that gradient (half) exist beside it:
+// the transient peak is about 2.5 x the budget, 320 MiB, instead of T x V x 4 twice
+// (1.6 GB each for 8k tokens of GPT-2's 50257). 128 MiB is 667 rows of GPT-2, enough for
+// every GEMM of a chunk to fill an H100.
+constexpr int64_t kLmLossChunkBytes = int64_t(128) << 20;
+
+// Rows per chunk for a vocabulary of v: as many as fit the budget, at least 1.
+int64_t lm_loss_chunk_rows(int64_t v);
+
+// x (T, C), weight (V, C) (the tied embedding) of one dtype: f32 or f64, or bf16 on cuda;
+// labels (T) i32/i64 in [0, V) on any device (out of range is an error even where masked);
+// loss_mask (T) floating or undefined (all ones) -> () loss_scale * sum_t mask_t *
+// (logsumexp(x_t W^T) - (x_t W^T)[labels_t]), f32 whatever the compute dtype (f64 for f64).
+// chunk_rows 0 takes lm_loss_chunk_rows(V). Gradients flow to x and weight (not the mask).
+//
+// With grad enabled the forward also computes, chunk by chunk, dlogits = (softmax - onehot)
+// * mask * loss_scale, dx = dlogits W and dW = sum over chunks of dlogits^T x, in fp32, and
+// saves dx and dW (not the logits); the backward scales them by the upstream gradient.
+// Without grad (evaluation) it computes the loss only.
+Tensor lm_loss(const Tensor& x, const Tensor& weight, const Tensor& labels, const Tensor& loss_mask,
+               double loss_scale, int64_t chunk_rows = 0);
+
+}  // namespace driftless::layers

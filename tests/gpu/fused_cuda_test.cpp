@@ -1,0 +1,282 @@
+// Backends agree (CONVENTIONS.md tier 2) for the fused layers of issue 8 item 2: linear
+// with its bias in the cuBLASLt epilogue, linear_gelu (GELU_AUX_BIAS in bf16) and the
+// chunked lm_loss. Forward and input gradients on cuda against the CPU on the same values,
+// fresh random inputs each run (the seed is printed), outputs from cache blocks poisoned
+// with NaN, each cuda run repeated bit for bit. Skips when no GPU is present.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/autograd/autograd.h"
+#include "engine/core/allocator.h"
+#include "engine/core/device_ops.h"
+#include "engine/ops/cuda/cublaslt.h"
+#include "layers/linear.h"
+#include "layers/lm_loss.h"
+
+namespace driftless::layers {
+namespace {
+
+#define DL_REQUIRE_GPU() \
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device present"
+
+// Tolerances. Metric per element: |cuda - cpu| / (|cpu| + rms(cpu)), its maximum over the
+// tensor. The CPU runs f32 for f32 and bf16 (on the same bf16-rounded inputs), f64 for f64.
+// f32: 1e-5, as matmul and cross_entropy in ops_cuda_test: GEMM and softmax sums in fp32
+//   in another order than Eigen / the CPU's double (~sqrt(K) ulp of the scale).
+// bf16 linear, linear_gelu: the output is rounded to bf16 once (2^-9), the cotangent and
+//   the saved pre-activation are bf16 too, so a gradient passes ~4 roundings: 1.6e-2.
+// bf16 lm_loss: the loss is fp32 from fp32 logits (bf16 operands, exact products, fp32
+//   accumulation and output): as close as f32, 1e-5, which would fail by far if the logits
+//   were rounded to bf16. dx and dW see dlogits rounded once to bf16 as a GEMM operand and
+//   are rounded to bf16 on return: 1.6e-2.
+// f64 (lm_loss's generic path on cuda): 1e-12.
+struct Tol {
+  double out, grad;
+};
+Tol tolerance(const std::string& op, DType dt) {
+  if (dt == DType::f64) return {1e-12, 1e-12};
+  if (dt == DType::f32) return {1e-5, 1e-5};
+  if (op == "lm_loss") return {1e-5, 1.6e-2};
+  return {1.6e-2, 1.6e-2};
+}
+
+uint64_t fresh_seed() {
+  static const uint64_t base = [] {
+    uint64_t s = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+    std::printf("[fused_cuda] random seed %llu\n", (unsigned long long)s);
+    return s;
+  }();
+  static uint64_t counter = 0;
+  return base + 104729 * ++counter;
+}
+
+// NaN blocks of every size class in the caching allocator's free lists: an element an
+// op forgets to write stays NaN.
+void poison_cache() {
+  std::vector<Tensor> blocks;
+  for (int64_t bytes = 512; bytes <= (int64_t(32) << 20); bytes *= 2)
+    for (int k = 0; k < 4; ++k) {
+      Tensor t = Tensor::empty({bytes / 4}, DType::f32, Device::cuda);
+      t.fill_(std::nan(""));
+      blocks.push_back(t);
+    }
+}
+
+double max_err(const Tensor& t, const Tensor& r) {
+  std::vector<double> a = t.to_vector<double>(), b = r.to_vector<double>();
+  EXPECT_EQ(a.size(), b.size());
+  double ss = 0;
+  for (double v : b) ss += v * v;
+  const double scale = std::sqrt(ss / double(std::max<size_t>(b.size(), 1))) + 1e-30;
+  double worst = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (std::isnan(a[i])) return std::nan("");
+    worst = std::max(worst, std::abs(a[i] - b[i]) / (std::abs(b[i]) + scale));
+  }
+  return worst;
+}
+
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+struct Result {
+  Tensor out;
+  std::vector<Tensor> grads;
+};
+
+Result run(const Fn& fn, const std::vector<Tensor>& inputs, const Tensor& cot) {
+  std::vector<Tensor> leaves;
+  for (const Tensor& t : inputs) {
+    Tensor l = t.detach();
+    if (is_floating(l.dtype())) l.set_requires_grad();
+    leaves.push_back(l);
+  }
+  const bool gpu = inputs[0].device() == Device::cuda;
+  if (gpu) poison_cache();
+  Result r;
+  r.out = fn(leaves);
+  if (gpu) poison_cache();
+  autograd::backward(r.out, cot);
+  for (const Tensor& l : leaves) r.grads.push_back(l.requires_grad() ? l.grad() : Tensor());
+  return r;
+}
+
+// in: f64 cpu tensors (floating ones rounded to dt first; undefined ones stay undefined)
+// or integer tensors (given to fn on the device of the run).
+void check(const std::string& op, const std::string& name, const Fn& fn,
+           const std::vector<Tensor>& in, DType dt, DType out_dt) {
+  SCOPED_TRACE(op + " " + name + " " + dtype_name(dt));
+  const DType cpu_dt = dt == DType::f64 ? DType::f64 : DType::f32;
+  std::vector<Tensor> cpu_in, gpu_in;
+  for (const Tensor& t : in) {
+    if (!t.defined()) {
+      cpu_in.emplace_back();
+      gpu_in.emplace_back();
+    } else if (is_floating(t.dtype())) {
+      Tensor rounded = t.to(dt);
+      cpu_in.push_back(rounded.to(cpu_dt));
+      gpu_in.push_back(rounded.to(Device::cuda));
+    } else {
+      cpu_in.push_back(t);
+      gpu_in.push_back(t.to(Device::cuda));
+    }
+  }
+  Tensor probe;
+  {
+    autograd::NoGradGuard no_grad;
+    probe = fn(cpu_in);
+  }
+  Tensor cot = Tensor::randn(probe.shape(), fresh_seed(), DType::f64).to(out_dt);
+  Result ref = run(fn, cpu_in, cot.to(out_dt == DType::f64 ? DType::f64 : DType::f32));
+  Result a = run(fn, gpu_in, cot.to(Device::cuda));
+  Result b = run(fn, gpu_in, cot.to(Device::cuda));
+  EXPECT_EQ(a.out.dtype(), out_dt);
+  const Tol tol = tolerance(op, dt);
+  auto expect = [&](const std::string& what, const Tensor& g, const Tensor& r, const Tensor& g2,
+                    double t) {
+    ASSERT_TRUE(g.defined()) << what;
+    ASSERT_EQ(g.shape(), r.shape()) << what;
+    EXPECT_EQ(g.device(), Device::cuda) << what;
+    const double e = max_err(g, r);
+    std::printf("[fused_cuda] %-11s %-4s %-24s %-5s max_err %.3g (tol %.3g)\n", op.c_str(),
+                dtype_name(dt), name.c_str(), what.c_str(), e, t);
+    EXPECT_TRUE(e <= t) << what << ": max error " << e << " > tolerance " << t;
+    EXPECT_EQ(g.to_vector<double>(), g2.to_vector<double>())
+        << what << ": two cuda runs on the same inputs differ";
+  };
+  expect("out", a.out, ref.out, b.out, tol.out);
+  for (size_t i = 0; i < ref.grads.size(); ++i)
+    if (ref.grads[i].defined())
+      expect("d" + std::to_string(i), a.grads[i], ref.grads[i], b.grads[i], tol.grad);
+}
+
+Tensor rnd(const Shape& shape, double scale = 1.0) {
+  Tensor t = Tensor::randn(shape, fresh_seed(), DType::f64);
+  if (scale != 1.0) {
+    double* p = t.data<double>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] *= scale;
+  }
+  return t;
+}
+
+struct Dims {
+  int64_t n, in, out;
+};
+// Odd shapes (no tensor-core alignment: cuBLASLt may decline, the unfused path runs) and
+// GPT-like ones (multiples of 8: the epilogue runs).
+const Dims kLinearDims[] = {{1, 1, 1}, {5, 7, 9}, {3, 16, 8}, {64, 32, 48}, {129, 64, 128}};
+
+using Layer = Tensor (*)(const Tensor&, const Tensor&, const Tensor&);
+
+// Both layers at every shape and dtype, with and without a bias (no bias: no epilogue).
+void check_layer(const std::string& op, Layer layer) {
+  for (DType dt : {DType::f32, DType::bf16})
+    for (Dims d : kLinearDims) {
+      const std::string tag = shape_str({d.n, d.in, d.out});
+      check(
+          op, tag, [layer](const auto& x) { return layer(x[0], x[1], x[2]); },
+          {rnd({d.n, d.in}), rnd({d.out, d.in}, 0.3), rnd({d.out})}, dt, dt);
+      check(
+          op, tag + " no bias", [layer](const auto& x) { return layer(x[0], x[1], Tensor()); },
+          {rnd({d.n, d.in}), rnd({d.out, d.in}, 0.3)}, dt, dt);
+    }
+}
+
+TEST(FusedCuda, LinearWithBias) {
+  DL_REQUIRE_GPU();
+  check_layer("linear", linear);
+}
+
+TEST(FusedCuda, LinearGelu) {
+  DL_REQUIRE_GPU();
+  check_layer("linear_gelu", linear_gelu);
+}
+
+// The epilogues pay only if they run: at a GPT-like shape cuBLASLt must take the bias
+// epilogue (f32 and bf16) and GELU_AUX_BIAS (bf16), not decline them to the fallbacks.
+TEST(FusedCuda, EpiloguesRunAtGptShapes) {
+  DL_REQUIRE_GPU();
+  autograd::NoGradGuard no_grad;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = rnd({256, 128}).to(Device::cuda, dt), w = rnd({512, 128}, 0.1).to(Device::cuda, dt);
+    Tensor b = rnd({512}).to(Device::cuda, dt);
+    const int64_t bias_before = ops::gpu::lt_matmul_count(ops::gpu::LtEpilogue::bias);
+    linear(x, w, b);
+    EXPECT_EQ(ops::gpu::lt_matmul_count(ops::gpu::LtEpilogue::bias), bias_before + 1);
+    const int64_t gelu_before = ops::gpu::lt_matmul_count(ops::gpu::LtEpilogue::gelu_aux_bias);
+    linear_gelu(x, w, b);
+    EXPECT_EQ(ops::gpu::lt_matmul_count(ops::gpu::LtEpilogue::gelu_aux_bias),
+              gelu_before + (dt == DType::bf16 ? 1 : 0));
+  }
+}
+
+Tensor labels_for(int64_t t, int64_t v) {
+  Tensor r = Tensor::uniform({t}, fresh_seed(), 0, double(v));
+  std::vector<int64_t> l(static_cast<size_t>(t));
+  for (int64_t i = 0; i < t; ++i) l[size_t(i)] = std::min<int64_t>(int64_t(r.at({i})), v - 1);
+  return Tensor::from_vector(l);
+}
+
+Tensor mask_for(int64_t t) {
+  std::vector<double> m(size_t(t), 1.0);
+  for (int64_t i = 1; i < t; i += 3) m[size_t(i)] = 0.0;
+  return Tensor::from_vector(m);
+}
+
+TEST(FusedCuda, LmLoss) {
+  DL_REQUIRE_GPU();
+  struct Case {
+    int64_t t, c, v, chunk;
+  };
+  const Case cases[] = {
+      {37, 24, 101, 8}, {37, 24, 101, 0}, {1, 16, 64, 1}, {130, 32, 257, 64}, {200, 64, 512, 48}};
+  for (DType dt : {DType::f32, DType::bf16, DType::f64})
+    for (Case k : cases) {
+      const std::string tag = "T" + std::to_string(k.t) + " C" + std::to_string(k.c) + " V" +
+                              std::to_string(k.v) + " chunk" + std::to_string(k.chunk);
+      const DType out_dt = dt == DType::f64 ? DType::f64 : DType::f32;
+      // The mask goes in as a float input: lm_loss gives it no gradient.
+      check(
+          "lm_loss", tag,
+          [chunk = k.chunk](const auto& x) { return lm_loss(x[0], x[1], x[2], x[3], 0.3, chunk); },
+          {rnd({k.t, k.c}), rnd({k.v, k.c}, 0.5), labels_for(k.t, k.v), mask_for(k.t)}, dt, out_dt);
+    }
+}
+
+TEST(FusedCuda, LmLossNeverHoldsTheWholeLogits) {
+  DL_REQUIRE_GPU();
+  const int64_t t = 1024, c = 32, v = 4096, chunk = 32;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = rnd({t, c}).to(Device::cuda, dt).set_requires_grad(true);
+    Tensor w = rnd({v, c}, 0.5).to(Device::cuda, dt).set_requires_grad(true);
+    Tensor labels = labels_for(t, v), mask = mask_for(t);
+    const size_t whole = size_t(t * v) * sizeof(float);  // 16 MiB of fp32 logits
+    auto peak_of = [&](int64_t rows) {
+      const size_t before = memory_stats(Device::cuda).bytes_in_use;
+      reset_peak_memory(Device::cuda);
+      Tensor loss = lm_loss(x, w, labels, mask, 1.0, rows);
+      const size_t peak = memory_stats(Device::cuda).peak_bytes_in_use - before;
+      EXPECT_EQ(loss.dtype(), DType::f32);
+      autograd::backward(loss);
+      EXPECT_EQ(x.grad().dtype(), dt);
+      EXPECT_EQ(w.grad().dtype(), dt);
+      return peak;
+    };
+    // dW (512 KiB), dx (128 KiB) and per chunk logits, dlogits and the bf16 copy
+    // (3 x 512 KiB at most), plus small vectors: about 2.5 MiB.
+    const size_t chunked = peak_of(chunk);
+    EXPECT_LT(chunked, whole / 4) << "peak " << chunked << " bytes vs whole logits " << whole;
+    // The measurement sees logits: one chunk of all T rows holds them whole.
+    EXPECT_GE(peak_of(t), whole);
+  }
+}
+
+}  // namespace
+}  // namespace driftless::layers
