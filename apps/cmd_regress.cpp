@@ -99,7 +99,7 @@ Registrar report({"report", "Compare the tensor logs of two existing runs (A is 
                         DL_CHECK(rc.tolerances.count(a->dtype), "report",
                                  a->config << " has no tolerances for " << a->dtype);
                         tol = rc.tolerances[a->dtype];
-                        overrides = rc.tolerance_overrides;
+                        overrides = train::overrides_for(a->dtype, rc.tolerance_overrides);
                         eps = rc.epsilon;
                       }
                       auto r = train::compare_runs(a->a, a->b, steps, tol, eps, overrides);

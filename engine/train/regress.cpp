@@ -43,7 +43,8 @@ RegressConfig load_regress_config(const std::string& path, const std::vector<std
   RegressConfig c;
   c.tolerances["f32"] = {{"forward", 1e-5}, {"backward", 1e-5}, {"param_grad", 1e-5}, {"param", 1e-5}};
   const std::set<std::string> top = {"run", "steps", "log_steps", "output_dir", "epsilon",
-                                     "tolerances", "tolerance_overrides", "layouts"};
+                                     "tolerances", "tolerance_overrides", "derive_tolerances",
+                                     "layouts"};
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     if (!top.count(key)) err(key + ": unknown key");
@@ -90,13 +91,38 @@ RegressConfig load_regress_config(const std::string& path, const std::vector<std
         t.pattern = o["tensor"] ? o["tensor"].as<std::string>() : "";
         t.tolerance = o["tolerance"] ? o["tolerance"].as<double>() : 0.0;
         t.reason = o["reason"] ? o["reason"].as<std::string>() : "";
+        t.dtype = o["dtype"] ? o["dtype"].as<std::string>() : "";
+        for (const auto& kv : o) {
+          const std::string key = kv.first.as<std::string>();
+          if (key != "tensor" && key != "tolerance" && key != "reason" && key != "dtype")
+            err(where + "." + key + ": unknown key (tensor, tolerance, reason, dtype)");
+        }
         std::regex check(t.pattern);
       } catch (const std::exception& e) {
         err(where + ": " + e.what());
       }
       if (t.pattern.empty() || t.tolerance <= 0 || t.reason.empty())
         err(where + ": needs tensor (regex), tolerance > 0 and a written reason");
+      if (!t.dtype.empty() && t.dtype != "f32" && t.dtype != "bf16")
+        err(where + ".dtype: must be f32 or bf16");
       c.tolerance_overrides.push_back(t);
+    }
+  }
+  if (root["derive_tolerances"]) {
+    for (const auto& d : root["derive_tolerances"]) {
+      const std::string dtype = d.first.as<std::string>();
+      const std::string where = "derive_tolerances." + dtype;
+      if (dtype != "f32" && dtype != "bf16") err(where + ": dtype must be f32 or bf16");
+      DerivedTolerances t;
+      t.dtype = dtype;
+      try {
+        t.layout = d.second["from"] ? d.second["from"].as<std::string>() : "";
+        t.factor = d.second["factor"] ? d.second["factor"].as<double>() : 2.0;
+      } catch (const YAML::Exception& e) {
+        err(where + ": " + e.what());
+      }
+      if (t.layout.empty() || t.factor <= 0) err(where + ": needs from (a layout) and factor > 0");
+      c.derived_tolerances.push_back(t);
     }
   }
   std::set<std::string> names;
@@ -130,9 +156,14 @@ RegressConfig load_regress_config(const std::string& path, const std::vector<std
   for (const auto& l : c.layouts)
     if (l.baseline != "none" && !names.count(l.baseline) && l.baseline != "simple")
       err("layout " + l.name + ": baseline '" + l.baseline + "' is not a layout");
+  for (const auto& d : c.derived_tolerances)
+    if (!names.count(d.layout) || d.layout == "simple")
+      err("derive_tolerances." + d.dtype + ".from: '" + d.layout +
+          "' must be a layout with a baseline");
   if (!only.empty()) {
-    // Keep the chosen layouts and the baselines they need.
+    // Keep the chosen layouts, the baselines they need and the layouts tolerances derive from.
     std::set<std::string> keep(only.begin(), only.end());
+    for (const auto& d : c.derived_tolerances) keep.insert(d.layout);
     for (const auto& o : only)
       if (!names.count(o) && o != "simple") err("--only: no layout named '" + o + "'");
     bool grew = true;
@@ -188,6 +219,14 @@ std::vector<int64_t> common_log_steps(const std::string& a, const std::string& b
   }
   std::sort(steps.begin(), steps.end());
   return steps;
+}
+
+std::vector<ToleranceOverride> overrides_for(const std::string& dtype,
+                                             const std::vector<ToleranceOverride>& all) {
+  std::vector<ToleranceOverride> out;
+  for (const auto& o : all)
+    if (o.dtype.empty() || o.dtype == dtype) out.push_back(o);
+  return out;
 }
 
 LayoutResult compare_runs(const std::string& reference_dir, const std::string& test_dir,
@@ -257,6 +296,14 @@ std::string format_table(const std::vector<LayoutResult>& results) {
     else if (f) os << "step " << f->step << " " << f->name << " (" << sci(f->drift.rms_rel) << " > " << sci(f->tolerance) << ")";
     else os << "-";
     os << "\n";
+    if (r.ran && !r.tensors.empty()) {  // the worst drift of each class, overrides aside
+      std::map<std::string, double> worst;
+      for (const auto& t : r.tensors)
+        if (t.tolerance_reason.empty()) worst[t.kind] = std::max(worst[t.kind], t.drift.rms_rel);
+      os << pad("", 34) << "worst by class:";
+      for (const auto& [kind, v] : worst) os << " " << kind << " " << sci(v);
+      os << "\n";
+    }
   }
   std::map<std::string, std::string> used;  // reason -> tensors
   for (const auto& r : results)

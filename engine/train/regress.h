@@ -25,6 +25,20 @@ struct ToleranceOverride {
   std::string pattern;  // ECMAScript regex over the logged tensor name
   double tolerance = 0;
   std::string reason;
+  std::string dtype;  // applies to comparisons of this dtype only ("": every dtype)
+};
+
+// The overrides that apply to comparisons in `dtype`.
+std::vector<ToleranceOverride> overrides_for(const std::string& dtype,
+                                             const std::vector<ToleranceOverride>& all);
+
+// Tolerances of a dtype derived from a measured drift instead of written down:
+// tolerance[class] = factor x the largest rms_rel of that class (tensors with an override
+// excluded) of layout `layout` against its baseline. The derivation is printed in the report.
+struct DerivedTolerances {
+  std::string dtype;   // whose tolerances are derived (bf16)
+  std::string layout;  // e.g. the 1-GPU bf16 run, whose baseline is the f32 run
+  double factor = 2.0;
 };
 
 struct RegressConfig {
@@ -36,6 +50,7 @@ struct RegressConfig {
   // tolerances[dtype][kind]: rms_rel limit; kinds forward, backward, param_grad, param.
   std::map<std::string, std::map<std::string, double>> tolerances;
   std::vector<ToleranceOverride> tolerance_overrides;
+  std::vector<DerivedTolerances> derived_tolerances;
   std::vector<RegressLayout> layouts;  // "simple" first, added when absent
 };
 

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <iomanip>
 #include <map>
 #include <ostream>
@@ -102,6 +103,33 @@ std::vector<LayoutResult> run_regression(const RegressConfig& c, const RegressRu
         << " s)" << (status == 0 ? "" : "  " + errors[l.name]) << "\n";
     if (status == 0) dtype[l.name] = load_config(dir + "/config.yaml").precision.compute;
   }
+  auto dtype_of = [&](const RegressLayout& l) {
+    // A comparison takes the tolerances of its lower precision: bf16 if either run is.
+    return dtype[l.name] == "bf16" || dtype[l.baseline] == "bf16" ? std::string("bf16")
+                                                                   : std::string("f32");
+  };
+  std::map<std::string, std::map<std::string, double>> tolerances = c.tolerances;
+  for (const DerivedTolerances& d : c.derived_tolerances) {
+    const auto it = std::find_if(c.layouts.begin(), c.layouts.end(),
+                                 [&](const RegressLayout& l) { return l.name == d.layout; });
+    DL_CHECK(it != c.layouts.end() && ran[it->name] && ran[it->baseline], "regress",
+             "cannot derive " << d.dtype << " tolerances: layout " << d.layout
+                              << " or its baseline did not run");
+    const std::string ref = fs::absolute(fs::path(c.output_dir) / it->baseline).string();
+    const std::string test = fs::absolute(fs::path(c.output_dir) / it->name).string();
+    const LayoutResult m = compare_runs(ref, test, c.log_steps, {}, c.epsilon,
+                                        overrides_for(dtype_of(*it), c.tolerance_overrides));
+    std::map<std::string, double> worst;
+    for (const auto& t : m.tensors)
+      if (t.tolerance_reason.empty()) worst[t.kind] = std::max(worst[t.kind], t.drift.rms_rel);
+    log << d.dtype << " tolerances = " << d.factor << " x the drift of " << d.layout << " vs "
+        << it->baseline << ":";
+    for (const auto& [kind, v] : worst) {
+      tolerances[d.dtype][kind] = d.factor * v;
+      log << " " << kind << " " << std::scientific << std::setprecision(2) << d.factor * v;
+    }
+    log << std::defaultfloat << "\n";
+  }
   std::vector<LayoutResult> results;
   for (const auto& l : c.layouts) {
     if (l.baseline == "none") continue;
@@ -112,12 +140,11 @@ std::vector<LayoutResult> run_regression(const RegressConfig& c, const RegressRu
       r.ran = false;
       r.error = !ran[l.baseline] ? "baseline " + l.baseline + " failed: " + errors[l.baseline] : errors[l.name];
     } else {
-      // A comparison takes the tolerances of its lower precision: bf16 if either run is.
-      const std::string dt =
-          dtype[l.name] == "bf16" || dtype[l.baseline] == "bf16" ? "bf16" : "f32";
-      auto tol = c.tolerances.find(dt);
-      DL_CHECK(tol != c.tolerances.end(), "regress", "no tolerances for dtype " << dt);
-      r = compare_runs(ref, test, c.log_steps, tol->second, c.epsilon, c.tolerance_overrides);
+      const std::string dt = dtype_of(l);
+      auto tol = tolerances.find(dt);
+      DL_CHECK(tol != tolerances.end(), "regress", "no tolerances for dtype " << dt);
+      r = compare_runs(ref, test, c.log_steps, tol->second, c.epsilon,
+                       overrides_for(dt, c.tolerance_overrides));
     }
     r.name = l.name;
     r.baseline = l.baseline;
