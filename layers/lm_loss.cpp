@@ -149,7 +149,9 @@ Tensor lm_loss(const Tensor& x, const Tensor& weight, const Tensor& labels, cons
   ctx.save_for_backward({gr.dx, gr.dw});
   return autograd::record(
       op, {x, weight}, loss, std::move(ctx),
-      [dtx = x.dtype(), dtw = weight.dtype()](autograd::Context& cx,
+      // A leaf weight (the tied embedding, whose .grad is the f32 gradient slab) gets dW in
+      // the accumulation dtype: rounding it to bf16 first would lose the fp32 accumulation.
+      [dtx = x.dtype(), dtw = weight.is_leaf() ? acc : weight.dtype()](autograd::Context& cx,
                                               const std::vector<Tensor>& g) -> std::vector<Tensor> {
         autograd::NoGradGuard no_grad;
         auto scaled = [&](const Tensor& d, DType to) -> Tensor {
