@@ -49,11 +49,44 @@ AttentionSpec spec_from_input(const data::ModelInput& in, bool fault_cu_k) {
   return s;
 }
 
-// Model inputs (tokens, positions, labels) go to the model's device; the attention spec's
-// cu_seqlens stay on the host, where validate() reads them.
-Tensor int_tensor(const std::vector<int32_t>& v, Device device) {
-  return Tensor::from_vector(v).to(device);
+// The attention call of several sequences side by side: each part's documents, with its
+// q rows after the previous parts' and its K extent (k_parts[i] rows) after theirs.
+AttentionSpec merge_specs(const std::vector<AttentionSpec>& parts,
+                          const std::vector<Tensor>& k_parts) {
+  if (parts.size() == 1) return parts[0];
+  const bool padded = parts[0].seqused_q.defined();
+  std::vector<int32_t> cu_q{0}, cu_k{0}, used_q, used_k;
+  int32_t q_off = 0, k_off = 0;
+  AttentionSpec m;
+  m.causal = parts[0].causal;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const AttentionSpec& p = parts[i];
+    DL_CHECK(p.seqused_q.defined() == padded && p.causal == m.causal, "gpt",
+             "sequences of one slice differ in padding or masking");
+    const auto cq = p.cu_seqlens_q.to_vector<int32_t>(), ck = p.cu_seqlens_k.to_vector<int32_t>();
+    for (size_t d = 1; d < cq.size(); ++d) cu_q.push_back(q_off + cq[d]);
+    for (size_t d = 1; d < ck.size(); ++d) cu_k.push_back(k_off + ck[d]);
+    if (padded) {
+      for (int32_t u : p.seqused_q.to_vector<int32_t>()) used_q.push_back(u);
+      for (int32_t u : p.seqused_k.to_vector<int32_t>()) used_k.push_back(u);
+    }
+    q_off += cq.back();
+    k_off += int32_t(k_parts[i].size(0));
+    DL_CHECK(ck.back() == k_parts[i].size(0), "gpt",
+             "cu_seqlens_k of sequence " << i << " ends at " << ck.back() << ", its K extent has "
+                                         << k_parts[i].size(0) << " rows");
+    m.max_seqlen_q = std::max(m.max_seqlen_q, p.max_seqlen_q);
+    m.max_seqlen_k = std::max(m.max_seqlen_k, p.max_seqlen_k);
+  }
+  m.cu_seqlens_q = Tensor::from_vector(cu_q);
+  m.cu_seqlens_k = Tensor::from_vector(cu_k);
+  if (padded) {
+    m.seqused_q = Tensor::from_vector(used_q);
+    m.seqused_k = Tensor::from_vector(used_k);
+  }
+  return m;
 }
+
 
 }  // namespace
 
@@ -149,8 +182,9 @@ Tensor Gpt::hidden(const std::vector<SliceInput>& slice, const ForwardOptions& o
     positions.insert(positions.end(), in.position_index.begin(), in.position_index.end());
     rows.push_back({s.global_sequence, in.sequence_k_past, in.num_queries()});
   }
-  Tensor x = ops::add(ops::embedding(p("wte.weight"), int_tensor(tokens, device_)),
-                      ops::embedding(p("wpe.weight"), int_tensor(positions, device_)));  // (T, C)
+  // Ids stay on the host: embedding validates them there and uploads them once itself.
+  Tensor x = ops::add(ops::embedding(p("wte.weight"), Tensor::from_vector(tokens)),
+                      ops::embedding(p("wpe.weight"), Tensor::from_vector(positions)));  // (T, C)
   x = ops::dropout(x, config_.dropout, random::derive(o.dropout_seed, 0), o.training);
   x = tap(x, "embed", o.sink, rows);
   for (int64_t l = 0; l < config_.n_layer; ++l) x = block(l, x, slice, o, rows);
@@ -190,7 +224,12 @@ Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<SliceIn
   kv_faults.drop_grad_slice = in_fault_layer && o.faults->drop_kv_grad_slice;
   kv_faults.skip_reduce_scatter = in_fault_layer && o.faults->skip_kv_reduce_scatter;
   const bool any_kv_fault = kv_faults.drop_grad_slice || kv_faults.skip_reduce_scatter;
-  std::vector<Tensor> outs;
+  // Every sequence of the slice writes its K/V slice and reads its extent; then ONE
+  // attention call covers the whole slice: the documents of all sequences in one varlen
+  // layout, their K/V extents side by side. Documents never see each other, so this is
+  // the per-sequence computation with one launch (and one autograd node) per layer.
+  std::vector<Tensor> k_parts, v_parts;
+  std::vector<AttentionSpec> specs;
   int64_t row = 0;
   for (const auto& s : slice) {
     const data::ModelInput& in = *s.input;
@@ -199,13 +238,17 @@ Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<SliceIn
     auto [k_ext, v_ext] =
         kv_write_read(kv_buffers_[size_t(l)], ks, ops::narrow(k, 0, row, tq),
                       ops::narrow(v, 0, row, tq), o.exchange, any_kv_fault ? &kv_faults : nullptr);
-    AttentionSpec spec = spec_from_input(in, in_fault_layer && o.faults->cu_seqlens_k_from_begin);
-    if (config_.softcap > 0) spec.score_mod = ScoreModSpec::make_softcap(config_.softcap);
-    if (config_.alibi) spec.score_mod = ScoreModSpec::make_alibi(alibi_slopes_);
-    outs.push_back(attention(ops::narrow(q, 0, row, tq), k_ext, v_ext, spec));
+    k_parts.push_back(k_ext);
+    v_parts.push_back(v_ext);
+    specs.push_back(spec_from_input(in, in_fault_layer && o.faults->cu_seqlens_k_from_begin));
     row += tq;
   }
-  Tensor y = outs.size() == 1 ? outs[0] : ops::concat(outs, 0);  // (T, H, D)
+  AttentionSpec spec = merge_specs(specs, k_parts);
+  if (config_.softcap > 0) spec.score_mod = ScoreModSpec::make_softcap(config_.softcap);
+  if (config_.alibi) spec.score_mod = ScoreModSpec::make_alibi(alibi_slopes_);
+  Tensor k_all = k_parts.size() == 1 ? k_parts[0] : ops::concat(k_parts, 0);  // (ΣT_k, H_kv, D)
+  Tensor v_all = v_parts.size() == 1 ? v_parts[0] : ops::concat(v_parts, 0);
+  Tensor y = attention(q, k_all, v_all, spec);  // (T, H, D)
   y = ops::reshape(y, {T, H * D});
   y = tap(y, layer_name(l, "attn.core"), o.sink, rows);
   return linear(y, p(layer_name(l, "attn.c_proj.weight")), p(layer_name(l, "attn.c_proj.bias")));
