@@ -62,6 +62,11 @@ std::unique_ptr<Work> Communicator::all_reduce_async(const Tensor& t) {
   return std::make_unique<CompletedWork>();
 }
 
+std::unique_ptr<Work> Communicator::reduce_async(const Tensor& t, int root) {
+  reduce(t, root);
+  return std::make_unique<CompletedWork>();
+}
+
 void Communicator::all_gather_in_place(const Tensor& buffer) {
   all_gather_into(buffer, own_chunk(buffer));
 }
@@ -90,6 +95,10 @@ class SingleProcessCommunicator final : public Communicator {
     copy_flat(out, in);
   }
   void all_reduce(const Tensor& t) override { check_tensor("all_reduce", t); }
+  void reduce(const Tensor& t, int root) override {
+    check_tensor("reduce", t);
+    check_root("reduce", root);
+  }
   void broadcast(const Tensor& t, int root) override {
     check_tensor("broadcast", t);
     check_root("broadcast", root);

@@ -49,6 +49,11 @@ class Communicator {
   // stream; the caller leaves t alone until wait(). Other backends finish it before
   // returning. Same sums as all_reduce.
   virtual std::unique_ptr<Work> all_reduce_async(const Tensor& t);
+  // On root: t = Σ over ranks of t (in rank order for MPI, as all_reduce); other ranks' t
+  // is left unchanged. Any numel. ZeRO-1 reduces each gradient bucket to its owners.
+  virtual void reduce(const Tensor& t, int root) = 0;
+  // reduce that may overlap with later work, like all_reduce_async.
+  virtual std::unique_ptr<Work> reduce_async(const Tensor& t, int root);
   // t = root's t.
   virtual void broadcast(const Tensor& t, int root) = 0;
   virtual void barrier() = 0;

@@ -187,6 +187,23 @@ void MpiCommunicator::all_reduce(const Tensor& t) {
   wait(op, req, {t});
 }
 
+void MpiCommunicator::reduce(const Tensor& t, int root) {
+  const char* op = "reduce";
+  check_usable(op);
+  check_tensor(op, t);
+  check_root(op, root);
+  const int n = checked_count(op, t.numel());
+  const MPI_Datatype type = mpi_datatype(t.dtype());
+  // parts (P, n) on root: every rank's t, in rank order, summed there like all_reduce does.
+  Tensor parts = rank_ == root ? Tensor::empty({int64_t(size_) * n}, t.dtype()) : Tensor();
+  MPI_Request req;
+  mpi_check(MPI_Igather(t.raw_data(), n, type, rank_ == root ? parts.raw_data() : nullptr, n, type,
+                        root, comm_.get(), &req),
+            op, "MPI_Igather");
+  wait(op, req, {t, parts});
+  if (rank_ == root) sum_chunks_in_rank_order(t.view({int64_t(n)}), parts, size_);
+}
+
 void MpiCommunicator::broadcast(const Tensor& t, int root) {
   const char* op = "broadcast";
   check_usable(op);

@@ -50,6 +50,7 @@ class MpiCommunicator final : public Communicator {
   void all_gather_into(const Tensor& out, const Tensor& in) override;
   void reduce_scatter(const Tensor& out, const Tensor& in) override;
   void all_reduce(const Tensor& t) override;
+  void reduce(const Tensor& t, int root) override;
   void broadcast(const Tensor& t, int root) override;
   void barrier() override;
 

@@ -116,19 +116,33 @@ class NcclCommunicator final : public Communicator {
                                     nccl_datatype(t.dtype()), ncclSum, comm_, stream()));
     wait(op);
   }
+  void reduce(const Tensor& t, int root) override {
+    const char* op = "reduce";
+    check_usable(op);
+    check_tensor(op, t);
+    check_root(op, root);
+    DL_NCCL_CHECK(op, ncclReduce(t.raw_data(), t.raw_data(), size_t(t.numel()),
+                                 nccl_datatype(t.dtype()), ncclSum, root, comm_, stream()));
+    wait(op);
+  }
   std::unique_ptr<Work> all_reduce_async(const Tensor& t) override {
     const char* op = "all_reduce_async";
     check_usable(op);
     check_tensor(op, t);
-    if (!side_) side_ = std::make_unique<cuda::Stream>();
-    cuda::Event ready;
-    ready.record(stream());
-    side_->wait(ready);
+    cudaStream_t side = side_stream();
     DL_NCCL_CHECK(op, ncclAllReduce(t.raw_data(), t.raw_data(), size_t(t.numel()),
-                                    nccl_datatype(t.dtype()), ncclSum, comm_, side_->get()));
-    auto work = std::make_unique<NcclWork>(this);
-    work->done.record(side_->get());
-    return work;
+                                    nccl_datatype(t.dtype()), ncclSum, comm_, side));
+    return finish_async(side, t);
+  }
+  std::unique_ptr<Work> reduce_async(const Tensor& t, int root) override {
+    const char* op = "reduce_async";
+    check_usable(op);
+    check_tensor(op, t);
+    check_root(op, root);
+    cudaStream_t side = side_stream();
+    DL_NCCL_CHECK(op, ncclReduce(t.raw_data(), t.raw_data(), size_t(t.numel()),
+                                 nccl_datatype(t.dtype()), ncclSum, root, comm_, side));
+    return finish_async(side, t);
   }
   void broadcast(const Tensor& t, int root) override {
     const char* op = "broadcast";
@@ -165,12 +179,30 @@ class NcclCommunicator final : public Communicator {
     comm_ = nullptr;
   }
 
+  // The side stream, ordered after everything issued so far on the compute stream.
+  cudaStream_t side_stream() {
+    if (!side_) side_ = std::make_unique<cuda::Stream>();
+    cuda::Event ready;
+    ready.record(stream());
+    side_->wait(ready);
+    return side_->get();
+  }
+  // The Work holds t until wait(): the side stream may still read it after the caller
+  // dropped its handle, and the caching allocator must not hand its block out before.
+  std::unique_ptr<Work> finish_async(cudaStream_t side, const Tensor& t) {
+    auto work = std::make_unique<NcclWork>(this, t);
+    work->done.record(side);
+    return work;
+  }
+
   struct NcclWork final : Work {
-    explicit NcclWork(NcclCommunicator* c) : comm(c) {}
+    NcclWork(NcclCommunicator* c, Tensor t) : comm(c), tensor(std::move(t)) {}
     void wait() override {
-      comm->wait("all_reduce_async", [this] { return done.done(); });
+      comm->wait("async collective", [this] { return done.done(); });
+      tensor = Tensor();
     }
     NcclCommunicator* comm;
+    Tensor tensor;
     cuda::Event done;
   };
 

@@ -1,11 +1,13 @@
 // GradientBuckets (grad_buckets.h).
 #include "engine/train/grad_buckets.h"
 
+#include <algorithm>
+
 namespace driftless::train {
 
 GradientBuckets::GradientBuckets(const layers::ParameterSlab& slab, parallel::Communicator& comm,
-                                 double bucket_bytes)
-    : slab_(slab), comm_(comm) {
+                                 double bucket_bytes, int64_t shard)
+    : slab_(slab), comm_(comm), shard_(shard) {
   const auto& params = slab.parameters();
   const double elem = 4.0;  // f32 gradients
   for (size_t i = params.size(); i-- > 0;) {
@@ -13,7 +15,7 @@ GradientBuckets::GradientBuckets(const layers::ParameterSlab& slab, parallel::Co
     const bool open_new =
         buckets_.empty() ||
         (bucket_bytes > 0 && double(buckets_.back().end - buckets_.back().begin) * elem >= bucket_bytes);
-    if (open_new) buckets_.push_back({p.begin, p.end, 0, 0, nullptr});
+    if (open_new) buckets_.push_back({p.begin, p.end, 0, 0, false, {}});
     Bucket& b = buckets_.back();
     DL_CHECK(p.end == b.begin || b.params == 0, "grad_buckets",
              "parameters are not contiguous in the slab at " << p.name);
@@ -26,13 +28,23 @@ GradientBuckets::GradientBuckets(const layers::ParameterSlab& slab, parallel::Co
 void GradientBuckets::start_step() {
   for (auto& b : buckets_) {
     b.ready = 0;
-    b.work.reset();
+    b.started = false;
+    b.work.clear();
   }
   started_early_ = 0;
 }
 
 void GradientBuckets::start(Bucket& b) {
-  b.work = comm_.all_reduce_async(slab_.grads().narrow(0, b.begin, b.end - b.begin));
+  b.started = true;
+  const Tensor& g = slab_.grads();
+  if (shard_ == 0) {
+    b.work.push_back(comm_.all_reduce_async(g.narrow(0, b.begin, b.end - b.begin)));
+    return;
+  }
+  for (int64_t r = b.begin / shard_; r * shard_ < b.end; ++r) {  // owners of the bucket
+    const int64_t lo = std::max(b.begin, r * shard_), hi = std::min(b.end, (r + 1) * shard_);
+    if (hi > lo) b.work.push_back(comm_.reduce_async(g.narrow(0, lo, hi - lo), int(r)));
+  }
 }
 
 autograd::LeafDoneHook GradientBuckets::hook() {
@@ -40,7 +52,7 @@ autograd::LeafDoneHook GradientBuckets::hook() {
     auto it = bucket_of_.find(leaf.impl_ptr().get());
     if (it == bucket_of_.end()) return;  // not a parameter of this slab
     Bucket& b = buckets_[it->second];
-    if (++b.ready == b.params && !b.work) {
+    if (++b.ready == b.params && !b.started) {
       start(b);
       ++started_early_;
     }
@@ -49,8 +61,9 @@ autograd::LeafDoneHook GradientBuckets::hook() {
 
 void GradientBuckets::finish() {
   for (auto& b : buckets_)
-    if (!b.work) start(b);
-  for (auto& b : buckets_) b.work->wait();
+    if (!b.started) start(b);
+  for (auto& b : buckets_)
+    for (auto& w : b.work) w->wait();
 }
 
 }  // namespace driftless::train

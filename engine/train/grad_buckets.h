@@ -5,6 +5,9 @@
 // reports each parameter as soon as its gradient is final; a bucket whose parameters are
 // all final starts its all-reduce at once (NCCL: on a side stream, overlapping the rest of
 // the backward; MPI/single: inline). finish() starts what is left and waits for all.
+// With ZeRO-1 (shard > 0) a bucket is not all-reduced but reduced to the ranks owning its
+// elements (rank r owns [r shard, (r+1) shard)), which is a reduce-scatter cut into buckets:
+// afterwards each rank's own shard of the slab holds the sum over the data group.
 #pragma once
 #include <memory>
 #include <unordered_map>
@@ -18,9 +21,9 @@ namespace driftless::train {
 
 class GradientBuckets {
  public:
-  // bucket_bytes <= 0: one bucket over the whole slab.
+  // bucket_bytes <= 0: one bucket over the whole slab. shard > 0: ZeRO-1 ownership.
   GradientBuckets(const layers::ParameterSlab& slab, parallel::Communicator& comm,
-                  double bucket_bytes);
+                  double bucket_bytes, int64_t shard = 0);
   // Clears readiness; call before the step's last backward pass.
   void start_step();
   // For autograd::backward of the step's last backward pass.
@@ -37,12 +40,14 @@ class GradientBuckets {
     int64_t begin = 0, end = 0;  // slab element range
     int64_t params = 0;          // parameters in it
     int64_t ready = 0;
-    std::unique_ptr<parallel::Work> work;
+    bool started = false;
+    std::vector<std::unique_ptr<parallel::Work>> work;
   };
   void start(Bucket& b);
 
   const layers::ParameterSlab& slab_;
   parallel::Communicator& comm_;
+  int64_t shard_ = 0;
   std::vector<Bucket> buckets_;
   std::unordered_map<const void*, size_t> bucket_of_;  // compute leaf -> bucket
   int64_t started_early_ = 0;

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <algorithm>
 #include <iomanip>
+#include <limits>
 #include <map>
 #include <ostream>
 
@@ -124,9 +125,21 @@ std::vector<LayoutResult> run_regression(const RegressConfig& c, const RegressRu
       if (t.tolerance_reason.empty()) worst[t.kind] = std::max(worst[t.kind], t.drift.rms_rel);
     log << d.dtype << " tolerances = " << d.factor << " x the drift of " << d.layout << " vs "
         << it->baseline << ":";
+    // Clamped to [the f32 bound, the written bound of this dtype], when given: a bug in the
+    // reference layout must not widen every other layout's tolerance without limit.
+    auto written = [&](const std::string& dt, const std::string& kind, double fallback) {
+      auto a = c.tolerances.find(dt);
+      if (a == c.tolerances.end()) return fallback;
+      auto b = a->second.find(kind);
+      return b == a->second.end() ? fallback : b->second;
+    };
     for (const auto& [kind, v] : worst) {
-      tolerances[d.dtype][kind] = d.factor * v;
-      log << " " << kind << " " << std::scientific << std::setprecision(2) << d.factor * v;
+      const double lo = written("f32", kind, 0.0);
+      const double hi = written(d.dtype, kind, std::numeric_limits<double>::infinity());
+      const double t = std::min(std::max(d.factor * v, lo), hi);
+      tolerances[d.dtype][kind] = t;
+      log << " " << kind << " " << std::scientific << std::setprecision(2) << t
+          << (t == hi && d.factor * v > hi ? " (ceiling)" : "");
     }
     log << std::defaultfloat << "\n";
   }

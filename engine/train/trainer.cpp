@@ -109,6 +109,9 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
     zero_buffer_ = Tensor::zeros({world * n}, DType::f32, device_);
     optimizer_ = std::make_unique<optim::AdamW>(ac, ranges, N, std::min(r * n, N),
                                                 std::min((r + 1) * n, N), device_);
+    // Gradient buckets reduced to their owners during the backward: a bucketed reduce-scatter.
+    buckets_ = std::make_unique<GradientBuckets>(model_->slab(), *options.data_group,
+                                                 config.distributed.bucket_mb * (1 << 20), n);
   } else {
     optimizer_ = std::make_unique<optim::AdamW>(ac, ranges, N, device_);
     if (world > 1)
@@ -221,10 +224,12 @@ StepStats Trainer::train_step(int64_t step) {
   Tensor update_grads;
   double norm_sq = 0;
   if (zero1()) {
-    update_grads = reduce_scatter_grads();
+    buckets_->finish();  // this rank's shard of the slab holds the sums now
+    update_grads = grads.narrow(0, optimizer_->shard_begin(),
+                                optimizer_->shard_end() - optimizer_->shard_begin());
     norm_sq = all_reduce_scalar(optim::grad_norm_squared(update_grads));
   } else {
-    if (buckets_) buckets_->finish();
+    if (buckets_) buckets_->finish();  // all-reduced over the data group
     update_grads = grads;
     norm_sq = optim::grad_norm_squared(grads);
   }
@@ -295,16 +300,6 @@ double Trainer::evaluate() {
   return all_reduce_scalar(loss) / std::max(tokens, 1.0);
 }
 
-Tensor Trainer::reduce_scatter_grads() {
-  const Tensor& grads = model_->slab().grads();
-  const int64_t N = grads.numel();
-  zero_buffer_.narrow(0, 0, N).copy_(grads);
-  zero_buffer_.narrow(0, N, zero_buffer_.numel() - N).zero_();
-  options_.data_group->reduce_scatter_in_place(zero_buffer_);
-  const int64_t b = optimizer_->shard_begin(), e = optimizer_->shard_end();
-  return zero_buffer_.narrow(0, b, e - b);
-}
-
 void Trainer::all_gather_slab(const Tensor& slab, const Tensor& own_shard) {
   const int64_t N = slab.numel();
   const int64_t b = optimizer_->shard_begin(), e = optimizer_->shard_end();
@@ -344,7 +339,7 @@ int Trainer::run() {
                     options_.progress && is_root());
   const auto start = std::chrono::steady_clock::now();
   int64_t tokens_done = 0;
-  double flops_done = 0;
+  double flops_done = 0, train_seconds = 0;  // training steps only (no eval, no checkpoints)
   const double world = double(layout_.world_size());
   StepStats last;
   double last_val = std::nan("");
@@ -353,12 +348,11 @@ int Trainer::run() {
     last = train_step(step);
     tokens_done += last.tokens;
     flops_done += last.flops;
-    const double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double tps = double(tokens_done) / std::max(elapsed, 1e-9);
+    train_seconds += last.seconds;
+    const double tps = double(tokens_done) / std::max(train_seconds, 1e-9);
     // Model FLOP utilisation over all GPUs of the run (0 when the peak is unknown).
     const double mfu =
-        peak_flops_ > 0 ? flops_done / std::max(elapsed, 1e-9) / (peak_flops_ * world) : 0;
+        peak_flops_ > 0 ? flops_done / std::max(train_seconds, 1e-9) / (peak_flops_ * world) : 0;
     if (is_root()) {
       metrics << nlohmann::json{{"step", step},
                                 {"loss", last.loss},
@@ -407,11 +401,11 @@ int Trainer::run() {
     log() << "summary: " << (next_step_) << " steps, final loss " << std::fixed
           << std::setprecision(4) << last.loss;
     if (!std::isnan(last_val)) log() << ", validation loss " << last_val;
-    log() << ", " << std::setprecision(0) << double(tokens_done) / std::max(elapsed, 1e-9)
+    log() << ", " << std::setprecision(0) << double(tokens_done) / std::max(train_seconds, 1e-9)
           << " tokens/s";
     if (peak_flops_ > 0)
       log() << ", MFU " << std::setprecision(1)
-            << 100 * flops_done / std::max(elapsed, 1e-9) / (peak_flops_ * world) << "%";
+            << 100 * flops_done / std::max(train_seconds, 1e-9) / (peak_flops_ * world) << "%";
     log() << ", " << Progress::format_duration(elapsed) << ", checkpoint "
           << latest_checkpoint(dir) << "\n";
   }

@@ -67,8 +67,6 @@ class Trainer {
  private:
   bool is_root() const { return options_.rank == 0; }
   bool zero1() const { return zero_buffer_.defined(); }
-  // ZeRO-1: reduce-scatter the gradient slab; returns this rank's reduced shard.
-  Tensor reduce_scatter_grads();
   // ZeRO-1: all-gather a slab (params or grads) from every rank's shard of it.
   void all_gather_slab(const Tensor& slab, const Tensor& own_shard);
   std::ostream& log() const;
@@ -87,7 +85,7 @@ class Trainer {
   optim::LrSchedule schedule_;
   int64_t next_step_ = 0;
   Tensor zero_buffer_;  // ZeRO-1: (P * n) padded slab for the collectives
-  std::unique_ptr<GradientBuckets> buckets_;  // all-reduce path with more than one rank
+  std::unique_ptr<GradientBuckets> buckets_;  // with more than one rank (all-reduce or ZeRO-1)
   double peak_flops_ = 0;  // per GPU, for MFU; 0: unknown
 };
 

@@ -46,8 +46,9 @@ TEST(Autograd, LeafDoneHookFiresOnceAfterTheLastContribution) {
   });
   ASSERT_EQ(seen.size(), 2u);
   for (const auto& [name, g] : seen) {
-    if (name == "a") EXPECT_EQ(g, (std::vector<double>{2 * 3 + 2 * 1, 2 * 4 + 2 * 2}));
-    if (name == "b") EXPECT_EQ(g, (std::vector<double>{2 * 1, 2 * 2}));
+    const std::vector<double> want = name == "a" ? std::vector<double>{2 * 3 + 2 * 1, 2 * 4 + 2 * 2}
+                                                 : std::vector<double>{2 * 1, 2 * 2};
+    EXPECT_EQ(g, want) << name;
   }
   EXPECT_NE(seen[0].first, seen[1].first);
 }

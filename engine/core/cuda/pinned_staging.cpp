@@ -13,7 +13,7 @@ namespace driftless::cuda {
 
 namespace {
 
-constexpr size_t kSlots = 128;  // 32 MiB of pinned host memory
+constexpr size_t kSlots = 64;  // 64 MiB of pinned host memory
 
 class StagingRing {
  public:

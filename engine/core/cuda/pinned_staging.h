@@ -9,7 +9,7 @@
 namespace driftless::cuda {
 
 // Largest copy that goes through the ring; larger ones use cudaMemcpy.
-constexpr size_t kStagingSlotBytes = size_t(256) << 10;
+constexpr size_t kStagingSlotBytes = size_t(1) << 20;
 
 // Copies bytes (<= kStagingSlotBytes) from host memory to device memory, ordered on the
 // compute stream; the host buffer may be reused as soon as this returns.

@@ -26,9 +26,14 @@ class RecordingComm final : public parallel::Communicator {
     reduced.push_back({t.offset(), t.numel()});
     log.push_back("reduce " + std::to_string(t.offset()));
   }
+  void reduce(const Tensor& t, int root) override {
+    reduced.push_back({t.offset(), t.numel()});
+    roots.push_back(root);
+  }
   void broadcast(const Tensor&, int) override {}
   void barrier() override {}
   std::vector<std::pair<int64_t, int64_t>> reduced;  // (offset, numel)
+  std::vector<int> roots;                            // of reduce calls
   std::vector<std::string> log;
 };
 
@@ -84,6 +89,23 @@ TEST(GradientBuckets, ZeroBucketSizeIsOneBucketOverTheSlab) {
   buckets.finish();
   ASSERT_EQ(comm.reduced.size(), 1u);
   EXPECT_EQ(comm.reduced[0], (std::pair<int64_t, int64_t>{0, 8}));
+}
+
+TEST(GradientBuckets, ZeroOneReducesEachBucketToTheOwnersOfItsElements) {
+  // Shards of 5 elements: rank 0 owns [0, 5), rank 1 [5, 10), rank 2 [10, 15), rank 3
+  // [15, 16). Buckets of one 4-element parameter each; a bucket across a shard border is
+  // reduced in two pieces, each to its owner: a reduce-scatter cut into buckets.
+  layers::ParameterSlab slab;
+  for (const char* n : {"p0", "p1", "p2", "p3"}) slab.declare(n, {4}, true);
+  slab.allocate();
+  RecordingComm comm;
+  GradientBuckets buckets(slab, comm, 16, 5);
+  buckets.start_step();
+  buckets.finish();
+  const std::vector<std::pair<int64_t, int64_t>> pieces = {
+      {12, 3}, {15, 1}, {8, 2}, {10, 2}, {4, 1}, {5, 3}, {0, 4}};
+  EXPECT_EQ(comm.reduced, pieces);
+  EXPECT_EQ(comm.roots, (std::vector<int>{2, 3, 1, 2, 0, 1, 0}));
 }
 
 }  // namespace
