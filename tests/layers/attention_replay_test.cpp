@@ -96,8 +96,9 @@ TEST(AttentionReplay, MalformedCallsAreErrors) {
         << e.what();
   }
   EXPECT_THROW(layers::replay_attention(call, "gpu"), Error);
-  if (cuda::device_count() == 0)  // without a GPU, cuda is a clear error (not a crash)
+  if (cuda::device_count() == 0) {  // without a GPU, cuda is a clear error (not a crash)
     EXPECT_THROW(layers::replay_attention(call, "cuda"), Error);
+  }
 }
 
 }  // namespace

@@ -114,6 +114,23 @@ void test_collectives(Communicator& comm, DType dtype) {
     comm.all_reduce(one);
     expect_values("all_reduce of one element", one, {rank_order_sum(P, 0, dtype)});
   }
+  // reduce and reduce_async to every root: the rank-order sum there, the others untouched.
+  for (int root = 0; root < P; ++root)
+    for (bool async : {false, true}) {
+      Tensor t = filled(R, 2 * P + 1, dtype);
+      const Tensor before = t.clone();
+      if (async)
+        comm.reduce_async(t, root)->wait();
+      else
+        comm.reduce(t, root);
+      if (R == root) {
+        std::vector<double> want;
+        for (int64_t i = 0; i < 2 * P + 1; ++i) want.push_back(rank_order_sum(P, i, dtype));
+        expect_values(async ? "reduce_async" : "reduce", t, want);
+      } else {
+        CHECK(bitwise_equal(t, before), "reduce changed a non-root tensor on rank " << R);
+      }
+    }
   // broadcast from every root.
   for (int root = 0; root < P; ++root) {
     Tensor t = filled(R, n, dtype);
