@@ -274,7 +274,7 @@ Tensor Gpt::loss(const std::vector<SliceInput>& slice, double loss_scale, const 
   }
   // Tied head and cross-entropy in one chunked node: the (T, V) logits never exist whole.
   return lm_loss(x, p("wte.weight"), Tensor::from_vector(labels), Tensor::from_vector(mask),
-                 loss_scale);
+                 loss_scale, 0, o.recompute_loss);
 }
 
 }  // namespace driftless::layers

@@ -37,6 +37,9 @@ struct ForwardOptions {
   KvExchange* exchange = nullptr;   // SDP K/V exchange (nullptr: single rank)
   const ModelFaults* faults = nullptr;
   bool training = true;             // dropout on
+  // The loss recomputes its logits in the backward instead of saving dx / dW: set when
+  // several forwards are in flight before their backwards (lm_loss.h).
+  bool recompute_loss = false;
   uint64_t dropout_seed = 0;
 };
 

@@ -11,6 +11,7 @@
 #include "layers/lm_loss.h"
 
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "engine/autograd/autograd.h"
@@ -51,7 +52,11 @@ Tensor chunked_generic(const Tensor& x, const Tensor& w, const std::vector<int64
       continue;
     }
     logits.set_requires_grad(true);
-    Tensor l = ops::cross_entropy(logits, tr, mr);
+    Tensor l;
+    {
+      autograd::EnableGradGuard record;  // a private one-node graph, also inside a backward
+      l = ops::cross_entropy(logits, tr, mr);
+    }
     total += l.item();
     autograd::NoGradGuard no_grad;
     Tensor dlogits = l.grad_fn()->apply({Tensor::full({}, loss_scale, acc, x.device())})[0];
@@ -101,7 +106,7 @@ int64_t lm_loss_chunk_rows(int64_t v) {
 }
 
 Tensor lm_loss(const Tensor& x, const Tensor& weight, const Tensor& labels, const Tensor& loss_mask,
-               double loss_scale, int64_t chunk_rows) {
+               double loss_scale, int64_t chunk_rows, bool recompute) {
   const char* op = "lm_loss";
   DL_CHECK(x.defined() && weight.defined() && labels.defined(), op,
            "x, weight and labels must be defined tensors");
@@ -135,25 +140,37 @@ Tensor lm_loss(const Tensor& x, const Tensor& weight, const Tensor& labels, cons
   const Device dev = x.device();
   const DType acc = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
   const int64_t rows = chunk_rows > 0 ? chunk_rows : lm_loss_chunk_rows(v);
-  Tensor xc = x.contiguous(), wc = weight.contiguous();
+  Tensor xc = x.contiguous().detach(), wc = weight.contiguous().detach();
   Tensor mask = loss_mask.defined() ? loss_mask.to(dev, acc).contiguous()
                                     : Tensor::ones({t_rows}, acc, dev);  // (T)
+  const bool want_dx = autograd::grad_enabled() && x.requires_grad();
+  const bool want_dw = autograd::grad_enabled() && weight.requires_grad();
+  // Runs the chunks; with dx / dW wanted, also their gradients (fp32, see the file comment).
+  auto run = [=](bool dx, bool dw, Grads& gr) {
+    if (dx) gr.dx = Tensor::empty({t_rows, c}, acc, dev);
+    if (dw) gr.dw = Tensor::zeros({v, c}, acc, dev);
+    return dev == Device::cuda && acc == DType::f32
+               ? chunked_cuda(xc, wc, lab, mask, loss_scale, rows, gr)
+               : chunked_generic(xc, wc, lab, mask, loss_scale, rows, gr);
+  };
   Grads gr;
-  if (autograd::grad_enabled() && x.requires_grad()) gr.dx = Tensor::empty({t_rows, c}, acc, dev);
-  if (autograd::grad_enabled() && weight.requires_grad()) gr.dw = Tensor::zeros({v, c}, acc, dev);
-  Tensor loss = dev == Device::cuda && acc == DType::f32
-                    ? chunked_cuda(xc, wc, lab, mask, loss_scale, rows, gr)
-                    : chunked_generic(xc, wc, lab, mask, loss_scale, rows, gr);
+  Tensor loss = run(want_dx && !recompute, want_dw && !recompute, gr);
+  // Only the recomputing backward keeps the inputs (x, weight, labels, mask) alive.
+  std::function<Tensor(bool, bool, Grads&)> rerun;
+  if (recompute) rerun = run;
 
   autograd::Context ctx;
   ctx.save_for_backward({gr.dx, gr.dw});
+  // A leaf weight (the tied embedding, whose .grad is the f32 gradient slab) gets dW in
+  // the accumulation dtype: rounding it to bf16 first would lose the fp32 accumulation.
+  const DType dtx = x.dtype(), dtw = weight.is_leaf() ? acc : weight.dtype();
   return autograd::record(
       op, {x, weight}, loss, std::move(ctx),
-      // A leaf weight (the tied embedding, whose .grad is the f32 gradient slab) gets dW in
-      // the accumulation dtype: rounding it to bf16 first would lose the fp32 accumulation.
-      [dtx = x.dtype(), dtw = weight.is_leaf() ? acc : weight.dtype()](autograd::Context& cx,
-                                              const std::vector<Tensor>& g) -> std::vector<Tensor> {
+      [rerun, want_dx, want_dw, dtx, dtw](autograd::Context& cx,
+                                          const std::vector<Tensor>& g) -> std::vector<Tensor> {
         autograd::NoGradGuard no_grad;
+        Grads saved{cx.saved_tensors()[0], cx.saved_tensors()[1]};
+        if (rerun) rerun(want_dx, want_dw, saved);  // the chunks again, with gradients
         auto scaled = [&](const Tensor& d, DType to) -> Tensor {
           if (!d.defined()) return Tensor();
           Tensor r = d.device() == Device::cuda
@@ -162,7 +179,7 @@ Tensor lm_loss(const Tensor& x, const Tensor& weight, const Tensor& labels, cons
                          : ops::scale(d, g[0].item());
           return r.to(to);
         };
-        return {scaled(cx.saved_tensors()[0], dtx), scaled(cx.saved_tensors()[1], dtw)};
+        return {scaled(saved.dx, dtx), scaled(saved.dw, dtw)};
       });
 }
 

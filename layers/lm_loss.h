@@ -28,7 +28,12 @@ int64_t lm_loss_chunk_rows(int64_t v);
 // * mask * loss_scale, dx = dlogits W and dW = sum over chunks of dlogits^T x, in fp32, and
 // saves dx and dW (not the logits); the backward scales them by the upstream gradient.
 // Without grad (evaluation) it computes the loss only.
+//
+// recompute: the forward computes the loss only and saves its inputs; the backward runs
+// the chunks again (one more logits product) to make dx and dW. For several forwards in
+// flight before their backwards (micro-sequences, breadth-first micro-batches), where a
+// saved (V, C) f32 dW per forward (154 MB for GPT-2) would eat what they save.
 Tensor lm_loss(const Tensor& x, const Tensor& weight, const Tensor& labels, const Tensor& loss_mask,
-               double loss_scale, int64_t chunk_rows = 0);
+               double loss_scale, int64_t chunk_rows = 0, bool recompute = false);
 
 }  // namespace driftless::layers

@@ -16,6 +16,9 @@ bool grad_enabled() { return tls_grad_enabled; }
 NoGradGuard::NoGradGuard() : previous_(tls_grad_enabled) { tls_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { tls_grad_enabled = previous_; }
 
+EnableGradGuard::EnableGradGuard() : previous_(tls_grad_enabled) { tls_grad_enabled = true; }
+EnableGradGuard::~EnableGradGuard() { tls_grad_enabled = previous_; }
+
 void Context::save_for_backward(std::vector<Tensor> tensors) {
   saved_.clear();
   for (auto& t : tensors) saved_.push_back(t.defined() ? t.detach() : Tensor());

@@ -36,6 +36,19 @@ class NoGradGuard {
   bool previous_;
 };
 
+// Enables recording for its scope, whatever the caller's mode (a backward that builds a
+// small graph of its own, e.g. lm_loss recomputing its chunks).
+class EnableGradGuard {
+ public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // What a backward needs from its forward: saved tensors plus any other value.
 class Context {
  public:

@@ -66,14 +66,15 @@ struct Pass {
 };
 
 Pass run_pass(const Tensor& x0, const Tensor& w0, const Tensor& labels, const Tensor& mask,
-              double scale, int64_t chunk, bool reference, double upstream = 1.0) {
+              double scale, int64_t chunk, bool reference, double upstream = 1.0,
+              bool recompute = false) {
   Tensor x = x0.clone(), w = w0.clone();
   x.set_requires_grad(true);
   w.set_requires_grad(true);
   Tensor loss =
       reference
           ? ops::scale(ops::cross_entropy(ops::matmul(x, w, false, true), labels, mask), scale)
-          : lm_loss(x, w, labels, mask, scale, chunk);
+          : lm_loss(x, w, labels, mask, scale, chunk, recompute);
   autograd::backward(loss, Tensor::full({}, upstream, loss.dtype()));
   return {loss.detach(), x.grad(), w.grad()};
 }
@@ -145,6 +146,35 @@ TEST(LmLoss, GradientOnlyForWhatRequiresIt) {
   EXPECT_FALSE(x.grad().defined());
   ASSERT_TRUE(w.grad().defined());
   EXPECT_EQ(w.grad().shape(), (Shape{v, c}));
+}
+
+TEST(LmLoss, RecomputeGivesTheSameLossAndGradientsAndSavesNoGradients) {
+  const int64_t t = 13, c = 6, v = 40;
+  Tensor x = Tensor::randn({t, c}, 801), w = Tensor::randn({v, c}, 802);
+  Tensor labels = labels_for(t, v, 803), mask = mask_for(t, DType::f32);
+  for (double upstream : {1.0, -2.5}) {
+    const Pass eager = run_pass(x, w, labels, mask, 0.3, 4, false, upstream, false);
+    const Pass again = run_pass(x, w, labels, mask, 0.3, 4, false, upstream, true);
+    // The same chunks in the same order: bit for bit.
+    EXPECT_EQ(again.loss.to_vector<float>(), eager.loss.to_vector<float>());
+    EXPECT_EQ(again.dx.to_vector<float>(), eager.dx.to_vector<float>());
+    EXPECT_EQ(again.dw.to_vector<float>(), eager.dw.to_vector<float>());
+  }
+  // Between forward and backward the recomputing node holds no (V, C) or (T, C) gradient.
+  const int64_t tb = 64, vb = 4096;
+  Tensor xb = Tensor::randn({tb, c}, 804).set_requires_grad(true);
+  Tensor wb = Tensor::randn({vb, c}, 805).set_requires_grad(true);
+  Tensor lb = labels_for(tb, vb, 806);
+  auto held_after_forward = [&](bool recompute) {
+    const size_t before = memory_stats(Device::cpu).bytes_in_use;
+    Tensor loss = lm_loss(xb, wb, lb, Tensor(), 1.0, 8, recompute);
+    const size_t held = memory_stats(Device::cpu).bytes_in_use - before;
+    autograd::backward(loss);
+    return held;
+  };
+  const size_t dw_bytes = size_t(vb * c) * sizeof(float);
+  EXPECT_GE(held_after_forward(false), dw_bytes);
+  EXPECT_LT(held_after_forward(true), dw_bytes / 4);
 }
 
 TEST(LmLoss, NeverHoldsTheWholeLogits) {
