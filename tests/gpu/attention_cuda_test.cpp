@@ -25,6 +25,7 @@
 #include "engine/core/tensor.h"
 #include "layers/attention/attention.h"
 #include "layers/attention/replay.h"
+#include "tests/gpu/gpu_test_util.h"
 
 namespace driftless {
 namespace {
@@ -33,19 +34,6 @@ using layers::AttentionGrads;
 using layers::AttentionOutputs;
 using layers::AttentionSpec;
 using layers::ScoreModSpec;
-
-#define DL_REQUIRE_GPU() \
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device present"
-
-void poison_cache() {
-  std::vector<Tensor> blocks;
-  for (int64_t bytes = 512; bytes <= (int64_t(32) << 20); bytes *= 2)
-    for (int k = 0; k < 3; ++k) {
-      Tensor t = Tensor::empty({bytes / 4}, DType::f32, Device::cuda);
-      t.fill_(std::nan(""));
-      blocks.push_back(t);
-    }
-}
 
 struct Doc {
   int64_t q, k, q_pad = 0, k_pad = 0;
@@ -113,9 +101,9 @@ struct Result {
 Result run(const Problem& p, DType dtype, Device device) {
   auto on = [&](const Tensor& t) { return t.to(device, dtype); };
   Tensor q = on(p.q), k = on(p.k), v = on(p.v), dout = on(p.dout);
-  if (device == Device::cuda) poison_cache();
+  if (device == Device::cuda) testing::poison_cache(3);
   AttentionOutputs f = layers::attention_forward(q, k, v, p.spec);
-  if (device == Device::cuda) poison_cache();
+  if (device == Device::cuda) testing::poison_cache(3);
   AttentionGrads g = layers::attention_backward(q, k, v, p.spec, f.out, f.lse, dout);
   auto cpu = [](const Tensor& t) { return t.to(Device::cpu); };
   return {cpu(f.out), cpu(f.lse), cpu(g.dq), cpu(g.dk), cpu(g.dv)};

@@ -10,12 +10,10 @@
 #include "engine/core/cuda/check.h"
 #include "engine/core/cuda/stream.h"
 #endif
+#include "tests/gpu/gpu_test_util.h"
 
 namespace driftless {
 namespace {
-
-#define DL_REQUIRE_GPU() \
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device present"
 
 TEST(CoreCuda, RoundTripEveryDtype) {
   DL_REQUIRE_GPU();
@@ -110,8 +108,8 @@ TEST(CoreCuda, EventsOrderASideStreamAfterTheComputeStream) {
   cuda::Stream side;
   side.wait(ready);
   Tensor host = Tensor::zeros({1 << 20}, DType::f32);
-  DL_CUDA_CHECK(cudaMemcpyAsync(host.raw_data(), x.raw_data(), x.nbytes(),
-                                cudaMemcpyDeviceToHost, side.get()));
+  DL_CUDA_CHECK(cudaMemcpyAsync(host.raw_data(), x.raw_data(), x.nbytes(), cudaMemcpyDeviceToHost,
+                                side.get()));
   done.record(side.get());
   done.synchronize();
   EXPECT_TRUE(done.done());

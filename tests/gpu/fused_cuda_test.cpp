@@ -18,12 +18,10 @@
 #include "engine/ops/cuda/cublaslt.h"
 #include "layers/linear.h"
 #include "layers/lm_loss.h"
+#include "tests/gpu/gpu_test_util.h"
 
 namespace driftless::layers {
 namespace {
-
-#define DL_REQUIRE_GPU() \
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device present"
 
 // Tolerances. Metric per element: |cuda - cpu| / (|cpu| + rms(cpu)), its maximum over the
 // tensor. The CPU runs f32 for f32 and bf16 (on the same bf16-rounded inputs), f64 for f64.
@@ -44,28 +42,6 @@ Tol tolerance(const std::string& op, DType dt) {
   if (dt == DType::f32) return {1e-5, 1e-5};
   if (op == "lm_loss") return {1e-5, 1.6e-2};
   return {1.6e-2, 1.6e-2};
-}
-
-uint64_t fresh_seed() {
-  static const uint64_t base = [] {
-    uint64_t s = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
-    std::printf("[fused_cuda] random seed %llu\n", (unsigned long long)s);
-    return s;
-  }();
-  static uint64_t counter = 0;
-  return base + 104729 * ++counter;
-}
-
-// NaN blocks of every size class in the caching allocator's free lists: an element an
-// op forgets to write stays NaN.
-void poison_cache() {
-  std::vector<Tensor> blocks;
-  for (int64_t bytes = 512; bytes <= (int64_t(32) << 20); bytes *= 2)
-    for (int k = 0; k < 4; ++k) {
-      Tensor t = Tensor::empty({bytes / 4}, DType::f32, Device::cuda);
-      t.fill_(std::nan(""));
-      blocks.push_back(t);
-    }
 }
 
 double max_err(const Tensor& t, const Tensor& r) {
@@ -97,10 +73,10 @@ Result run(const Fn& fn, const std::vector<Tensor>& inputs, const Tensor& cot) {
     leaves.push_back(l);
   }
   const bool gpu = inputs[0].device() == Device::cuda;
-  if (gpu) poison_cache();
+  if (gpu) testing::poison_cache();
   Result r;
   r.out = fn(leaves);
-  if (gpu) poison_cache();
+  if (gpu) testing::poison_cache();
   autograd::backward(r.out, cot);
   for (const Tensor& l : leaves) r.grads.push_back(l.requires_grad() ? l.grad() : Tensor());
   return r;
@@ -131,7 +107,8 @@ void check(const std::string& op, const std::string& name, const Fn& fn,
     autograd::NoGradGuard no_grad;
     probe = fn(cpu_in);
   }
-  Tensor cot = Tensor::randn(probe.shape(), fresh_seed(), DType::f64).to(out_dt);
+  Tensor cot =
+      Tensor::randn(probe.shape(), testing::fresh_seed("fused_cuda"), DType::f64).to(out_dt);
   Result ref = run(fn, cpu_in, cot.to(out_dt == DType::f64 ? DType::f64 : DType::f32));
   Result a = run(fn, gpu_in, cot.to(Device::cuda));
   Result b = run(fn, gpu_in, cot.to(Device::cuda));
@@ -156,7 +133,7 @@ void check(const std::string& op, const std::string& name, const Fn& fn,
 }
 
 Tensor rnd(const Shape& shape, double scale = 1.0) {
-  Tensor t = Tensor::randn(shape, fresh_seed(), DType::f64);
+  Tensor t = Tensor::randn(shape, testing::fresh_seed("fused_cuda"), DType::f64);
   if (scale != 1.0) {
     double* p = t.data<double>();
     for (int64_t i = 0; i < t.numel(); ++i) p[i] *= scale;
@@ -217,7 +194,7 @@ TEST(FusedCuda, EpiloguesRunAtGptShapes) {
 }
 
 Tensor labels_for(int64_t t, int64_t v) {
-  Tensor r = Tensor::uniform({t}, fresh_seed(), 0, double(v));
+  Tensor r = Tensor::uniform({t}, testing::fresh_seed("fused_cuda"), 0, double(v));
   std::vector<int64_t> l(static_cast<size_t>(t));
   for (int64_t i = 0; i < t; ++i) l[size_t(i)] = std::min<int64_t>(int64_t(r.at({i})), v - 1);
   return Tensor::from_vector(l);

@@ -21,12 +21,10 @@
 #include "engine/ops/ops.h"
 #include "engine/optim/adamw.h"
 #include "engine/optim/clip.h"
+#include "tests/gpu/gpu_test_util.h"
 
 namespace driftless {
 namespace {
-
-#define DL_REQUIRE_GPU() \
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device present"
 
 // ---- The one tolerance table ----
 // Metric, per element: |cuda - cpu| / (|cpu| + rms(cpu)); the test asserts its maximum over
@@ -68,28 +66,6 @@ const std::map<std::string, Tol> kTolerances = {
     {"shape", {0, 0, 0}},  // concat, split, narrow, reshape, transpose, permute, contiguous
     {"dropout", {0, 1.6e-2, 0}},
 };
-
-uint64_t fresh_seed() {
-  static const uint64_t base = [] {
-    uint64_t s = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
-    std::printf("[ops_cuda] random seed %llu\n", (unsigned long long)s);
-    return s;
-  }();
-  static uint64_t counter = 0;
-  return base + 7919 * ++counter;
-}
-
-// Fills the caching allocator's free lists with NaN blocks of every size class, so the
-// next outputs of an op start as NaN wherever a kernel does not write.
-void poison_cache() {
-  std::vector<Tensor> blocks;
-  for (int64_t bytes = 512; bytes <= (int64_t(32) << 20); bytes *= 2)
-    for (int k = 0; k < 4; ++k) {
-      Tensor t = Tensor::empty({bytes / 4}, DType::f32, Device::cuda);
-      t.fill_(std::nan(""));
-      blocks.push_back(t);
-    }
-}
 
 double rms(const std::vector<double>& r) {
   double s = 0;
@@ -149,11 +125,11 @@ Result run(const Fn& fn, const std::vector<Tensor>& inputs, const Tensor& cot, b
     if (backward && is_floating(l.dtype())) l.set_requires_grad();
     leaves.push_back(l);
   }
-  if (inputs.empty() || inputs[0].device() == Device::cuda) poison_cache();
+  if (inputs.empty() || inputs[0].device() == Device::cuda) testing::poison_cache();
   Result r;
   r.out = fn(leaves);
   if (backward) {
-    if (r.out.device() == Device::cuda) poison_cache();
+    if (r.out.device() == Device::cuda) testing::poison_cache();
     autograd::backward(r.out, cot);
     for (const Tensor& l : leaves) r.grads.push_back(l.requires_grad() ? l.grad() : Tensor());
   }
@@ -179,7 +155,7 @@ void check(const std::string& op, const std::string& name, const Fn& fn,
   }
   // The cotangent: random values representable in dt.
   Tensor probe = fn(cpu_in);
-  Tensor cot64 = Tensor::randn(probe.shape(), fresh_seed(), DType::f64).to(dt);
+  Tensor cot64 = Tensor::randn(probe.shape(), testing::fresh_seed("ops_cuda"), DType::f64).to(dt);
   Result ref = run(fn, cpu_in, cot64.to(cpu_dt), backward);
   Result a = run(fn, gpu_in, cot64.to(Device::cuda), backward);
   Result b = run(fn, gpu_in, cot64.to(Device::cuda), backward);
@@ -195,7 +171,7 @@ void check(const std::string& op, const std::string& name, const Fn& fn,
 }
 
 Tensor rnd(const Shape& shape) {
-  return Tensor::randn(shape, fresh_seed(), DType::f64);
+  return Tensor::randn(shape, testing::fresh_seed("ops_cuda"), DType::f64);
 }
 
 const DType kDtypes[] = {DType::f32, DType::bf16, DType::f64};
@@ -370,9 +346,9 @@ TEST(OpsCuda, CrossEntropy) {
     for (int64_t v : {1, 7, 129, 50257}) {
       const int64_t n = v == 50257 ? 65 : 13;
       std::vector<int64_t> t(static_cast<size_t>(n));
-      std::mt19937_64 g(fresh_seed());
+      std::mt19937_64 g(testing::fresh_seed("ops_cuda"));
       for (auto& x : t) x = int64_t(g() % uint64_t(v));
-      Tensor mask = Tensor::uniform({n}, fresh_seed(), 0, 1, DType::f64);
+      Tensor mask = Tensor::uniform({n}, testing::fresh_seed("ops_cuda"), 0, 1, DType::f64);
       mask.narrow(0, 1, 2).zero_();  // masked rows get no gradient
       const std::string tag = "V=" + std::to_string(v);
       check(
@@ -399,7 +375,7 @@ TEST(OpsCuda, Embedding) {
                                {3, 5})},
           dt);
     std::vector<int64_t> many(4099);
-    std::mt19937_64 g(fresh_seed());
+    std::mt19937_64 g(testing::fresh_seed("ops_cuda"));
     for (auto& x : many) x = int64_t(g() % 50);
     check("embedding", "(50,768) ids(4099)", fn, {rnd({50, 768}), Tensor::from_vector(many)}, dt);
   }
@@ -460,10 +436,10 @@ TEST(OpsCuda, AdamWMatchesCpuBitwise) {
   cfg.weight_decay = 0.1;
   std::vector<optim::ParamRange> ranges = {{"decayed", 0, 60000, true}, {"plain", 60000, n, false}};
   optim::AdamW cpu(cfg, ranges, n, Device::cpu), gpu(cfg, ranges, n, Device::cuda);
-  Tensor p_cpu = Tensor::randn({n}, fresh_seed());
+  Tensor p_cpu = Tensor::randn({n}, testing::fresh_seed("ops_cuda"));
   Tensor p_gpu = p_cpu.to(Device::cuda);
   for (int step = 0; step < 5; ++step) {
-    Tensor g = Tensor::randn({n}, fresh_seed(), DType::f32, 0.0, 1e-2);
+    Tensor g = Tensor::randn({n}, testing::fresh_seed("ops_cuda"), DType::f32, 0.0, 1e-2);
     cpu.step(p_cpu, g, 1e-3 * (step + 1));
     gpu.step(p_gpu, g.to(Device::cuda), 1e-3 * (step + 1));
   }
@@ -476,7 +452,7 @@ TEST(OpsCuda, ClipGradNorm) {
   DL_REQUIRE_GPU();
   for (int64_t n : {int64_t(1), int64_t(129), int64_t(3) << 20}) {
     for (DType dt : {DType::f32, DType::f64}) {
-      Tensor g_cpu = Tensor::randn({n}, fresh_seed(), dt);
+      Tensor g_cpu = Tensor::randn({n}, testing::fresh_seed("ops_cuda"), dt);
       Tensor g_gpu = g_cpu.to(Device::cuda);
       const double sq_cpu = optim::grad_norm_squared(g_cpu);
       const double sq_gpu = optim::grad_norm_squared(g_gpu);

@@ -19,12 +19,10 @@
 
 #include "engine/core/device_ops.h"
 #include "engine/train/trainer.h"
+#include "tests/gpu/gpu_test_util.h"
 
 namespace driftless::train {
 namespace {
-
-#define DL_REQUIRE_GPU() \
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device present"
 
 const char* kBase = R"(
 model: {vocab_size: 61, n_positions: 64, n_layer: 2, n_head: 4, n_kv_head: 2, n_embd: 32}
@@ -127,9 +125,9 @@ TEST(TrainCuda, NoDeviceAllocationAfterTheFirstStep) {
   // block; a step makes no cudaMalloc.
   DL_REQUIRE_GPU();
   for (const char* compute : {"f32", "bf16"}) {
-    Config c = parse_config_text(kBase, {"precision.device=cuda",
-                                         std::string("precision.compute=") + compute,
-                                         "run.output_dir=/tmp/dl_alloc_test"});
+    Config c = parse_config_text(
+        kBase, {"precision.device=cuda", std::string("precision.compute=") + compute,
+                "run.output_dir=/tmp/dl_alloc_test"});
     std::ostringstream log;
     TrainerOptions o;
     o.progress = false;

@@ -1,0 +1,44 @@
+// Shared pieces of the GPU tests (CONVENTIONS.md tier 2): the skip without a device, fresh
+// random seeds per run (printed, so a failure can be replayed), and NaN-poisoned allocator
+// blocks so an output element a kernel forgets to write shows up.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "engine/core/device_ops.h"
+#include "engine/core/tensor.h"
+
+#define DL_REQUIRE_GPU() \
+  if (::driftless::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device present"
+
+namespace driftless::testing {
+
+// A new seed per call: a random base per process (printed once with `tag`) plus a counter.
+inline uint64_t fresh_seed(const char* tag) {
+  static const uint64_t base = [tag] {
+    uint64_t s = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+    std::printf("[%s] random seed %llu\n", tag, (unsigned long long)s);
+    return s;
+  }();
+  static uint64_t counter = 0;
+  return base + 7919 * ++counter;
+}
+
+// Fills the caching allocator's free lists with `copies` NaN blocks of every size class,
+// so the next outputs of an op start as NaN wherever a kernel does not write.
+inline void poison_cache(int copies = 4) {
+  std::vector<Tensor> blocks;
+  for (int64_t bytes = 512; bytes <= (int64_t(32) << 20); bytes *= 2)
+    for (int k = 0; k < copies; ++k) {
+      Tensor t = Tensor::empty({bytes / 4}, DType::f32, Device::cuda);
+      t.fill_(std::nan(""));
+      blocks.push_back(t);
+    }
+}
+
+}  // namespace driftless::testing
