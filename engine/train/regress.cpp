@@ -221,6 +221,13 @@ std::vector<int64_t> common_log_steps(const std::string& a, const std::string& b
   return steps;
 }
 
+std::map<std::string, double> LayoutResult::worst_by_class() const {
+  std::map<std::string, double> worst;
+  for (const auto& t : tensors)
+    if (t.tolerance_reason.empty()) worst[t.kind] = std::max(worst[t.kind], t.drift.rms_rel);
+  return worst;
+}
+
 std::vector<ToleranceOverride> overrides_for(const std::string& dtype,
                                              const std::vector<ToleranceOverride>& all) {
   std::vector<ToleranceOverride> out;
@@ -296,12 +303,9 @@ std::string format_table(const std::vector<LayoutResult>& results) {
     else if (f) os << "step " << f->step << " " << f->name << " (" << sci(f->drift.rms_rel) << " > " << sci(f->tolerance) << ")";
     else os << "-";
     os << "\n";
-    if (r.ran && !r.tensors.empty()) {  // the worst drift of each class, overrides aside
-      std::map<std::string, double> worst;
-      for (const auto& t : r.tensors)
-        if (t.tolerance_reason.empty()) worst[t.kind] = std::max(worst[t.kind], t.drift.rms_rel);
+    if (r.ran && !r.tensors.empty()) {
       os << pad("", 34) << "worst by class:";
-      for (const auto& [kind, v] : worst) os << " " << kind << " " << sci(v);
+      for (const auto& [kind, v] : r.worst_by_class()) os << " " << kind << " " << sci(v);
       os << "\n";
     }
   }

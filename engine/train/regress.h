@@ -75,6 +75,8 @@ struct LayoutResult {
   bool pass() const;
   const TensorDrift* worst() const;
   const TensorDrift* first_failure() const;
+  // Largest rms_rel of each class (forward, backward, ...), tensors with an override aside.
+  std::map<std::string, double> worst_by_class() const;
 };
 
 // Compares the tensor logs of two run directories at the given steps.

@@ -120,9 +120,7 @@ std::vector<LayoutResult> run_regression(const RegressConfig& c, const RegressRu
     const std::string test = fs::absolute(fs::path(c.output_dir) / it->name).string();
     const LayoutResult m = compare_runs(ref, test, c.log_steps, {}, c.epsilon,
                                         overrides_for(dtype_of(*it), c.tolerance_overrides));
-    std::map<std::string, double> worst;
-    for (const auto& t : m.tensors)
-      if (t.tolerance_reason.empty()) worst[t.kind] = std::max(worst[t.kind], t.drift.rms_rel);
+    const std::map<std::string, double> worst = m.worst_by_class();
     log << d.dtype << " tolerances = " << d.factor << " x the drift of " << d.layout << " vs "
         << it->baseline << ":";
     // Clamped to [the f32 bound, the written bound of this dtype], when given: a bug in the
