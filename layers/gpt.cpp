@@ -228,20 +228,22 @@ Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<SliceIn
   // attention call covers the whole slice: the documents of all sequences in one varlen
   // layout, their K/V extents side by side. Documents never see each other, so this is
   // the per-sequence computation with one launch (and one autograd node) per layer.
+  // The per-sequence rows of K and V come from ONE split each: its backward assembles the
+  // gradient once (a narrow per sequence would materialise a full-size zero gradient per
+  // sequence and sum them, quadratic in the sequences of the slice).
+  std::vector<int64_t> rows_of;
+  for (const auto& s : slice) rows_of.push_back(s.input->num_queries());
+  const std::vector<Tensor> k_rows = ops::split(k, rows_of, 0), v_rows = ops::split(v, rows_of, 0);
   std::vector<Tensor> k_parts, v_parts;
   std::vector<AttentionSpec> specs;
-  int64_t row = 0;
-  for (const auto& s : slice) {
-    const data::ModelInput& in = *s.input;
-    const int64_t tq = in.num_queries();
-    KvSlice ks{s.slot, in.sequence_k_past, in.sequence_k_end, in.first_document_begin};
-    auto [k_ext, v_ext] =
-        kv_write_read(kv_buffers_[size_t(l)], ks, ops::narrow(k, 0, row, tq),
-                      ops::narrow(v, 0, row, tq), o.exchange, any_kv_fault ? &kv_faults : nullptr);
+  for (size_t i = 0; i < slice.size(); ++i) {
+    const data::ModelInput& in = *slice[i].input;
+    KvSlice ks{slice[i].slot, in.sequence_k_past, in.sequence_k_end, in.first_document_begin};
+    auto [k_ext, v_ext] = kv_write_read(kv_buffers_[size_t(l)], ks, k_rows[i], v_rows[i],
+                                        o.exchange, any_kv_fault ? &kv_faults : nullptr);
     k_parts.push_back(k_ext);
     v_parts.push_back(v_ext);
     specs.push_back(spec_from_input(in, in_fault_layer && o.faults->cu_seqlens_k_from_begin));
-    row += tq;
   }
   AttentionSpec spec = merge_specs(specs, k_parts);
   if (config_.softcap > 0) spec.score_mod = ScoreModSpec::make_softcap(config_.softcap);

@@ -71,6 +71,9 @@ Tensor chunked_cuda(const Tensor& x, const Tensor& w, const std::vector<int64_t>
                     const Tensor& mask, double loss_scale, int64_t rows, Grads& gr) {
   namespace gpu = ops::gpu;
   const int64_t t_rows = x.size(0), c = x.size(1), v = w.size(0);
+  // Logit rows padded to a multiple of 64 elements: with GPT-2's odd 50257 the (n, V)
+  // operands would leave the GEMMs byte-aligned rows and cuBLAS's slow SIMT-era kernels.
+  const int64_t ld = (v + 63) / 64 * 64;
   const DType dt = x.dtype();
   Tensor targets = Tensor::from_vector(labels).to(Device::cuda);  // (T) i64
   Tensor scale = Tensor::full({}, loss_scale, DType::f32, Device::cuda);
@@ -80,21 +83,25 @@ Tensor chunked_cuda(const Tensor& x, const Tensor& w, const std::vector<int64_t>
     Tensor xr = x.narrow(0, r0, n);                                   // (n, C)
     Tensor tr = targets.narrow(0, r0, n);                             // (n)
     Tensor mr = mask.narrow(0, r0, n);                                // (n)
-    Tensor logits = Tensor::empty({n, v}, DType::f32, Device::cuda);  // (n, V)
+    Tensor logits = Tensor::empty({n, ld}, DType::f32, Device::cuda).narrow(1, 0, v);  // (n, V)
     gpu::gemm_f32_out(dt, xr.raw_data(), n, c, false, w.raw_data(), v, c, true, logits.raw_data(),
-                      false);
+                      false, 0, 0, ld);
     std::vector<Tensor> fwd = gpu::cross_entropy_forward(logits, tr, mr);  // {loss, lse (n)}
     total = gpu::binary(gpu::Binary::add, total, fwd[0], {});
     if (!gr.dx.defined() && !gr.dw.defined()) continue;
     Tensor dlogits = gpu::cross_entropy_backward(scale, logits, fwd[1], tr, mr, false)[0];
     logits = Tensor();  // the chunk's logits are dead: the allocator may reuse them
-    Tensor d = dt == DType::f32 ? dlogits : dlogits.to(dt);  // GEMM operand (n, V)
+    Tensor d = dlogits;  // GEMM operand (n, V), rows ld apart
+    if (dt != DType::f32) {
+      d = Tensor::empty({n, ld}, dt, Device::cuda).narrow(1, 0, v);
+      d.copy_(dlogits);
+    }
     if (gr.dx.defined())
       gpu::gemm_f32_out(dt, d.raw_data(), n, v, false, w.raw_data(), v, c, false,
-                        gr.dx.narrow(0, r0, n).raw_data(), false);
+                        gr.dx.narrow(0, r0, n).raw_data(), false, ld);
     if (gr.dw.defined())
       gpu::gemm_f32_out(dt, d.raw_data(), n, v, true, xr.raw_data(), n, c, false, gr.dw.raw_data(),
-                        true);
+                        true, ld);
   }
   return gpu::unary(gpu::Unary::scale, total, {}, loss_scale);
 }

@@ -20,7 +20,7 @@ void gemm(DType, const void*, int64_t, int64_t, bool, int64_t, const void*, int6
   no_cuda("matmul");
 }
 void gemm_f32_out(DType, const void*, int64_t, int64_t, bool, const void*, int64_t, int64_t, bool,
-                  void*, bool) {
+                  void*, bool, int64_t, int64_t, int64_t) {
   no_cuda("matmul");
 }
 bool lt_matmul(const LtMatmul&) {

@@ -44,6 +44,14 @@ Tensor empty_like_shape(const Shape& shape, DType dtype) {
   return Tensor::empty(shape, dtype, Device::cuda);
 }
 
+// Rows of a (n, v) matrix whose elements are contiguous within a row: their distance.
+int64_t row_stride(const char* op, const Tensor& m) {
+  DL_CHECK(m.dim() == 2 && (m.size(1) <= 1 || m.strides()[1] == 1) && m.strides()[0] >= m.size(1), op,
+           "expects a (rows, v) matrix with contiguous rows, got shape "
+               << shape_str(m.shape()) << " strides " << shape_str(m.strides()));
+  return std::max<int64_t>(m.strides()[0], m.size(1));
+}
+
 }  // namespace
 
 Tensor binary(Binary kind, const Tensor& a, const Tensor& b, const Shape& out_shape) {
@@ -145,7 +153,10 @@ Tensor sum_to(const Tensor& x, const Shape& shape, double factor) {
     L.red_shape[d] = red_shape[size_t(d)];
     L.red_strides[d] = red_st[size_t(d)];
   }
-  launch_reduce(x.dtype(), x.raw_data(), L, out.raw_data(), factor);
+  const int64_t chunks = reduce_chunks(L);
+  Tensor scratch = chunks > 1 ? empty_like_shape({chunks * L.n_out}, acc_dtype(x.dtype())) : Tensor();
+  launch_reduce(x.dtype(), x.raw_data(), L, out.raw_data(), factor,
+                scratch.defined() ? scratch.raw_data() : nullptr);
   return out;
 }
 
@@ -205,7 +216,7 @@ Tensor softmax_backward(const Tensor& g_in, const Tensor& y, int64_t d, bool log
 
 std::vector<Tensor> cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                           const Tensor& mask) {
-  const int64_t n = logits.size(0), v = logits.size(1);
+  const int64_t n = logits.size(0), v = logits.size(1), ld = row_stride("cross_entropy", logits);
   const DType acc = acc_dtype(logits.dtype());
   Tensor lse = empty_like_shape({n}, acc);
   Tensor row_loss = empty_like_shape({n}, acc);
@@ -216,7 +227,7 @@ std::vector<Tensor> cross_entropy_forward(const Tensor& logits, const Tensor& ta
   }
   launch_cross_entropy_forward(logits.dtype(), logits.raw_data(), targets.data<int64_t>(),
                                mask.defined() ? mask.raw_data() : nullptr, lse.raw_data(),
-                               row_loss.raw_data(), n, v);
+                               row_loss.raw_data(), n, v, ld);
   const int parts = sum_all_parts(n);
   Tensor scratch = empty_like_shape({parts}, acc);
   launch_sum_all(acc, row_loss.raw_data(), n, false, false, scratch.raw_data(), loss.raw_data(),
@@ -227,14 +238,15 @@ std::vector<Tensor> cross_entropy_forward(const Tensor& logits, const Tensor& ta
 std::vector<Tensor> cross_entropy_backward(const Tensor& go, const Tensor& logits,
                                            const Tensor& lse, const Tensor& targets,
                                            const Tensor& mask, bool want_mask) {
-  const int64_t n = logits.size(0), v = logits.size(1);
+  const int64_t n = logits.size(0), v = logits.size(1), ld = row_stride("cross_entropy", logits);
   Tensor g = go.to(Device::cuda, logits.dtype()).contiguous();
-  Tensor dlogits = empty_like_shape(logits.shape(), logits.dtype());
+  // dlogits in the logits' row layout (a padded ld keeps the GEMMs that read it aligned).
+  Tensor dlogits = empty_like_shape({n, ld}, logits.dtype()).narrow(1, 0, v);
   Tensor dmask = want_mask ? empty_like_shape({n}, logits.dtype()) : Tensor();
   launch_cross_entropy_backward(logits.dtype(), g.raw_data(), logits.raw_data(),
                                 targets.data<int64_t>(), mask.defined() ? mask.raw_data() : nullptr,
                                 lse.raw_data(), dlogits.raw_data(),
-                                dmask.defined() ? dmask.raw_data() : nullptr, n, v);
+                                dmask.defined() ? dmask.raw_data() : nullptr, n, v, ld);
   return {dlogits, dmask};
 }
 

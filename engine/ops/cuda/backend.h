@@ -18,9 +18,13 @@ void gemm(DType dtype, const void* a, int64_t ra, int64_t ca, bool ta, int64_t s
 
 // f32 c (m, n) = op(a) op(b), or += with accumulate, for one matrix stored as in gemm; a and
 // b share dtype ab (f32 or bf16). The fp32 output of bf16 operands (layers/lm_loss: logits
-// and gradient chunks). cuBLASLt, fp32 accumulation.
+// and gradient chunks). cuBLASLt, fp32 accumulation. lda / ldb / ldc: the row strides of
+// a, b and c in elements when they are wider than stored (0: contiguous); padding rows to
+// a multiple of 8 elements keeps the tensor-core kernels (odd strides fall back to
+// byte-aligned ones, several times slower).
 void gemm_f32_out(DType ab, const void* a, int64_t ra, int64_t ca, bool ta, const void* b,
-                  int64_t rb, int64_t cb, bool tb, void* c, bool accumulate);
+                  int64_t rb, int64_t cb, bool tb, void* c, bool accumulate, int64_t lda = 0,
+                  int64_t ldb = 0, int64_t ldc = 0);
 // x (N, in), weight (out, in), bias (out) or undefined, contiguous, one dtype -> x w^T + b
 // (N, out); the bias is added in cuBLASLt's epilogue where it has an algorithm.
 Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias);

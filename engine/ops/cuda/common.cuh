@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include "engine/core/cuda/check.h"
@@ -69,16 +70,62 @@ inline unsigned grid_for(int64_t n, int threads) {
   return unsigned(b);
 }
 
-// Offset of row-major element `linear` of shape `layout` under `strides`.
-__device__ __forceinline__ int64_t offset_of(const Layout& layout, const Strides& st,
-                                             int64_t linear) {
-  int64_t off = 0;
-  for (int d = layout.rank - 1; d >= 0; --d) {
-    const int64_t i = linear % layout.shape[d];
-    linear /= layout.shape[d];
-    off += i * st.v[d];
+// Offset of row-major element `linear` of shape `layout` under `strides`; I is the index
+// type (int32 where every offset fits: 64-bit division is emulated). The loop is unrolled
+// over kMaxDims with a rank guard so the arrays are read in place from the kernel
+// parameters: a runtime index made every thread copy them into local memory first.
+template <class I = int64_t>
+__device__ __forceinline__ I offset_of(const Layout& layout, const Strides& st, I linear) {
+  I off = 0;
+#pragma unroll
+  for (int d = kMaxDims - 1; d > 0; --d) {
+    if (d < layout.rank) {
+      const I s = I(layout.shape[d]);
+      off += (linear % s) * I(st.v[d]);
+      linear /= s;
+    }
   }
-  return off;
+  return layout.rank > 0 ? off + linear * I(st.v[0]) : off;
+}
+
+// How a kernel indexes its operands: all dense (offset = i), or through offset_of in
+// 32- or 64-bit arithmetic.
+enum IndexMode : int { kDense = 0, kIndex32 = 1, kIndex64 = 2 };
+
+template <int M>
+__device__ __forceinline__ int64_t operand_offset(const Layout& layout, const Strides& st,
+                                                  int64_t i) {
+  if constexpr (M == kDense) {
+    return i;
+  } else if constexpr (M == kIndex32) {
+    return offset_of<int32_t>(layout, st, int32_t(i));
+  } else {
+    return offset_of<int64_t>(layout, st, i);
+  }
+}
+
+// The mode for n elements of `layout` read through the given strides.
+inline int index_mode(bool dense, const Layout& layout, std::initializer_list<const Strides*> st,
+                      int64_t n) {
+  if (dense) return kDense;
+  constexpr int64_t kMax = (int64_t(1) << 31) - 1;
+  if (n > kMax) return kIndex64;
+  for (const Strides* s : st) {
+    int64_t reach = 0;
+    for (int d = 0; d < layout.rank; ++d) {
+      if (s->v[d] < 0) return kIndex64;
+      reach += (layout.shape[d] - 1) * s->v[d];
+    }
+    if (reach > kMax) return kIndex64;
+  }
+  return kIndex32;
+}
+
+template <class F>
+void with_index_mode(int mode, F&& f) {
+  if (mode == kDense) return f(std::integral_constant<int, kDense>{});
+  if (mode == kIndex32) return f(std::integral_constant<int, kIndex32>{});
+  f(std::integral_constant<int, kIndex64>{});
 }
 
 template <class A>

@@ -63,6 +63,12 @@ uint32_t alignment(const void* p) {
   return a;
 }
 
+uint32_t stride_alignment(int64_t bytes) {
+  uint32_t a = 256;
+  while (a > 1 && bytes % a != 0) a /= 2;
+  return a;
+}
+
 template <class T>
 void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const T& v) {
   DL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof(v)));
@@ -71,7 +77,8 @@ void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const
 std::array<std::atomic<int64_t>, 3> run_counts{};
 
 using AlgoKey = std::tuple<int, int, int, int64_t, int64_t, int64_t, bool, bool, bool, int,
-                           uint32_t, uint32_t, uint32_t, uint32_t, uint32_t>;
+                           uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, int64_t, int64_t,
+                           int64_t>;
 
 }  // namespace
 
@@ -79,7 +86,7 @@ bool lt_matmul(const LtMatmul& p) {
   const int64_t m = p.ta ? p.ca : p.ra, k = p.ta ? p.ra : p.ca, n = p.tb ? p.rb : p.cb;
   if (m * n == 0) return true;
   if (k == 0) return false;  // the caller's path writes the zeros (or leaves d when accumulating)
-  for (int64_t v : {m, n, k, p.ra, p.ca, p.rb, p.cb})
+  for (int64_t v : {m, n, k, p.ra, p.ca, p.rb, p.cb, p.lda, p.ldb, p.ldd})
     if (v > INT_MAX) return false;
   if (p.epilogue == LtEpilogue::gelu_aux_bias && n % 8 != 0) return false;  // aux ld rule
   int device = 0;
@@ -105,16 +112,23 @@ bool lt_matmul(const LtMatmul& p) {
   }
   // Stored shapes in column-major terms: b (rb, cb) row-major is (cb, rb) column-major.
   Layout la, lb, ld;
-  DL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la.l, ab, uint64_t(p.cb), uint64_t(p.rb), p.cb));
-  DL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb.l, ab, uint64_t(p.ca), uint64_t(p.ra), p.ca));
-  DL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld.l, out, uint64_t(n), uint64_t(m), n));
+  const int64_t lda = p.lda > 0 ? p.lda : p.ca, ldb = p.ldb > 0 ? p.ldb : p.cb,
+                ldd = p.ldd > 0 ? p.ldd : n;
+  DL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la.l, ab, uint64_t(p.cb), uint64_t(p.rb), ldb));
+  DL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb.l, ab, uint64_t(p.ca), uint64_t(p.ra), lda));
+  DL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld.l, out, uint64_t(n), uint64_t(m), ldd));
 
-  const uint32_t al_a = alignment(p.b), al_b = alignment(p.a), al_d = alignment(p.d);
+  // A row start is only as aligned as the pointer and the row stride in bytes allow.
+  const int64_t sz_ab = int64_t(dtype_size(p.ab)), sz_out = int64_t(dtype_size(p.out));
+  const uint32_t al_a = std::min(alignment(p.b), stride_alignment(ldb * sz_ab)),
+                 al_b = std::min(alignment(p.a), stride_alignment(lda * sz_ab)),
+                 al_d = std::min(alignment(p.d), stride_alignment(ldd * sz_out));
   const uint32_t al_x = p.epilogue == LtEpilogue::none
                             ? 256
                             : std::min(alignment(p.bias), p.aux ? alignment(p.aux) : 256u);
   const AlgoKey key{device,       int(p.ab),       int(p.out), m,    n,    k,    p.ta, p.tb,
-                    p.accumulate, int(p.epilogue), al_a,       al_b, al_d, al_d, al_x};
+                    p.accumulate, int(p.epilogue), al_a,       al_b, al_d, al_d, al_x,
+                    lda,          ldb,             ldd};
   static std::map<AlgoKey, std::optional<cublasLtMatmulAlgo_t>> cache;
   std::optional<cublasLtMatmulAlgo_t> algo;
   {

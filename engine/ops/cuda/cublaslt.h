@@ -14,8 +14,8 @@ enum class LtEpilogue {
   gelu_aux_bias,  // aux = a b + bias; out = gelu_tanh(aux). n must be a multiple of 8.
 };
 
-// Row-major out (m, n) = op(a) op(b) [+ out], a stored (ra, ca), b stored (rb, cb), all
-// contiguous, no batch. a and b share `ab` (f32 or bf16); out, bias (n) and aux (m, n) are
+// Row-major out (m, n) = op(a) op(b) [+ out], a stored (ra, ca), b stored (rb, cb), rows
+// contiguous (lda/ldb/ldd apart, default packed), no batch. a and b share `ab` (f32 or bf16); out, bias (n) and aux (m, n) are
 // `out` (f32 or bf16). CUBLAS_COMPUTE_32F for both: fp32 accumulation, no TF32.
 struct LtMatmul {
   DType ab = DType::f32;
@@ -27,6 +27,7 @@ struct LtMatmul {
   int64_t rb = 0, cb = 0;
   bool tb = false;
   void* d = nullptr;
+  int64_t lda = 0, ldb = 0, ldd = 0;  // row strides in elements when wider than stored; 0: contiguous
   bool accumulate = false;  // d += product (beta = 1) instead of d = product
   LtEpilogue epilogue = LtEpilogue::none;
   const void* bias = nullptr;

@@ -20,14 +20,14 @@ __device__ __forceinline__ A tanh_acc(A u) {
   }
 }
 
-template <class T, BinaryKind K>
-__global__ void binary_kernel(Layout layout, bool dense, const T* a, Strides sa, const T* b,
-                              Strides sb, T* out, int64_t n) {
+template <class T, BinaryKind K, int M>
+__global__ void binary_kernel(Layout layout, const T* a, Strides sa, const T* b, Strides sb,
+                              T* out, int64_t n) {
   using A = acc_t<T>;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t oa = dense ? i : offset_of(layout, sa, i);
-    const int64_t ob = dense ? i : offset_of(layout, sb, i);
+    const int64_t oa = operand_offset<M>(layout, sa, i);
+    const int64_t ob = operand_offset<M>(layout, sb, i);
     const A x = to_acc(a[oa]), y = to_acc(b[ob]);
     A r;
     if constexpr (K == BinaryKind::add) {
@@ -46,13 +46,13 @@ __global__ void binary_kernel(Layout layout, bool dense, const T* a, Strides sa,
   }
 }
 
-template <class T, UnaryKind K>
-__global__ void unary_kernel(Layout layout, bool dense, const T* x, Strides sx, T* out, int64_t n,
-                             double s, double p, uint64_t seed) {
+template <class T, UnaryKind K, int M>
+__global__ void unary_kernel(Layout layout, const T* x, Strides sx, T* out, int64_t n, double s,
+                             double p, uint64_t seed) {
   using A = acc_t<T>;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const T v = x[dense ? i : offset_of(layout, sx, i)];
+    const T v = x[operand_offset<M>(layout, sx, i)];
     if constexpr (K == UnaryKind::copy) {
       out[i] = v;
     } else if constexpr (K == UnaryKind::scale) {
@@ -77,22 +77,26 @@ __global__ void unary_kernel(Layout layout, bool dense, const T* x, Strides sx, 
 void launch_binary(BinaryKind kind, DType dtype, const Layout& layout, bool dense, const void* a,
                    const Strides& sa, const void* b, const Strides& sb, void* out, int64_t n) {
   if (n == 0) return;
+  const int mode = index_mode(dense, layout, {&sa, &sb}, n);
   dispatch_float("elementwise", dtype, [&](auto z) {
     using T = decltype(z);
-    auto go = [&](auto kernel) {
-      kernel<<<grid_for(n, 256), 256>>>(layout, dense, static_cast<const T*>(a), sa,
-                                        static_cast<const T*>(b), sb, static_cast<T*>(out), n);
-    };
-    switch (kind) {
-      case BinaryKind::add:
-        return go(binary_kernel<T, BinaryKind::add>);
-      case BinaryKind::sub:
-        return go(binary_kernel<T, BinaryKind::sub>);
-      case BinaryKind::mul:
-        return go(binary_kernel<T, BinaryKind::mul>);
-      case BinaryKind::gelu_backward:
-        return go(binary_kernel<T, BinaryKind::gelu_backward>);
-    }
+    with_index_mode(mode, [&](auto m) {
+      constexpr int M = decltype(m)::value;
+      auto go = [&](auto kernel) {
+        kernel<<<grid_for(n, 256), 256>>>(layout, static_cast<const T*>(a), sa,
+                                          static_cast<const T*>(b), sb, static_cast<T*>(out), n);
+      };
+      switch (kind) {
+        case BinaryKind::add:
+          return go(binary_kernel<T, BinaryKind::add, M>);
+        case BinaryKind::sub:
+          return go(binary_kernel<T, BinaryKind::sub, M>);
+        case BinaryKind::mul:
+          return go(binary_kernel<T, BinaryKind::mul, M>);
+        case BinaryKind::gelu_backward:
+          return go(binary_kernel<T, BinaryKind::gelu_backward, M>);
+      }
+    });
   });
   DL_CUDA_LAUNCH_CHECK();
 }
@@ -100,26 +104,30 @@ void launch_binary(BinaryKind kind, DType dtype, const Layout& layout, bool dens
 void launch_unary(UnaryKind kind, DType dtype, const Layout& layout, bool dense, const void* x,
                   const Strides& sx, void* out, int64_t n, double s, double p, uint64_t seed) {
   if (n == 0) return;
+  const int mode = index_mode(dense, layout, {&sx}, n);
   dispatch_float("elementwise", dtype, [&](auto z) {
     using T = decltype(z);
-    auto go = [&](auto kernel) {
-      kernel<<<grid_for(n, 256), 256>>>(layout, dense, static_cast<const T*>(x), sx,
-                                        static_cast<T*>(out), n, s, p, seed);
-    };
-    switch (kind) {
-      case UnaryKind::copy:
-        return go(unary_kernel<T, UnaryKind::copy>);
-      case UnaryKind::scale:
-        return go(unary_kernel<T, UnaryKind::scale>);
-      case UnaryKind::add_scalar:
-        return go(unary_kernel<T, UnaryKind::add_scalar>);
-      case UnaryKind::neg:
-        return go(unary_kernel<T, UnaryKind::neg>);
-      case UnaryKind::gelu:
-        return go(unary_kernel<T, UnaryKind::gelu>);
-      case UnaryKind::dropout:
-        return go(unary_kernel<T, UnaryKind::dropout>);
-    }
+    with_index_mode(mode, [&](auto m) {
+      constexpr int M = decltype(m)::value;
+      auto go = [&](auto kernel) {
+        kernel<<<grid_for(n, 256), 256>>>(layout, static_cast<const T*>(x), sx,
+                                          static_cast<T*>(out), n, s, p, seed);
+      };
+      switch (kind) {
+        case UnaryKind::copy:
+          return go(unary_kernel<T, UnaryKind::copy, M>);
+        case UnaryKind::scale:
+          return go(unary_kernel<T, UnaryKind::scale, M>);
+        case UnaryKind::add_scalar:
+          return go(unary_kernel<T, UnaryKind::add_scalar, M>);
+        case UnaryKind::neg:
+          return go(unary_kernel<T, UnaryKind::neg, M>);
+        case UnaryKind::gelu:
+          return go(unary_kernel<T, UnaryKind::gelu, M>);
+        case UnaryKind::dropout:
+          return go(unary_kernel<T, UnaryKind::dropout, M>);
+      }
+    });
   });
   DL_CUDA_LAUNCH_CHECK();
 }
@@ -133,12 +141,12 @@ void launch_scale_inplace(DType dtype, void* p, int64_t n, double factor) {
     layout.rank = 1;
     layout.shape[0] = n;
     if constexpr (std::is_same_v<T, bf16_t>) {
-      unary_kernel<T, UnaryKind::scale><<<grid_for(n, 256), 256>>>(
-          layout, true, static_cast<const T*>(p), Strides{}, static_cast<T*>(p), n, factor, 0, 0);
+      unary_kernel<T, UnaryKind::scale, kDense><<<grid_for(n, 256), 256>>>(
+          layout, static_cast<const T*>(p), Strides{}, static_cast<T*>(p), n, factor, 0, 0);
     } else {
       // T(v * T(factor)) in T, not in double: that is what `p[i] *= f` does on the host.
-      unary_kernel<T, UnaryKind::scale>
-          <<<grid_for(n, 256), 256>>>(layout, true, static_cast<const T*>(p), Strides{},
+      unary_kernel<T, UnaryKind::scale, kDense>
+          <<<grid_for(n, 256), 256>>>(layout, static_cast<const T*>(p), Strides{},
                                       static_cast<T*>(p), n, double(T(factor)), 0, 0);
     }
   });

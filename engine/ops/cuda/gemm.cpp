@@ -29,7 +29,8 @@ cudaDataType_t cublas_type(DType dtype) {
 // The cublas path: c = op(a) op(b) (+ c when accumulate), a and b of dtype ab, c of dtype cd.
 void gemm_cublas(DType ab, DType cd, const void* a, int64_t ra, int64_t ca, bool ta,
                  int64_t stride_a, const void* b, int64_t rb, int64_t cb, bool tb, int64_t stride_b,
-                 void* c, int64_t batch, bool accumulate) {
+                 void* c, int64_t batch, bool accumulate, int64_t lda = 0, int64_t ldb = 0,
+                 int64_t ldc = 0) {
   const int64_t m = ta ? ca : ra, k = ta ? ra : ca, n = tb ? rb : cb;
   for (int64_t v : {m, n, k, ra, ca, rb, cb, batch})
     DL_CHECK(v <= INT_MAX, "matmul", "dimension " << v << " exceeds cuBLAS's int range");
@@ -41,9 +42,9 @@ void gemm_cublas(DType ab, DType cd, const void* a, int64_t ra, int64_t ca, bool
   // k == 0: beta = 0 makes cuBLAS write zeros.
   DL_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       cublas_handle(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(n),
-      int(m), int(k), alpha, b, cublas_type(ab), int(std::max<int64_t>(cb, 1)), stride_b, a,
-      cublas_type(ab), int(std::max<int64_t>(ca, 1)), stride_a, beta, c, cublas_type(cd), int(n),
-      m * n, int(batch), compute, CUBLAS_GEMM_DEFAULT));
+      int(m), int(k), alpha, b, cublas_type(ab), int(std::max<int64_t>(ldb > 0 ? ldb : cb, 1)),
+      stride_b, a, cublas_type(ab), int(std::max<int64_t>(lda > 0 ? lda : ca, 1)), stride_a, beta,
+      c, cublas_type(cd), int(ldc > 0 ? ldc : n), m * n, int(batch), compute, CUBLAS_GEMM_DEFAULT));
 }
 
 void check_linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
@@ -87,14 +88,17 @@ void gemm(DType dtype, const void* a, int64_t ra, int64_t ca, bool ta, int64_t s
 }
 
 void gemm_f32_out(DType ab, const void* a, int64_t ra, int64_t ca, bool ta, const void* b,
-                  int64_t rb, int64_t cb, bool tb, void* c, bool accumulate) {
+                  int64_t rb, int64_t cb, bool tb, void* c, bool accumulate, int64_t lda,
+                  int64_t ldb, int64_t ldc) {
   const int64_t m = ta ? ca : ra, k = ta ? ra : ca, n = tb ? rb : cb;
   DL_CHECK(ab == DType::f32 || ab == DType::bf16, "matmul",
            "fp32-output product takes f32 or bf16 operands, got " << dtype_name(ab));
   if (m * n == 0) return;
   if (k == 0) {
     if (!accumulate)
-      DL_CUDA_CHECK(cudaMemsetAsync(c, 0, size_t(m * n) * sizeof(float), cuda::compute_stream()));
+      DL_CUDA_CHECK(cudaMemset2DAsync(c, size_t(ldc > 0 ? ldc : n) * sizeof(float), 0,
+                                      size_t(n) * sizeof(float), size_t(m),
+                                      cuda::compute_stream()));
     return;
   }
   LtMatmul p;
@@ -103,9 +107,10 @@ void gemm_f32_out(DType ab, const void* a, int64_t ra, int64_t ca, bool ta, cons
   p.a = a, p.ra = ra, p.ca = ca, p.ta = ta;
   p.b = b, p.rb = rb, p.cb = cb, p.tb = tb;
   p.d = c;
+  p.lda = lda, p.ldb = ldb, p.ldd = ldc;
   p.accumulate = accumulate;
   if (lt_matmul(p)) return;
-  gemm_cublas(ab, DType::f32, a, ra, ca, ta, 0, b, rb, cb, tb, 0, c, 1, accumulate);
+  gemm_cublas(ab, DType::f32, a, ra, ca, ta, 0, b, rb, cb, tb, 0, c, 1, accumulate, lda, ldb, ldc);
 }
 
 Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias) {

@@ -40,8 +40,12 @@ struct ReduceLayout {
   int64_t red_shape[kMaxDims] = {}, red_strides[kMaxDims] = {};
   int64_t n_out = 1, n_red = 1;
 };
+// Outputs few and sums long (a bias gradient) are summed in reduce_chunks(layout) > 1
+// chunks of rows, then the chunks in order: scratch holds chunks * n_out accumulators
+// (f32, f64 for f64), null when reduce_chunks is 1.
+int64_t reduce_chunks(const ReduceLayout& layout);
 void launch_reduce(DType dtype, const void* x, const ReduceLayout& layout, void* out,
-                   double factor);
+                   double factor, void* scratch);
 
 // Sum (or sum of squares) of n contiguous elements in two fixed passes: block partials
 // into `scratch` (sum_all_parts(n) accumulators of the accumulation type: f64 when
@@ -67,15 +71,16 @@ void launch_softmax_forward(DType dtype, const void* x, void* y, int64_t outer, 
 void launch_softmax_backward(DType dtype, const void* g, const void* y, void* dx, int64_t outer,
                              int64_t n, int64_t inner, bool log);
 
-// Cross-entropy rows of logits (n, v); targets are i64 on the device, mask (dtype) or null.
-// Forward writes per-row lse and masked loss (accumulation type); backward reads the
-// upstream scalar gradient `go` (dtype, device memory).
+// Cross-entropy rows of logits (n, v), rows ld >= v elements apart (dlogits likewise);
+// targets are i64 on the device, mask (dtype) or null. Forward writes per-row lse and
+// masked loss (accumulation type); backward reads the upstream scalar gradient `go`
+// (dtype, device memory).
 void launch_cross_entropy_forward(DType dtype, const void* logits, const int64_t* targets,
                                   const void* mask, void* lse, void* row_loss, int64_t n,
-                                  int64_t v);
+                                  int64_t v, int64_t ld);
 void launch_cross_entropy_backward(DType dtype, const void* go, const void* logits,
                                    const int64_t* targets, const void* mask, const void* lse,
-                                   void* dlogits, void* dmask, int64_t n, int64_t v);
+                                   void* dlogits, void* dmask, int64_t n, int64_t v, int64_t ld);
 
 // Embedding rows: out[i] = w[ids[i]]; backward: dw[r] = sum over positions[offsets[r] ..
 // offsets[r+1]) of g[position] in increasing position order (each row owned by one block).

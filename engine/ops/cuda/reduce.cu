@@ -2,6 +2,8 @@
 // two-pass sum / sum of squares over everything (sum_all, gradient norm). Every output
 // is summed by one thread or one block in a fixed order; no atomics, so the same input
 // gives the same bits on every run.
+#include <algorithm>
+
 #include "engine/ops/cuda/common.cuh"
 
 namespace driftless::ops::gpu {
@@ -10,15 +12,36 @@ namespace {
 constexpr int kBlock = 256;
 constexpr int kMaxParts = 1024;  // blocks of the first sum_all pass
 
-__device__ __forceinline__ int64_t dims_offset(int rank, const int64_t* shape,
-                                               const int64_t* strides, int64_t linear) {
+// Offset of element `linear` of dims (shape, strides); unrolled over kMaxDims with a rank
+// guard so the arrays are read in place from the kernel parameters (a runtime index makes
+// every thread copy them into local memory first).
+__device__ __forceinline__ int64_t dims_offset(int rank, const int64_t (&shape)[kMaxDims],
+                                               const int64_t (&strides)[kMaxDims],
+                                               int64_t linear) {
   int64_t off = 0;
-  for (int d = rank - 1; d >= 0; --d) {
-    const int64_t i = linear % shape[d];
-    linear /= shape[d];
-    off += i * strides[d];
+#pragma unroll
+  for (int d = kMaxDims - 1; d > 0; --d) {
+    if (d < rank) {
+      off += (linear % shape[d]) * strides[d];
+      linear /= shape[d];
+    }
   }
-  return off;
+  return rank > 0 ? off + linear * strides[0] : off;
+}
+
+// Sum of reduced elements [r0, r1) of the output whose kept offset is `base`.
+template <class T, class A>
+__device__ __forceinline__ A sum_rows(const T* base, const ReduceLayout& L, int64_t r0,
+                                      int64_t r1) {
+  A acc = 0;
+  if (L.red_rank == 1) {
+    const int64_t st = L.red_strides[0];
+    for (int64_t r = r0; r < r1; ++r) acc += to_acc(base[r * st]);
+  } else {
+    for (int64_t r = r0; r < r1; ++r)
+      acc += to_acc(base[dims_offset(L.red_rank, L.red_shape, L.red_strides, r)]);
+  }
+  return acc;
 }
 
 // One thread per output: used when there are many outputs (adjacent threads read
@@ -29,13 +52,35 @@ __global__ void reduce_thread_kernel(const T* x, ReduceLayout L, T* out, double 
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < L.n_out;
        o += int64_t(gridDim.x) * blockDim.x) {
     const T* base = x + dims_offset(L.kept_rank, L.kept_shape, L.kept_strides, o);
+    out[o] = from_acc<T>(sum_rows<T, A>(base, L, 0, L.n_red) * A(factor));
+  }
+}
+
+// The thread-per-output sum in two passes when outputs are too few to fill the GPU (a
+// bias gradient: a few thousand outputs, each a sum over ~10^4 rows): pass 1 gives each
+// (chunk of rows, output) pair a thread and writes its partial sum to scratch, pass 2 sums
+// each output's chunks in order. The chunking depends on the shape only: deterministic.
+template <class T>
+__global__ void reduce_chunk_kernel(const T* x, ReduceLayout L, int64_t rows_per_chunk,
+                                    int64_t chunks, acc_t<T>* parts) {
+  using A = acc_t<T>;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < L.n_out * chunks;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t o = i % L.n_out, c = i / L.n_out;
+    const T* base = x + dims_offset(L.kept_rank, L.kept_shape, L.kept_strides, o);
+    const int64_t r0 = c * rows_per_chunk, r1 = min(r0 + rows_per_chunk, L.n_red);
+    parts[i] = sum_rows<T, A>(base, L, r0, r1);
+  }
+}
+
+template <class T>
+__global__ void reduce_parts_kernel(const acc_t<T>* parts, int64_t n_out, int64_t chunks, T* out,
+                                    double factor) {
+  using A = acc_t<T>;
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n_out;
+       o += int64_t(gridDim.x) * blockDim.x) {
     A acc = 0;
-    if (L.red_rank == 1) {
-      for (int64_t r = 0; r < L.n_red; ++r) acc += to_acc(base[r * L.red_strides[0]]);
-    } else {
-      for (int64_t r = 0; r < L.n_red; ++r)
-        acc += to_acc(base[dims_offset(L.red_rank, L.red_shape, L.red_strides, r)]);
-    }
+    for (int64_t c = 0; c < chunks; ++c) acc += parts[c * n_out + o];
     out[o] = from_acc<T>(acc * A(factor));
   }
 }
@@ -76,15 +121,37 @@ __global__ void sum_final_kernel(const A* parts, int nparts, O* out, double fact
 
 }  // namespace
 
+int64_t reduce_chunks(const ReduceLayout& layout) {
+  // Chunked when outputs are adjacent in memory (threads of a warp read one row
+  // coalesced) but too few for a thread each to fill the GPU, and each is a long sum.
+  // Chunks of at least 64 rows, about kFill threads in all. (A bias gradient of width 768
+  // went through one block per output before, each block reading a column: uncoalesced.)
+  constexpr int64_t kFill = 128 * 1024;
+  const bool adjacent = layout.kept_rank >= 1 && layout.kept_strides[layout.kept_rank - 1] == 1;
+  if (!adjacent || layout.n_out >= kFill || layout.n_red < 256) return 1;
+  const int64_t by_fill = (kFill + layout.n_out - 1) / layout.n_out;
+  return std::max<int64_t>(1, std::min(by_fill, layout.n_red / 64));
+}
+
 void launch_reduce(DType dtype, const void* x, const ReduceLayout& layout, void* out,
-                   double factor) {
+                   double factor, void* scratch) {
   if (layout.n_out == 0) return;
   dispatch_float("reduce", dtype, [&](auto z) {
     using T = decltype(z);
     const T* px = static_cast<const T*>(x);
     T* po = static_cast<T*>(out);
     // The choice depends on the shape only, so a given call always sums in one order.
-    if (layout.n_out >= 1024 || layout.n_red <= 32) {
+    const int64_t chunks = reduce_chunks(layout);
+    if (chunks > 1) {
+      DL_CHECK(scratch != nullptr, "reduce", "the chunked reduction needs scratch");
+      const int64_t per = (layout.n_red + chunks - 1) / chunks;
+      auto* parts = static_cast<acc_t<T>*>(scratch);
+      reduce_chunk_kernel<T><<<grid_for(layout.n_out * chunks, kBlock), kBlock>>>(
+          px, layout, per, chunks, parts);
+      DL_CUDA_LAUNCH_CHECK();
+      reduce_parts_kernel<T><<<grid_for(layout.n_out, kBlock), kBlock>>>(parts, layout.n_out,
+                                                                          chunks, po, factor);
+    } else if (layout.n_out >= 1024 || layout.n_red <= 32) {
       reduce_thread_kernel<T><<<grid_for(layout.n_out, kBlock), kBlock>>>(px, layout, po, factor);
     } else {
       const int64_t blocks = layout.n_out < 65535 ? layout.n_out : 65535;

@@ -99,10 +99,11 @@ constexpr int kCeBlock = 256;
 // mask is 0, like the CPU body).
 template <class T>
 __global__ void cross_entropy_forward_kernel(const T* logits, const int64_t* targets, const T* mask,
-                                             acc_t<T>* lse, acc_t<T>* row_loss, int64_t v) {
+                                             acc_t<T>* lse, acc_t<T>* row_loss, int64_t v,
+                                             int64_t ld) {
   using A = acc_t<T>;
   const int64_t r = blockIdx.x;
-  const T* row = logits + r * v;
+  const T* row = logits + r * ld;
   A m = -INFINITY;
   for (int64_t j = threadIdx.x; j < v; j += blockDim.x) m = max(m, to_acc(row[j]));
   m = block_max(m);
@@ -121,15 +122,15 @@ template <class T>
 __global__ void cross_entropy_backward_kernel(const T* go_ptr, const T* logits,
                                               const int64_t* targets, const T* mask,
                                               const acc_t<T>* lse, T* dlogits, T* dmask,
-                                              int64_t v) {
+                                              int64_t v, int64_t ld) {
   using A = acc_t<T>;
   const int64_t r = blockIdx.x;
   const A go = to_acc(*go_ptr);
   const A w = go * (mask ? to_acc(mask[r]) : A(1));
   const A l = lse[r];
   const int64_t t = targets[r];
-  const T* row = logits + r * v;
-  T* drow = dlogits + r * v;
+  const T* row = logits + r * ld;
+  T* drow = dlogits + r * ld;
   for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
     const A p = w * exp_acc(to_acc(row[j]) - l);
     drow[j] = from_acc<T>(j == t ? p - w : p);
@@ -175,21 +176,22 @@ void launch_softmax_backward(DType dtype, const void* g, const void* y, void* dx
 
 void launch_cross_entropy_forward(DType dtype, const void* logits, const int64_t* targets,
                                   const void* mask, void* lse, void* row_loss, int64_t n,
-                                  int64_t v) {
+                                  int64_t v, int64_t ld) {
   if (n == 0) return;
   dispatch_float("cross_entropy", dtype, [&](auto z) {
     using T = decltype(z);
     using A = acc_t<T>;
     cross_entropy_forward_kernel<T><<<unsigned(n), kCeBlock>>>(
         static_cast<const T*>(logits), targets, static_cast<const T*>(mask), static_cast<A*>(lse),
-        static_cast<A*>(row_loss), v);
+        static_cast<A*>(row_loss), v, ld);
   });
   DL_CUDA_LAUNCH_CHECK();
 }
 
 void launch_cross_entropy_backward(DType dtype, const void* go, const void* logits,
                                    const int64_t* targets, const void* mask, const void* lse,
-                                   void* dlogits, void* dmask, int64_t n, int64_t v) {
+                                   void* dlogits, void* dmask, int64_t n, int64_t v,
+                                   int64_t ld) {
   if (n == 0) return;
   dispatch_float("cross_entropy", dtype, [&](auto z) {
     using T = decltype(z);
@@ -197,7 +199,7 @@ void launch_cross_entropy_backward(DType dtype, const void* go, const void* logi
     cross_entropy_backward_kernel<T><<<unsigned(n), kCeBlock>>>(
         static_cast<const T*>(go), static_cast<const T*>(logits), targets,
         static_cast<const T*>(mask), static_cast<const A*>(lse), static_cast<T*>(dlogits),
-        static_cast<T*>(dmask), v);
+        static_cast<T*>(dmask), v, ld);
   });
   DL_CUDA_LAUNCH_CHECK();
 }
