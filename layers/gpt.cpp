@@ -2,6 +2,7 @@
 #include "layers/gpt.h"
 
 #include <cmath>
+#include <tuple>
 
 #include "engine/autograd/autograd.h"
 #include "engine/core/random.h"
@@ -52,7 +53,7 @@ AttentionSpec spec_from_input(const data::ModelInput& in, bool fault_cu_k) {
 // The attention call of several sequences side by side: each part's documents, with its
 // q rows after the previous parts' and its K extent (k_parts[i] rows) after theirs.
 AttentionSpec merge_specs(const std::vector<AttentionSpec>& parts,
-                          const std::vector<Tensor>& k_parts) {
+                          const std::vector<int64_t>& k_rows) {
   if (parts.size() == 1) return parts[0];
   const bool padded = parts[0].seqused_q.defined();
   std::vector<int32_t> cu_q{0}, cu_k{0}, used_q, used_k;
@@ -71,10 +72,10 @@ AttentionSpec merge_specs(const std::vector<AttentionSpec>& parts,
       for (int32_t u : p.seqused_k.to_vector<int32_t>()) used_k.push_back(u);
     }
     q_off += cq.back();
-    k_off += int32_t(k_parts[i].size(0));
-    DL_CHECK(ck.back() == k_parts[i].size(0), "gpt",
+    k_off += int32_t(k_rows[i]);
+    DL_CHECK(ck.back() == k_rows[i], "gpt",
              "cu_seqlens_k of sequence " << i << " ends at " << ck.back() << ", its K extent has "
-                                         << k_parts[i].size(0) << " rows");
+                                         << k_rows[i] << " rows");
     m.max_seqlen_q = std::max(m.max_seqlen_q, p.max_seqlen_q);
     m.max_seqlen_k = std::max(m.max_seqlen_k, p.max_seqlen_k);
   }
@@ -87,6 +88,18 @@ AttentionSpec merge_specs(const std::vector<AttentionSpec>& parts,
   return m;
 }
 
+
+// Whether the slice is whole sequences of s rows (no past, no micro-sequence split) in
+// adjacent buffer slots.
+bool whole_sequences(const std::vector<SliceInput>& slice, int64_t s) {
+  for (size_t i = 0; i < slice.size(); ++i) {
+    const data::ModelInput& in = *slice[i].input;
+    if (in.first_document_begin != 0 || in.sequence_k_past != 0 || in.sequence_k_end != s ||
+        in.num_queries() != s || slice[i].slot != slice[0].slot + int64_t(i))
+      return false;
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -228,28 +241,43 @@ Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<SliceIn
   // attention call covers the whole slice: the documents of all sequences in one varlen
   // layout, their K/V extents side by side. Documents never see each other, so this is
   // the per-sequence computation with one launch (and one autograd node) per layer.
-  // The per-sequence rows of K and V come from ONE split each: its backward assembles the
-  // gradient once (a narrow per sequence would materialise a full-size zero gradient per
-  // sequence and sum them, quadratic in the sequences of the slice).
-  std::vector<int64_t> rows_of;
-  for (const auto& s : slice) rows_of.push_back(s.input->num_queries());
-  const std::vector<Tensor> k_rows = ops::split(k, rows_of, 0), v_rows = ops::split(v, rows_of, 0);
-  std::vector<Tensor> k_parts, v_parts;
   std::vector<AttentionSpec> specs;
-  for (size_t i = 0; i < slice.size(); ++i) {
-    const data::ModelInput& in = *slice[i].input;
-    KvSlice ks{slice[i].slot, in.sequence_k_past, in.sequence_k_end, in.first_document_begin};
-    auto [k_ext, v_ext] = kv_write_read(kv_buffers_[size_t(l)], ks, k_rows[i], v_rows[i],
-                                        o.exchange, any_kv_fault ? &kv_faults : nullptr);
-    k_parts.push_back(k_ext);
-    v_parts.push_back(v_ext);
-    specs.push_back(spec_from_input(in, in_fault_layer && o.faults->cu_seqlens_k_from_begin));
+  std::vector<int64_t> k_rows;
+  for (const auto& s : slice) {
+    specs.push_back(spec_from_input(*s.input, in_fault_layer && o.faults->cu_seqlens_k_from_begin));
+    k_rows.push_back(s.input->sequence_k_end - s.input->first_document_begin);
   }
-  AttentionSpec spec = merge_specs(specs, k_parts);
+  AttentionSpec spec = merge_specs(specs, k_rows);
+  KvBuffer& buffer = kv_buffers_[size_t(l)];
+  Tensor k_all, v_all;  // (sum of K extents, H_kv, D)
+  if (whole_sequences(slice, buffer.kv().size(1)) && !any_kv_fault &&
+      (!o.exchange || o.exchange->ranks() == 1)) {
+    // Whole sequences in adjacent slots (no micro-sequences, no SDP): their K/V rows are one
+    // run of the buffer, written and read with one copy each.
+    const int64_t n = int64_t(slice.size()), run = n * buffer.kv().size(1);
+    std::tie(k_all, v_all) =
+        kv_write_read(buffer, KvSlice{slice[0].slot, 0, run, 0, n}, k, v, o.exchange);
+  } else {
+    // The per-sequence rows of K and V come from ONE split each: its backward assembles the
+    // gradient once (a narrow per sequence would materialise a full-size zero gradient per
+    // sequence and sum them, quadratic in the sequences of the slice).
+    std::vector<int64_t> q_rows;
+    for (const auto& s : slice) q_rows.push_back(s.input->num_queries());
+    const std::vector<Tensor> k_q = ops::split(k, q_rows, 0), v_q = ops::split(v, q_rows, 0);
+    std::vector<Tensor> k_parts, v_parts;
+    for (size_t i = 0; i < slice.size(); ++i) {
+      const data::ModelInput& in = *slice[i].input;
+      KvSlice ks{slice[i].slot, in.sequence_k_past, in.sequence_k_end, in.first_document_begin};
+      auto [k_ext, v_ext] = kv_write_read(buffer, ks, k_q[i], v_q[i], o.exchange,
+                                          any_kv_fault ? &kv_faults : nullptr);
+      k_parts.push_back(k_ext);
+      v_parts.push_back(v_ext);
+    }
+    k_all = k_parts.size() == 1 ? k_parts[0] : ops::concat(k_parts, 0);
+    v_all = v_parts.size() == 1 ? v_parts[0] : ops::concat(v_parts, 0);
+  }
   if (config_.softcap > 0) spec.score_mod = ScoreModSpec::make_softcap(config_.softcap);
   if (config_.alibi) spec.score_mod = ScoreModSpec::make_alibi(alibi_slopes_);
-  Tensor k_all = k_parts.size() == 1 ? k_parts[0] : ops::concat(k_parts, 0);  // (ΣT_k, H_kv, D)
-  Tensor v_all = v_parts.size() == 1 ? v_parts[0] : ops::concat(v_parts, 0);
   Tensor y = attention(q, k_all, v_all, spec);  // (T, H, D)
   y = ops::reshape(y, {T, H * D});
   y = tap(y, layer_name(l, "attn.core"), o.sink, rows);

@@ -5,9 +5,10 @@
 // Precision on cuda: the logits chunk is written in fp32 straight from the GEMM (cuBLASLt,
 // bf16 operands, fp32 accumulation and fp32 output), so the softmax never sees logits
 // rounded to bf16 (a bf16 logit near 10 is off by 0.03, which moves every probability of
-// the row by 3%). dlogits are fp32 and are rounded to bf16 once, only as an operand of the
-// dx and dW GEMMs, whose accumulation and outputs are fp32 (dW accumulates over chunks with
-// beta = 1). The loss is summed in fp32 on the device, per chunk in a fixed order.
+// the row by 3%). dlogits are computed in fp32 and rounded to bf16 once as they are
+// written, only as an operand of the dx and dW GEMMs, whose accumulation and outputs are
+// fp32 (dW accumulates over chunks with beta = 1). The loss is summed in fp32 on the
+// device, per chunk in a fixed order.
 #include "layers/lm_loss.h"
 
 #include <algorithm>
@@ -89,13 +90,9 @@ Tensor chunked_cuda(const Tensor& x, const Tensor& w, const std::vector<int64_t>
     std::vector<Tensor> fwd = gpu::cross_entropy_forward(logits, tr, mr);  // {loss, lse (n)}
     total = gpu::binary(gpu::Binary::add, total, fwd[0], {});
     if (!gr.dx.defined() && !gr.dw.defined()) continue;
-    Tensor dlogits = gpu::cross_entropy_backward(scale, logits, fwd[1], tr, mr, false)[0];
+    // dlogits straight in the GEMM operand's dtype (n, V), rows ld apart.
+    Tensor d = gpu::cross_entropy_backward(scale, logits, fwd[1], tr, mr, false, dt)[0];
     logits = Tensor();  // the chunk's logits are dead: the allocator may reuse them
-    Tensor d = dlogits;  // GEMM operand (n, V), rows ld apart
-    if (dt != DType::f32) {
-      d = Tensor::empty({n, ld}, dt, Device::cuda).narrow(1, 0, v);
-      d.copy_(dlogits);
-    }
     if (gr.dx.defined())
       gpu::gemm_f32_out(dt, d.raw_data(), n, v, false, w.raw_data(), v, c, false,
                         gr.dx.narrow(0, r0, n).raw_data(), false, ld);
@@ -109,7 +106,9 @@ Tensor chunked_cuda(const Tensor& x, const Tensor& w, const std::vector<int64_t>
 }  // namespace
 
 int64_t lm_loss_chunk_rows(int64_t v) {
-  return std::max<int64_t>(1, kLmLossChunkBytes / (std::max<int64_t>(v, 1) * 4));
+  const int64_t rows = kLmLossChunkBytes / (std::max<int64_t>(v, 1) * 4);
+  // A multiple of 64 keeps the chunk's GEMMs on aligned, whole-tile row counts.
+  return rows >= 64 ? rows / 64 * 64 : std::max<int64_t>(rows, 1);
 }
 
 Tensor lm_loss(const Tensor& x, const Tensor& weight, const Tensor& labels, const Tensor& loss_mask,

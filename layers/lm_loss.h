@@ -11,11 +11,12 @@ namespace driftless::layers {
 // Byte budget of one chunk of fp32 logits (chunk_rows x V x 4). While a chunk is live, its
 // gradient (same size) and, for bf16, a bf16 copy of that gradient (half) exist beside it:
 // the transient peak is about 2.5 x the budget, 320 MiB, instead of T x V x 4 twice
-// (1.6 GB each for 8k tokens of GPT-2's 50257). 128 MiB is 667 rows of GPT-2, enough for
+// (1.6 GB each for 8k tokens of GPT-2's 50257). 128 MiB is 640 rows of GPT-2, enough for
 // every GEMM of a chunk to fill an H100.
 constexpr int64_t kLmLossChunkBytes = int64_t(128) << 20;
 
-// Rows per chunk for a vocabulary of v: as many as fit the budget, at least 1.
+// Rows per chunk for a vocabulary of v: as many as fit the budget (a multiple of 64 when
+// that is at least 64), at least 1.
 int64_t lm_loss_chunk_rows(int64_t v);
 
 // x (T, C), weight (V, C) (the tied embedding) of one dtype: f32 or f64, or bf16 on cuda;

@@ -67,7 +67,8 @@ std::vector<Tensor> cross_entropy_forward(const Tensor&, const Tensor&, const Te
   no_cuda("cross_entropy");
 }
 std::vector<Tensor> cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&,
-                                           const Tensor&, const Tensor&, bool) {
+                                           const Tensor&, const Tensor&, bool,
+                                           std::optional<DType>) {
   no_cuda("cross_entropy");
 }
 Tensor embedding_forward(const Tensor&, const std::vector<int64_t>&, const Shape&) {

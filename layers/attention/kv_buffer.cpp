@@ -16,15 +16,22 @@ void KvBuffer::ensure(int64_t sequences, int64_t sequence_length, int64_t kv_hea
 }
 
 namespace {
-// (T, H_kv, D) rows [begin, end) of sequence b, component c (0 = K, 1 = V).
-Tensor rows(const Tensor& buf, int64_t b, int64_t begin, int64_t end, int64_t c) {
-  return buf.select(0, b).narrow(0, begin, end - begin).select(1, c);
+// (n S, 2, H_kv, D): the slice's sequences as one run of rows (a view: the buffer is
+// contiguous and they are adjacent).
+Tensor run_of(const Tensor& buf, const KvSlice& s) {
+  if (s.sequences == 1) return buf.select(0, s.sequence);
+  return buf.narrow(0, s.sequence, s.sequences)
+      .reshape({s.sequences * buf.size(1), buf.size(2), buf.size(3), buf.size(4)});
+}
+// (T, H_kv, D) rows [begin, end) of the slice's run, component c (0 = K, 1 = V).
+Tensor rows(const Tensor& buf, const KvSlice& s, int64_t begin, int64_t end, int64_t c) {
+  return run_of(buf, s).narrow(0, begin, end - begin).select(1, c);
 }
 // (L, 2, H_kv, D) span of the micro-sequence containing [q0, q1) on rank r of P.
 Tensor span(const Tensor& buf, const KvSlice& s, const KvExchange& ex) {
   const int64_t rows_local = s.q1 - s.q0;
   const int64_t begin = s.q0 - ex.rank() * rows_local;
-  return buf.select(0, s.sequence).narrow(0, begin, rows_local * ex.ranks());
+  return run_of(buf, s).narrow(0, begin, rows_local * ex.ranks());
 }
 }  // namespace
 
@@ -35,26 +42,31 @@ std::pair<Tensor, Tensor> kv_write_read(KvBuffer& buffer, const KvSlice& slice,
   KvExchange& ex = exchange ? *exchange : single_rank;
   const Tensor& kv = buffer.kv();
   DL_CHECK(kv.defined(), "kv_buffer", "buffer not allocated (call ensure first)");
-  DL_CHECK(slice.sequence >= 0 && slice.sequence < kv.size(0), "kv_buffer",
-           "sequence " << slice.sequence << " out of range for a buffer of " << kv.size(0));
+  DL_CHECK(slice.sequences >= 1 && slice.sequence >= 0 &&
+               slice.sequence + slice.sequences <= kv.size(0),
+           "kv_buffer",
+           "sequences [" << slice.sequence << ", " << slice.sequence + slice.sequences
+                         << ") out of range for a buffer of " << kv.size(0));
+  DL_CHECK(slice.sequences == 1 || ex.ranks() == 1, "kv_buffer",
+           "a slice of several sequences takes the single-rank exchange");
   DL_CHECK(0 <= slice.first_document_begin && slice.first_document_begin <= slice.q0 &&
-               slice.q0 <= slice.q1 && slice.q1 <= kv.size(1),
+               slice.q0 <= slice.q1 && slice.q1 <= kv.size(1) * slice.sequences,
            "kv_buffer",
            "slice first_document_begin " << slice.first_document_begin << ", q [" << slice.q0
-                                         << ", " << slice.q1 << ") does not fit a sequence of "
-                                         << kv.size(1));
+                                         << ", " << slice.q1 << ") does not fit "
+                                         << slice.sequences << " sequence(s) of " << kv.size(1));
   const Shape local{slice.q1 - slice.q0, kv.size(3), kv.size(4)};
   DL_CHECK(k_local.shape() == local && v_local.shape() == local, "kv_buffer",
            "k/v " << shape_str(k_local.shape()) << " / " << shape_str(v_local.shape())
                   << " must be " << shape_str(local));
   {
     autograd::NoGradGuard no_grad;
-    rows(kv, slice.sequence, slice.q0, slice.q1, 0).copy_(k_local);
-    rows(kv, slice.sequence, slice.q0, slice.q1, 1).copy_(v_local);
+    rows(kv, slice, slice.q0, slice.q1, 0).copy_(k_local);
+    rows(kv, slice, slice.q0, slice.q1, 1).copy_(v_local);
     if (ex.ranks() > 1) ex.all_gather(span(kv, slice, ex));
   }
-  Tensor k_ext = rows(kv, slice.sequence, slice.first_document_begin, slice.q1, 0).detach();
-  Tensor v_ext = rows(kv, slice.sequence, slice.first_document_begin, slice.q1, 1).detach();
+  Tensor k_ext = rows(kv, slice, slice.first_document_begin, slice.q1, 0).detach();
+  Tensor v_ext = rows(kv, slice, slice.first_document_begin, slice.q1, 1).detach();
   autograd::Context ctx;
   const bool drop = faults && faults->drop_grad_slice;
   const bool skip_rs = faults && faults->skip_reduce_scatter;
@@ -65,14 +77,14 @@ std::pair<Tensor, Tensor> kv_write_read(KvBuffer& buffer, const KvSlice& slice,
         autograd::NoGradGuard no_grad;
         const Tensor& grad = buffer.grad();
         for (int64_t c = 0; c < 2; ++c)  // accumulate in the gradient buffer's dtype
-          rows(grad, slice.sequence, slice.first_document_begin, slice.q1, c)
+          rows(grad, slice, slice.first_document_begin, slice.q1, c)
               .add_(g[size_t(c)].to(grad.dtype()));
         // Every later micro-sequence has run its backward: the slice is complete.
         if (ex.ranks() > 1 && !skip_rs) ex.reduce_scatter(span(grad, slice, ex));
         // A fresh copy in the K/V dtype (the buffer slice is reused by the next step).
         const DType dt = buffer.kv().dtype();
         auto out = [&](int64_t c) {
-          Tensor r = rows(grad, slice.sequence, slice.q0, slice.q1, c);
+          Tensor r = rows(grad, slice, slice.q0, slice.q1, c);
           return dt == grad.dtype() ? r.clone() : r.to(dt).contiguous();
         };
         Tensor dk = out(0), dv = out(1);

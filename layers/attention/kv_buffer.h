@@ -56,6 +56,10 @@ struct KvSlice {
   int64_t sequence = 0;              // b: which sequence of the buffer
   int64_t q0 = 0, q1 = 0;            // this rank's query rows (absolute in the sequence)
   int64_t first_document_begin = 0;  // start of the K extent
+  // Sequences [sequence, sequence + sequences) read as ONE run of sequences x S rows (q0,
+  // q1 and first_document_begin count in it): whole sequences of a slice, written and read
+  // with one copy instead of one per sequence. Single-rank exchange only.
+  int64_t sequences = 1;
 };
 
 // Writes k_local/v_local (T_q, H_kv, D) into the buffer at [q0, q1) of sequence b (then

@@ -237,15 +237,17 @@ std::vector<Tensor> cross_entropy_forward(const Tensor& logits, const Tensor& ta
 
 std::vector<Tensor> cross_entropy_backward(const Tensor& go, const Tensor& logits,
                                            const Tensor& lse, const Tensor& targets,
-                                           const Tensor& mask, bool want_mask) {
+                                           const Tensor& mask, bool want_mask,
+                                           std::optional<DType> grad_dtype) {
   const int64_t n = logits.size(0), v = logits.size(1), ld = row_stride("cross_entropy", logits);
+  const DType gdt = grad_dtype.value_or(logits.dtype());
   Tensor g = go.to(Device::cuda, logits.dtype()).contiguous();
   // dlogits in the logits' row layout (a padded ld keeps the GEMMs that read it aligned).
-  Tensor dlogits = empty_like_shape({n, ld}, logits.dtype()).narrow(1, 0, v);
+  Tensor dlogits = empty_like_shape({n, ld}, gdt).narrow(1, 0, v);
   Tensor dmask = want_mask ? empty_like_shape({n}, logits.dtype()) : Tensor();
   launch_cross_entropy_backward(logits.dtype(), g.raw_data(), logits.raw_data(),
                                 targets.data<int64_t>(), mask.defined() ? mask.raw_data() : nullptr,
-                                lse.raw_data(), dlogits.raw_data(),
+                                lse.raw_data(), dlogits.raw_data(), gdt,
                                 dmask.defined() ? dmask.raw_data() : nullptr, n, v, ld);
   return {dlogits, dmask};
 }

@@ -4,6 +4,7 @@
 // with CUDA; engine/ops/cuda_stub.cpp stands in otherwise.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "engine/core/tensor.h"
@@ -60,10 +61,13 @@ Tensor softmax_backward(const Tensor& g, const Tensor& y, int64_t dim, bool log)
 // Returns {loss (), lse (N) f32/f64}.
 std::vector<Tensor> cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                           const Tensor& mask);
-// {dlogits, dmask or undefined}; go is the () upstream gradient.
+// {dlogits, dmask or undefined}; go is the () upstream gradient. dlogits have the logits'
+// row stride and grad_dtype (default the logits' dtype; bf16 from f32 logits writes the
+// operand of a bf16 GEMM directly, without an f32 pass).
 std::vector<Tensor> cross_entropy_backward(const Tensor& go, const Tensor& logits,
                                            const Tensor& lse, const Tensor& targets,
-                                           const Tensor& mask, bool want_mask);
+                                           const Tensor& mask, bool want_mask,
+                                           std::optional<DType> grad_dtype = std::nullopt);
 
 // weight (V, C) contiguous; ids (host values, validated) -> (ids_shape..., C).
 Tensor embedding_forward(const Tensor& weight, const std::vector<int64_t>& ids,

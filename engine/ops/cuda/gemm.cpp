@@ -87,20 +87,12 @@ void gemm(DType dtype, const void* a, int64_t ra, int64_t ca, bool ta, int64_t s
   gemm_cublas(dtype, dtype, a, ra, ca, ta, stride_a, b, rb, cb, tb, stride_b, c, batch, false);
 }
 
-void gemm_f32_out(DType ab, const void* a, int64_t ra, int64_t ca, bool ta, const void* b,
-                  int64_t rb, int64_t cb, bool tb, void* c, bool accumulate, int64_t lda,
-                  int64_t ldb, int64_t ldc) {
-  const int64_t m = ta ? ca : ra, k = ta ? ra : ca, n = tb ? rb : cb;
-  DL_CHECK(ab == DType::f32 || ab == DType::bf16, "matmul",
-           "fp32-output product takes f32 or bf16 operands, got " << dtype_name(ab));
-  if (m * n == 0) return;
-  if (k == 0) {
-    if (!accumulate)
-      DL_CUDA_CHECK(cudaMemset2DAsync(c, size_t(ldc > 0 ? ldc : n) * sizeof(float), 0,
-                                      size_t(n) * sizeof(float), size_t(m),
-                                      cuda::compute_stream()));
-    return;
-  }
+namespace {
+
+// One fp32-output product on already-resolved strides (see gemm_f32_out).
+void gemm_f32_out_one(DType ab, const void* a, int64_t ra, int64_t ca, bool ta, const void* b,
+                      int64_t rb, int64_t cb, bool tb, void* c, bool accumulate, int64_t lda,
+                      int64_t ldb, int64_t ldc) {
   LtMatmul p;
   p.ab = ab;
   p.out = DType::f32;
@@ -111,6 +103,46 @@ void gemm_f32_out(DType ab, const void* a, int64_t ra, int64_t ca, bool ta, cons
   p.accumulate = accumulate;
   if (lt_matmul(p)) return;
   gemm_cublas(ab, DType::f32, a, ra, ca, ta, 0, b, rb, cb, tb, 0, c, 1, accumulate, lda, ldb, ldc);
+}
+
+}  // namespace
+
+void gemm_f32_out(DType ab, const void* a, int64_t ra, int64_t ca, bool ta, const void* b,
+                  int64_t rb, int64_t cb, bool tb, void* c, bool accumulate, int64_t lda,
+                  int64_t ldb, int64_t ldc) {
+  const int64_t m = ta ? ca : ra, k = ta ? ra : ca, n = tb ? rb : cb;
+  DL_CHECK(ab == DType::f32 || ab == DType::bf16, "matmul",
+           "fp32-output product takes f32 or bf16 operands, got " << dtype_name(ab));
+  if (m * n == 0) return;
+  lda = lda > 0 ? lda : ca, ldb = ldb > 0 ? ldb : cb, ldc = ldc > 0 ? ldc : n;
+  if (k == 0) {
+    if (!accumulate)
+      DL_CUDA_CHECK(cudaMemset2DAsync(c, size_t(ldc) * sizeof(float), 0, size_t(n) * sizeof(float),
+                                      size_t(m), cuda::compute_stream()));
+    return;
+  }
+  // A dim that is not a multiple of 8 (GPT-2's vocabulary, 50257) makes cuBLAS take
+  // byte-aligned kernels for the whole product, several times slower. So the product runs
+  // on the largest multiple of 8 of each such dim, and the few leftover rows, columns or
+  // contraction terms (k: accumulated on top) as small separate products.
+  // The sub-block [i0, i0+mi) x [j0, j0+nj) over contraction terms [l0, l0+kl):
+  const size_t esz = dtype_size(ab);
+  auto part = [&](int64_t i0, int64_t mi, int64_t j0, int64_t nj, int64_t l0, int64_t kl,
+                  bool acc) {
+    if (mi == 0 || nj == 0 || kl == 0) return;
+    const char* pa = static_cast<const char*>(a) + esz * size_t(ta ? l0 * lda + i0 : i0 * lda + l0);
+    const char* pb = static_cast<const char*>(b) + esz * size_t(tb ? j0 * ldb + l0 : l0 * ldb + j0);
+    float* pc = static_cast<float*>(c) + i0 * ldc + j0;
+    gemm_f32_out_one(ab, pa, ta ? kl : mi, ta ? mi : kl, ta, pb, tb ? nj : kl, tb ? kl : nj, tb, pc,
+                     acc, lda, ldb, ldc);
+  };
+  auto cut = [](int64_t d) { return d >= 64 && d % 8 != 0 ? d / 8 * 8 : d; };
+  const int64_t m8 = cut(m), n8 = cut(n), k8 = cut(k);
+  for (auto [i0, mi] : {std::pair{int64_t(0), m8}, std::pair{m8, m - m8}})
+    for (auto [j0, nj] : {std::pair{int64_t(0), n8}, std::pair{n8, n - n8}}) {
+      part(i0, mi, j0, nj, 0, k8, accumulate);
+      part(i0, mi, j0, nj, k8, k - k8, true);
+    }
 }
 
 Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias) {

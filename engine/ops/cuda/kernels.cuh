@@ -78,9 +78,11 @@ void launch_softmax_backward(DType dtype, const void* g, const void* y, void* dx
 void launch_cross_entropy_forward(DType dtype, const void* logits, const int64_t* targets,
                                   const void* mask, void* lse, void* row_loss, int64_t n,
                                   int64_t v, int64_t ld);
+// dlogits are of grad_dtype: dtype, or bf16 from f32 logits.
 void launch_cross_entropy_backward(DType dtype, const void* go, const void* logits,
                                    const int64_t* targets, const void* mask, const void* lse,
-                                   void* dlogits, void* dmask, int64_t n, int64_t v, int64_t ld);
+                                   void* dlogits, DType grad_dtype, void* dmask, int64_t n,
+                                   int64_t v, int64_t ld);
 
 // Embedding rows: out[i] = w[ids[i]]; backward: dw[r] = sum over positions[offsets[r] ..
 // offsets[r+1]) of g[position] in increasing position order (each row owned by one block).

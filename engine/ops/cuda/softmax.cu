@@ -95,8 +95,34 @@ __global__ void softmax_backward_strided_kernel(const T* g, const T* y, T* dx, i
 
 constexpr int kCeBlock = 256;
 
-// One block per row: lse[r] and row_loss[r] = mask * (lse - logit[target]) (0 where the
-// mask is 0, like the CPU body).
+// (max, sum of exp(x - max)) pairs merged in one pass over a row (online softmax).
+template <class A>
+struct MaxSum {
+  A m, s;
+};
+template <class A>
+__device__ __forceinline__ MaxSum<A> merge(MaxSum<A> a, MaxSum<A> b) {
+  const A m = max(a.m, b.m);
+  if (m == A(-INFINITY)) return {m, A(0)};
+  return {m, a.s * exp_acc(a.m - m) + b.s * exp_acc(b.m - m)};
+}
+// Block-wide merge in a fixed tree (blockDim.x a multiple of 32): deterministic.
+template <class A>
+__device__ MaxSum<A> block_merge(MaxSum<A> v) {
+  __shared__ A sm[32], ss[32];
+  for (int o = 16; o > 0; o >>= 1)
+    v = merge(v, MaxSum<A>{__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)});
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  if (lane == 0) sm[warp] = v.m, ss[warp] = v.s;
+  __syncthreads();
+  v = lane < nwarps ? MaxSum<A>{sm[lane], ss[lane]} : MaxSum<A>{A(-INFINITY), A(0)};
+  for (int o = 16; o > 0; o >>= 1)
+    v = merge(v, MaxSum<A>{__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)});
+  return v;
+}
+
+// One block per row, one pass over it: lse[r] and row_loss[r] = mask * (lse -
+// logit[target]) (0 where the mask is 0, like the CPU body).
 template <class T>
 __global__ void cross_entropy_forward_kernel(const T* logits, const int64_t* targets, const T* mask,
                                              acc_t<T>* lse, acc_t<T>* row_loss, int64_t v,
@@ -104,24 +130,30 @@ __global__ void cross_entropy_forward_kernel(const T* logits, const int64_t* tar
   using A = acc_t<T>;
   const int64_t r = blockIdx.x;
   const T* row = logits + r * ld;
-  A m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) m = max(m, to_acc(row[j]));
-  m = block_max(m);
-  A s = 0;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) s += exp_acc(to_acc(row[j]) - m);
-  s = block_sum(s);
+  MaxSum<A> ms{A(-INFINITY), A(0)};
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
+    const A x = to_acc(row[j]);
+    if (x > ms.m) {
+      ms.s = ms.s * exp_acc(ms.m - x) + A(1);
+      ms.m = x;
+    } else {
+      ms.s += exp_acc(x - ms.m);
+    }
+  }
+  ms = block_merge(ms);
   if (threadIdx.x == 0) {
-    const A l = m + log_acc(s);
+    const A l = ms.m + log_acc(ms.s);
     const A w = mask ? to_acc(mask[r]) : A(1);
     lse[r] = l;
     row_loss[r] = w != A(0) ? w * (l - to_acc(row[targets[r]])) : A(0);
   }
 }
 
-template <class T>
+// dlogits of type G: the logits' type, or bf16 straight for a bf16 GEMM operand.
+template <class T, class G>
 __global__ void cross_entropy_backward_kernel(const T* go_ptr, const T* logits,
                                               const int64_t* targets, const T* mask,
-                                              const acc_t<T>* lse, T* dlogits, T* dmask,
+                                              const acc_t<T>* lse, G* dlogits, T* dmask,
                                               int64_t v, int64_t ld) {
   using A = acc_t<T>;
   const int64_t r = blockIdx.x;
@@ -130,10 +162,10 @@ __global__ void cross_entropy_backward_kernel(const T* go_ptr, const T* logits,
   const A l = lse[r];
   const int64_t t = targets[r];
   const T* row = logits + r * ld;
-  T* drow = dlogits + r * ld;
+  G* drow = dlogits + r * ld;
   for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
     const A p = w * exp_acc(to_acc(row[j]) - l);
-    drow[j] = from_acc<T>(j == t ? p - w : p);
+    drow[j] = from_acc<G>(j == t ? p - w : p);
   }
   if (dmask && threadIdx.x == 0) dmask[r] = from_acc<T>(go * (l - to_acc(row[t])));
 }
@@ -190,16 +222,24 @@ void launch_cross_entropy_forward(DType dtype, const void* logits, const int64_t
 
 void launch_cross_entropy_backward(DType dtype, const void* go, const void* logits,
                                    const int64_t* targets, const void* mask, const void* lse,
-                                   void* dlogits, void* dmask, int64_t n, int64_t v,
-                                   int64_t ld) {
+                                   void* dlogits, DType grad_dtype, void* dmask, int64_t n,
+                                   int64_t v, int64_t ld) {
   if (n == 0) return;
   dispatch_float("cross_entropy", dtype, [&](auto z) {
     using T = decltype(z);
     using A = acc_t<T>;
-    cross_entropy_backward_kernel<T><<<unsigned(n), kCeBlock>>>(
-        static_cast<const T*>(go), static_cast<const T*>(logits), targets,
-        static_cast<const T*>(mask), static_cast<const A*>(lse), static_cast<T*>(dlogits),
-        static_cast<T*>(dmask), v, ld);
+    auto go_with = [&](auto g) {
+      using G = decltype(g);
+      cross_entropy_backward_kernel<T, G><<<unsigned(n), kCeBlock>>>(
+          static_cast<const T*>(go), static_cast<const T*>(logits), targets,
+          static_cast<const T*>(mask), static_cast<const A*>(lse), static_cast<G*>(dlogits),
+          static_cast<T*>(dmask), v, ld);
+    };
+    if (grad_dtype == dtype) return go_with(T{});
+    DL_CHECK((grad_dtype == DType::bf16 && std::is_same_v<T, float>), "cross_entropy",
+             "dlogits as " << dtype_name(grad_dtype) << " from " << dtype_name(dtype)
+                           << " logits: only f32 logits give bf16 dlogits");
+    if constexpr (std::is_same_v<T, float>) go_with(bf16_t{});
   });
   DL_CUDA_LAUNCH_CHECK();
 }
