@@ -42,6 +42,47 @@ TEST(CoreCuda, StridedViewsAndConversionMatchCpu) {
   EXPECT_EQ(target.to_vector<float>(), expect.to_vector<float>());
 }
 
+// The fast paths of the copy kernel: memcpy for linear runs, 16-byte units for strided
+// same-dtype rows of whole units (the K/V buffer's interleaved slices, column blocks), and
+// the per-element kernel where rows are not whole units; also views of different shapes
+// with the same element count (each view walked in its own row-major order).
+TEST(CoreCuda, StridedCopyPathsMatchCpu) {
+  DL_REQUIRE_GPU();
+  for (DType dt : {DType::bf16, DType::f32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor h = Tensor::randn({5, 6, 2, 3, 16}, 11).to(dt);  // like (B, S, 2, H_kv, D)
+    Tensor d = h.to(Device::cuda);
+    for (int64_t c : {0, 1}) {
+      // (S, H_kv, D) of component c: rows 2 x 3 x 16 elements apart, each 48 contiguous.
+      Tensor hv = h.select(0, 2).select(1, c), dv = d.select(0, 2).select(1, c);
+      EXPECT_EQ(dv.contiguous().to_vector<double>(), hv.contiguous().to_vector<double>());
+      // Into a strided destination from a contiguous source, and back.
+      Tensor src = Tensor::randn({6, 3, 16}, 12 + uint64_t(c)).to(dt);
+      Tensor hd = h.clone(), dd = d.clone();
+      hd.select(0, 1).select(1, c).copy_(src);
+      dd.select(0, 1).select(1, c).copy_(src.to(Device::cuda));
+      EXPECT_EQ(dd.to_vector<double>(), hd.to_vector<double>());
+    }
+    // Rows of 6 elements (not whole 16-byte units in bf16): the per-element kernel.
+    Tensor hn = h.narrow(4, 3, 6), dn = d.narrow(4, 3, 6);
+    EXPECT_EQ(dn.contiguous().to_vector<double>(), hn.contiguous().to_vector<double>());
+    // Same element count, different shapes: (10, 48) strided <- (480) linear.
+    Tensor flat = Tensor::randn({480}, 13).to(dt);
+    Tensor ht = Tensor::zeros({10, 96}, dt), dtt = Tensor::zeros({10, 96}, dt, Device::cuda);
+    ht.narrow(1, 16, 48).copy_(flat.reshape({10, 48}));
+    dtt.narrow(1, 16, 48).copy_(flat.to(Device::cuda).reshape({10, 48}));
+    EXPECT_EQ(dtt.to_vector<double>(), ht.to_vector<double>());
+    // Fill: zero (memset on a linear run), non-zero, and on a strided view.
+    Tensor f = Tensor::full({7, 8}, 2.5, dt, Device::cuda);
+    f.narrow(1, 1, 3).fill_(-1.0);
+    f.narrow(0, 5, 2).zero_();
+    Tensor fe = Tensor::full({7, 8}, 2.5, dt);
+    fe.narrow(1, 1, 3).fill_(-1.0);
+    fe.narrow(0, 5, 2).zero_();
+    EXPECT_EQ(f.to_vector<double>(), fe.to_vector<double>());
+  }
+}
+
 TEST(CoreCuda, FillAndAccumulate) {
   DL_REQUIRE_GPU();
   Tensor d = Tensor::full({129}, 1.5, DType::f32, Device::cuda);

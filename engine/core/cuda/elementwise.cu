@@ -4,6 +4,7 @@
 // contiguous with each other merged), so a contiguous tensor is one linear run. Then:
 // - same-dtype copies of two linear runs are one cudaMemcpyAsync, zero fills of one a
 //   cudaMemsetAsync;
+// - same-dtype strided copies whose rows are whole 16-byte units move a unit per thread;
 // - kernels index linear runs directly, and strided views in 32-bit arithmetic whenever
 //   every offset fits (64-bit division is emulated and many times slower);
 // - the offset loops are unrolled over kMaxDims with a rank guard, so the views' shape and
@@ -76,6 +77,16 @@ __global__ void copy_kernel(StridedView dst, StridedView src, int64_t n) {
     store<D>(dst.data, offset_at<M>(dst, i), load<S>(src.data, offset_at<M>(src, i)));
 }
 
+// A same-dtype copy in 16-byte units: the views count in units (see vector_units), so each
+// thread moves 16 bytes with one offset computation instead of one per element.
+template <int M>
+__global__ void copy_units_kernel(StridedView dst, StridedView src, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    static_cast<uint4*>(dst.data)[offset_at<M>(dst, i)] =
+        static_cast<const uint4*>(src.data)[offset_at<M>(src, i)];
+}
+
 template <class D, int M>
 __global__ void fill_kernel(StridedView dst, double value, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
@@ -123,6 +134,22 @@ StridedView coalesced(const StridedView& v) {
 
 bool is_linear(const StridedView& v) { return v.rank == 1 && v.strides[0] == 1; }
 
+// v (coalesced) recounted in 16-byte units, when its innermost dim is contiguous and every
+// row of it starts on a 16-byte boundary and holds whole units; false otherwise.
+bool vector_units(const StridedView& v, StridedView* out) {
+  const int64_t per = 16 / int64_t(dtype_size(v.dtype));
+  const int last = v.rank - 1;
+  if (per <= 1 || v.strides[last] != 1 || v.shape[last] % per != 0 ||
+      reinterpret_cast<uintptr_t>(v.data) % 16 != 0)
+    return false;
+  for (int d = 0; d < last; ++d)
+    if (v.strides[d] % per != 0) return false;
+  *out = v;
+  out->shape[last] /= per;
+  for (int d = 0; d < last; ++d) out->strides[d] /= per;
+  return true;
+}
+
 bool fits32(const StridedView& v, int64_t numel) {
   constexpr int64_t kMax = (int64_t(1) << 31) - 1;
   int64_t reach = 0;
@@ -159,6 +186,17 @@ void launch_copy(const StridedView& dst_in, const StridedView& src_in, int64_t n
   if (mode == kLinear && dst.dtype == src.dtype) {
     DL_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, size_t(numel) * dtype_size(dst.dtype),
                                   cudaMemcpyDeviceToDevice, compute_stream()));
+    return;
+  }
+  StridedView du, su;
+  if (dst.dtype == src.dtype && vector_units(dst, &du) && vector_units(src, &su)) {
+    // Strided same-dtype copies (a K/V slice into the interleaved buffer, a column block of
+    // a fused projection) move 16 bytes per offset computation.
+    const int64_t units = numel / (16 / int64_t(dtype_size(dst.dtype)));
+    with_mode(mode_of({&du, &su}, units), [&](auto m) {
+      copy_units_kernel<decltype(m)::value><<<blocks_for(units), 256>>>(du, su, units);
+    });
+    DL_CUDA_LAUNCH_CHECK();
     return;
   }
   visit_dtype(dst.dtype, [&](auto zd) {
