@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The GPU benchmarks of BENCHMARKS.md in one invocation (issues 10 and 11), on a machine with
-# one or two GPUs and PyTorch: GPT-2 124M / 350M training throughput against PyTorch eager and
-# torch.compile, and gpt2_124m scaling over sequence lengths for 1 GPU, sdp2 and dp2 (the
-# 2-GPU parts are skipped with one GPU). Needs a CUDA build: BUILD (default build-gpu).
-#   bash scripts/bench_gpu.sh [throughput] [scaling]      (default: both)
+# The GPU benchmarks of BENCHMARKS.md in one invocation (issues 10, 11 and 12), on a machine
+# with GPUs and PyTorch: GPT-2 124M / 350M training throughput against PyTorch eager and
+# torch.compile; gpt2_124m scaling over sequence lengths for 1 GPU, sdp2 and dp2 (the
+# 2-GPU parts are skipped with one GPU); and `wide`: sdp2 / sdp4 / sdp8 at S = 65536 and
+# 131072 (as many as the machine has GPUs for). Needs a CUDA build: BUILD (default build-gpu).
+#   bash scripts/bench_gpu.sh [throughput] [scaling] [wide]   (default: throughput scaling)
 # Logs go to ${OUT:-$BUILD}/bench-*.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -11,10 +12,19 @@ build=${BUILD:-build-gpu}
 out=${OUT:-$build}
 dl="$build/apps/driftless"
 parts=${*:-throughput scaling}
+run_one() {  # the two summary lines, or the error's last lines
+  "$@" >"$out/run.txt" 2>"$out/err.txt" && head -2 "$out/run.txt" ||
+    { echo "FAILED: $*"; grep -v "^  step" "$out/err.txt" | tail -3; }
+}
 gpus=$(nvidia-smi -L | wc -l)
-mpi=(mpirun -np 2 --oversubscribe --bind-to none)
-[ "$(id -u)" = 0 ] && mpi+=(--allow-run-as-root)
+mpi_n() {  # mpirun with n ranks
+  local cmd=(mpirun -np "$1" --oversubscribe --bind-to none)
+  [ "$(id -u)" = 0 ] && cmd+=(--allow-run-as-root)
+  echo "${cmd[@]}"
+}
+read -ra mpi <<<"$(mpi_n 2)"
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
+export NCCL_NVLS_ENABLE=0  # no NVLink multicast on shared hosts
 
 if [[ $parts == *throughput* ]]; then
   for spec in "124m 16" "350m 8"; do
@@ -36,10 +46,6 @@ if [[ $parts == *scaling* ]]; then
     common=(--config configs/models/gpt2_124m.yaml --set batch.sequence_length=$S
             --set batch.sequences=2 --steps 4 --warmup 2)
     echo "== scaling S=$S, 2 sequences of packed documents" | tee -a "$out/bench-scaling.log"
-    run_one() {  # the two summary lines, or the error's last lines
-      "$@" >"$out/run.txt" 2>"$out/err.txt" && head -2 "$out/run.txt" ||
-        { echo "FAILED: $*"; grep -v "^  step" "$out/err.txt" | tail -3; }
-    }
     run_one "$dl" bench train "${common[@]}" | tee -a "$out/bench-scaling.log"
     if [ "$gpus" -ge 2 ]; then
       for layout in sequence_data_parallel data_parallel; do
@@ -49,4 +55,18 @@ if [[ $parts == *scaling* ]]; then
     fi
     rm -f "$out/run.txt" "$out/err.txt"
   done
+fi
+
+if [[ $parts == *wide* ]]; then
+  for S in 65536 131072; do
+    echo "== sdp scaling S=$S, 2 sequences of packed documents" | tee -a "$out/bench-wide.log"
+    for P in 2 4 8; do
+      [ "$gpus" -ge "$P" ] || continue
+      # shellcheck disable=SC2046
+      run_one $(mpi_n "$P") "$dl" bench train --config configs/models/gpt2_124m.yaml \
+        --set batch.sequence_length=$S --set batch.sequences=2 --steps 4 --warmup 2 \
+        --set distributed.sequence_data_parallel=$P | tee -a "$out/bench-wide.log"
+    done
+  done
+  rm -f "$out/run.txt" "$out/err.txt"
 fi

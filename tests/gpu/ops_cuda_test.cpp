@@ -293,6 +293,14 @@ TEST(OpsCuda, Reductions) {
     check(
         "mean", "many columns", [](const auto& x) { return ops::mean(x[0], 0); },
         {rnd({129, 2049})}, dt);
+    // Few adjacent outputs, long sums: the chunked two-pass reduction (a bias gradient),
+    // with a last chunk shorter than the others.
+    check(
+        "sum", "bias gradient", [](const auto& x) { return ops::sum(x[0], 0); },
+        {rnd({4099, 773})}, dt);
+    check(
+        "sum", "two kept dims", [](const auto& x) { return ops::sum(x[0], 0); },
+        {rnd({600, 5, 9})}, dt);
     check(
         "mean", "transposed view",
         [](const auto& x) { return ops::mean(ops::transpose(x[0], 0, 1), 1); }, {rnd({65, 7})}, dt);
