@@ -13,6 +13,33 @@ int64_t document_extent(int64_t length, int32_t pad_documents_to) {
   return (length + pad_documents_to - 1) / pad_documents_to * pad_documents_to;
 }
 
+namespace {
+// ModelInput::exchange_rows of the span [span_begin, span_begin + L) cut into P chunks: at
+// each chunk end, the rows of the document that continues past it (its readers sit after
+// the end, on another rank or in a later micro-sequence), counted back to the document's
+// start or the chunk's start, whichever is later; the most over the chunks.
+int64_t exchange_rows(std::span<const int32_t> document_lengths, int32_t pad_documents_to,
+                      int64_t span_begin, int64_t L, int64_t P) {
+  const int64_t c = L / P;
+  int64_t rows = 0, start = 0;
+  size_t j = 0;
+  for (int64_t k = 0; k < P; ++k) {
+    const int64_t chunk_begin = span_begin + k * c, chunk_end = chunk_begin + c;
+    // The document holding row chunk_end - 1 (documents are in order; skip those before).
+    while (j < document_lengths.size() &&
+           start + document_extent(document_lengths[j], pad_documents_to) < chunk_end) {
+      start += document_extent(document_lengths[j], pad_documents_to);
+      ++j;
+    }
+    if (j == document_lengths.size()) break;
+    const int64_t end = start + document_extent(document_lengths[j], pad_documents_to);
+    if (start < chunk_end && end > chunk_end)
+      rows = std::max(rows, chunk_end - std::max(start, chunk_begin));
+  }
+  return rows;
+}
+}  // namespace
+
 ModelInput length_model(std::span<const int32_t> document_lengths, const SliceSpec& slice,
                         int32_t pad_documents_to) {
   DL_CHECK(pad_documents_to >= 0, "length_model",
@@ -84,6 +111,8 @@ ModelInput length_model(std::span<const int32_t> document_lengths, const SliceSp
   }
   DL_CHECK(in.first_document_begin >= 0, "length_model",
            "internal: no document covers query rows [" << q0 << ", " << q1 << ")");
+  in.exchange_rows = exchange_rows(document_lengths, pad_documents_to, slice.micro_sequence * L, L,
+                                   P);
   return in;
 }
 

@@ -37,6 +37,7 @@ nlohmann::json to_json(const ModelInput& in) {
   j["sequence_k_past"] = in.sequence_k_past;
   j["sequence_k_end"] = in.sequence_k_end;
   j["first_document_begin"] = in.first_document_begin;
+  j["exchange_rows"] = in.exchange_rows;
   j["document_ids"] = in.document_ids;
   j["cu_seqlens_q"] = in.cu_seqlens_q;
   j["cu_seqlens_k"] = in.cu_seqlens_k;

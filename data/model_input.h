@@ -29,6 +29,14 @@ struct ModelInput {
   // Absolute start (in the sequence) of the first document with a query row in [q0, q1).
   // The K extent handed to attention is [first_document_begin, sequence_k_end).
   int64_t first_document_begin = 0;
+  // SDP K/V exchange of this micro-sequence's span (L rows, P chunks of L/P): only the last
+  // exchange_rows rows of each chunk are ever read by another rank, in this micro-sequence
+  // or a later one (the rows of the document that straddles the chunk's end, from its
+  // start or the chunk's start). 0: no document crosses a chunk end, nothing to exchange;
+  // L/P: whole chunks; -1 (a ModelInput not made by the length model): unknown, whole
+  // chunks. The same on every rank of the sequence (a function of the document lengths, i
+  // and P), so every rank runs the same collective.
+  int64_t exchange_rows = -1;
 
   // ---- per query row, [T_q] with T_q = q1 - q0 (row t is position q0 + t) ----
   std::vector<int32_t> tokens;     // sampler's packed tokens (padding rows: end-of-text)

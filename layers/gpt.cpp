@@ -256,7 +256,7 @@ Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<SliceIn
     // run of the buffer, written and read with one copy each.
     const int64_t n = int64_t(slice.size()), run = n * buffer.kv().size(1);
     std::tie(k_all, v_all) =
-        kv_write_read(buffer, KvSlice{slice[0].slot, 0, run, 0, n}, k, v, o.exchange);
+        kv_write_read(buffer, KvSlice{slice[0].slot, 0, run, 0, -1, n}, k, v, o.exchange);
   } else {
     // The per-sequence rows of K and V come from ONE split each: its backward assembles the
     // gradient once (a narrow per sequence would materialise a full-size zero gradient per
@@ -267,7 +267,8 @@ Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<SliceIn
     std::vector<Tensor> k_parts, v_parts;
     for (size_t i = 0; i < slice.size(); ++i) {
       const data::ModelInput& in = *slice[i].input;
-      KvSlice ks{slice[i].slot, in.sequence_k_past, in.sequence_k_end, in.first_document_begin};
+      KvSlice ks{slice[i].slot, in.sequence_k_past, in.sequence_k_end, in.first_document_begin,
+                 in.exchange_rows};
       auto [k_ext, v_ext] = kv_write_read(buffer, ks, k_q[i], v_q[i], o.exchange,
                                           any_kv_fault ? &kv_faults : nullptr);
       k_parts.push_back(k_ext);

@@ -15,14 +15,19 @@ class CommKvExchange final : public layers::KvExchange {
   explicit CommKvExchange(Communicator& sdp) : sdp_(sdp) {}
   int64_t ranks() const override { return sdp_.size(); }
   int64_t rank() const override { return sdp_.rank(); }
-  // span (L, 2, H_kv, D), contiguous: chunk rank() (L/P rows) is filled; fills the others.
-  void all_gather(const Tensor& span) override;
+  // span (L, 2, H_kv, D), contiguous: chunk rank() (L/P rows) is filled; fills the others
+  // (with rows in [1, L/P): only their last `rows` rows, packed into one collective).
+  void all_gather(const Tensor& span, int64_t rows = -1) override;
   // grad span (L, 2, H_kv, D): chunk rank() becomes the rank-order sum of every rank's
-  // chunk rank(); the other chunks keep this rank's partial values.
-  void reduce_scatter(const Tensor& grad_span) override;
+  // chunk rank() (with rows in [1, L/P): its last `rows` rows; the rows before them keep
+  // this rank's values, which no other rank adds to); the other chunks keep this rank's
+  // partial values.
+  void reduce_scatter(const Tensor& grad_span, int64_t rows = -1) override;
 
  private:
   void check_span(const char* op, const Tensor& span) const;
+  // (P, rows, ...) view of the last `rows` rows of each chunk of span.
+  Tensor chunk_tails(const Tensor& span, int64_t rows) const;
   Communicator& sdp_;
 };
 

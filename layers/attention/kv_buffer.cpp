@@ -63,7 +63,7 @@ std::pair<Tensor, Tensor> kv_write_read(KvBuffer& buffer, const KvSlice& slice,
     autograd::NoGradGuard no_grad;
     rows(kv, slice, slice.q0, slice.q1, 0).copy_(k_local);
     rows(kv, slice, slice.q0, slice.q1, 1).copy_(v_local);
-    if (ex.ranks() > 1) ex.all_gather(span(kv, slice, ex));
+    if (ex.ranks() > 1) ex.all_gather(span(kv, slice, ex), slice.exchange_rows);
   }
   Tensor k_ext = rows(kv, slice, slice.first_document_begin, slice.q1, 0).detach();
   Tensor v_ext = rows(kv, slice, slice.first_document_begin, slice.q1, 1).detach();
@@ -80,7 +80,8 @@ std::pair<Tensor, Tensor> kv_write_read(KvBuffer& buffer, const KvSlice& slice,
           rows(grad, slice, slice.first_document_begin, slice.q1, c)
               .add_(g[size_t(c)].to(grad.dtype()));
         // Every later micro-sequence has run its backward: the slice is complete.
-        if (ex.ranks() > 1 && !skip_rs) ex.reduce_scatter(span(grad, slice, ex));
+        if (ex.ranks() > 1 && !skip_rs)
+          ex.reduce_scatter(span(grad, slice, ex), slice.exchange_rows);
         // A fresh copy in the K/V dtype (the buffer slice is reused by the next step).
         const DType dt = buffer.kv().dtype();
         auto out = [&](int64_t c) {

@@ -22,11 +22,14 @@ class KvExchange {
   virtual int64_t ranks() const { return 1; }
   virtual int64_t rank() const { return 0; }
   // span (L, 2, H_kv, D), contiguous view of the buffer: this rank filled its chunk; fill
-  // the others' (all-gather in place).
-  virtual void all_gather(const Tensor& span) {}
+  // the others' (all-gather in place). rows: only the last `rows` rows of each chunk are
+  // read by other ranks (ModelInput::exchange_rows): just those move; 0 moves nothing,
+  // < 0 or >= L/P whole chunks.
+  virtual void all_gather(const Tensor& span, int64_t rows = -1) {}
   // grad span (L, 2, H_kv, D): sum over ranks; afterwards this rank's chunk holds the sum
-  // (reduce-scatter in place; other chunks are left undefined).
-  virtual void reduce_scatter(const Tensor& grad_span) {}
+  // (reduce-scatter in place; other chunks are left undefined). With rows, only the last
+  // `rows` rows of each chunk are summed: no other rank adds to the rows before them.
+  virtual void reduce_scatter(const Tensor& grad_span, int64_t rows = -1) {}
 };
 
 // Test-only fault switches (issue "regress": prove the report catches real bugs).
@@ -56,6 +59,9 @@ struct KvSlice {
   int64_t sequence = 0;              // b: which sequence of the buffer
   int64_t q0 = 0, q1 = 0;            // this rank's query rows (absolute in the sequence)
   int64_t first_document_begin = 0;  // start of the K extent
+  // Rows at the end of each rank's chunk of the span that other ranks read
+  // (ModelInput::exchange_rows); < 0: whole chunks.
+  int64_t exchange_rows = -1;
   // Sequences [sequence, sequence + sequences) read as ONE run of sequences x S rows (q0,
   // q1 and first_document_begin count in it): whole sequences of a slice, written and read
   // with one copy instead of one per sequence. Single-rank exchange only.

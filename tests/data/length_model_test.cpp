@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "engine/core/random.h"
@@ -187,6 +188,64 @@ TEST(LengthModel, PaddedDocumentsEveryRealLength) {
       }
     }
   }
+}
+
+// ModelInput::exchange_rows against the reads it must serve: every key row that some rank
+// reads (in any micro-sequence) from a chunk another rank wrote lies within the last
+// exchange_rows rows of that chunk, and exchange_rows is no larger than those reads need.
+// The same value on every rank of a micro-sequence.
+void check_exchange_rows(const std::vector<int32_t>& lengths, int32_t pad) {
+  const int64_t S = int64_t(reference(lengths, pad).doc.size());
+  for (int m = 1; m <= 4; ++m) {
+    if (S % m) continue;
+    for (int P : {2, 3, 4}) {
+      const int64_t L = S / m;
+      if (L % P) continue;
+      const int64_t c = L / P;
+      std::vector<int64_t> exch(static_cast<size_t>(m), 0), need(static_cast<size_t>(m), 0);
+      for (int i = 0; i < m; ++i) {
+        exch[size_t(i)] = length_model(lengths, {i, m, 0, P}, pad).exchange_rows;
+        for (int r = 1; r < P; ++r)
+          ASSERT_EQ(length_model(lengths, {i, m, r, P}, pad).exchange_rows, exch[size_t(i)])
+              << describe(lengths, pad, m, i, P, r);
+      }
+      for (int j = 0; j < m; ++j)
+        for (int r = 0; r < P; ++r) {
+          ModelInput in = length_model(lengths, {j, m, r, P}, pad);
+          for (int64_t u = in.first_document_begin; u < in.sequence_k_end; ++u) {
+            const int64_t i = u / L, k = (u - i * L) / c, chunk_end = i * L + (k + 1) * c;
+            if (k == r) continue;  // written by this rank itself
+            need[size_t(i)] = std::max(need[size_t(i)], chunk_end - u);
+          }
+        }
+      for (int i = 0; i < m; ++i)
+        ASSERT_EQ(exch[size_t(i)], need[size_t(i)])
+            << describe(lengths, pad, m, i, P, 0) << ": exchange_rows vs the reads";
+    }
+  }
+}
+
+TEST(LengthModel, ExchangeRowsCoverEveryCrossRankRead) {
+  for (int S = 1; S <= 12; ++S)
+    for (uint64_t c = 0; c < (uint64_t(1) << (S - 1)); ++c) {
+      check_exchange_rows(composition(S, c), 0);
+      if (HasFailure()) return;
+    }
+  // Padding: extents of 2, real lengths 1 or 2; and zero-length documents.
+  for (int blocks = 1; blocks <= 6; ++blocks)
+    for (uint64_t c = 0; c < (uint64_t(1) << (blocks - 1)); ++c) {
+      std::vector<int32_t> lengths = composition(blocks, c);
+      for (auto& l : lengths) l = 2 * l - (l % 2);
+      check_exchange_rows(lengths, 2);
+      lengths.insert(lengths.begin() + lengths.size() / 2, 0);
+      check_exchange_rows(lengths, 0);
+      if (HasFailure()) return;
+    }
+  // Known values: one 32-token document over 2 ranks needs whole chunks; documents that
+  // end on the chunk boundary need nothing; a document straddling it from row 1, 15 rows.
+  EXPECT_EQ(length_model(std::vector<int32_t>{32}, {0, 1, 0, 2}).exchange_rows, 16);
+  EXPECT_EQ(length_model(std::vector<int32_t>{5, 0, 11, 3, 13}, {0, 1, 1, 2}).exchange_rows, 0);
+  EXPECT_EQ(length_model(std::vector<int32_t>{1, 30, 1}, {0, 1, 0, 2}).exchange_rows, 15);
 }
 
 TEST(LengthModel, KnownCase) {

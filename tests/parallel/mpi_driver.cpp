@@ -252,6 +252,38 @@ void test_groups(const World& world) {
     CHECK(buffer.select(0, 1).narrow(0, 0, 2).to_vector<float>() ==
               std::vector<float>(2 * 2 * H * D, -5.0f),
           "all_gather wrote outside the span");
+
+    // Only the chunks' tails (ModelInput::exchange_rows = 2 of 3 rows): the last 2 rows of
+    // every chunk move; the first row of another rank's chunk is left as it was, and in the
+    // reduce-scatter this rank's first row keeps its own value.
+    if (sdp > 1) {
+      const int64_t tail = 2, row = 2 * H * D;
+      span.fill_(-7.0);
+      span.narrow(0, c.sdp_rank * rows, rows)
+          .copy_(filled(R, chunk, DType::f32).view({rows, 2, H, D}));
+      exchange.all_gather(span, tail);
+      for (int s = 0; s < sdp; ++s) {
+        std::vector<double> want_s = filled(peers[s], chunk, DType::f32).to_vector<double>();
+        if (s != c.sdp_rank)
+          for (int64_t i = 0; i < (rows - tail) * row; ++i) want_s[size_t(i)] = -7.0;
+        expect_values("kv all_gather of tails", span.narrow(0, s * rows, rows), want_s);
+      }
+      grad.copy_(filled(R, L * row, DType::f32).view({L, 2, H, D}));
+      exchange.reduce_scatter(grad, tail);
+      std::vector<double> want_t(chunk, 0.0);
+      for (int64_t i = 0; i < chunk; ++i) {
+        if (i < (rows - tail) * row) {
+          want_t[i] = double(float(value(R, c.sdp_rank * chunk + i, DType::f32)));
+          continue;
+        }
+        float acc = float(value(peers[0], c.sdp_rank * chunk + i, DType::f32));
+        for (int s = 1; s < sdp; ++s)
+          acc += float(value(peers[s], c.sdp_rank * chunk + i, DType::f32));
+        want_t[i] = acc;
+      }
+      expect_values("kv reduce_scatter of tails", grad.narrow(0, c.sdp_rank * rows, rows), want_t);
+      exchange.all_gather(span, 0);  // nothing to move: a no-op on every rank
+    }
   }
   // A layout that does not match the world fails on every rank before any communication.
   bool threw = false;
