@@ -268,7 +268,7 @@ Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<SliceIn
     for (size_t i = 0; i < slice.size(); ++i) {
       const data::ModelInput& in = *slice[i].input;
       KvSlice ks{slice[i].slot, in.sequence_k_past, in.sequence_k_end, in.first_document_begin,
-                 in.exchange_rows};
+                 o.full_kv_exchange ? -1 : in.exchange_rows};
       auto [k_ext, v_ext] = kv_write_read(buffer, ks, k_q[i], v_q[i], o.exchange,
                                           any_kv_fault ? &kv_faults : nullptr);
       k_parts.push_back(k_ext);

@@ -40,6 +40,9 @@ struct ForwardOptions {
   // The loss recomputes its logits in the backward instead of saving dx / dW: set when
   // several forwards are in flight before their backwards (lm_loss.h).
   bool recompute_loss = false;
+  // SDP: exchange whole chunks of K/V instead of only the rows other ranks read
+  // (ModelInput::exchange_rows); distributed.kv_exchange: full.
+  bool full_kv_exchange = false;
   uint64_t dropout_seed = 0;
 };
 

@@ -52,6 +52,9 @@ if [[ $parts == *scaling* ]]; then
         run_one "${mpi[@]}" "$dl" bench train "${common[@]}" --set distributed.$layout=2 |
           tee -a "$out/bench-scaling.log"
       done
+      # sdp2 exchanging whole K/V chunks (the default moves only the rows other ranks read)
+      run_one "${mpi[@]}" "$dl" bench train "${common[@]}" --set distributed.sequence_data_parallel=2 \
+        --set distributed.kv_exchange=full | tee -a "$out/bench-scaling.log"
     fi
     rm -f "$out/run.txt" "$out/err.txt"
   done

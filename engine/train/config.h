@@ -65,6 +65,7 @@ struct DistributedConfig {
   int64_t data_parallel = 1;
   int64_t zero_stage = 0;
   double bucket_mb = 25;  // gradient all-reduce buckets; 0: one reduction after the backward
+  std::string kv_exchange = "needed";  // needed | full: SDP K/V rows exchanged
   double timeout_seconds = 600;
 };
 

@@ -59,6 +59,7 @@ void visit_schema_impl(C& c, V&& v) {
   v(Field{"distributed.data_parallel", "ranks splitting the batch", 1, 1 << 16}, c.distributed.data_parallel);
   v(Field{"distributed.zero_stage", "0: all-reduce gradients; 1 (ZeRO-1): reduce-scatter gradients, shard optimizer state over the data group, all-gather parameters", 0, 1}, c.distributed.zero_stage);
   v(Field{"distributed.bucket_mb", "size of the gradient buckets all-reduced during the backward (on GPU overlapped with it, on a side stream); 0: one all-reduce after the backward", 0, 1e5}, c.distributed.bucket_mb);
+  v(Field{"distributed.kv_exchange", "SDP K/V exchange per layer: needed moves only the rows another rank reads (the tail of each rank's chunk that a document crossing into the next chunk reaches back to); full all-gathers / reduce-scatters whole chunks", 0, 0, {"needed", "full"}}, c.distributed.kv_exchange);
   v(Field{"distributed.timeout_seconds", "a collective waiting longer ends the job", 1, 1e6}, c.distributed.timeout_seconds);
   // precision
   v(Field{"precision.device", "where the run computes", 0, 0, {"cpu", "cuda"}}, c.precision.device);

@@ -75,6 +75,8 @@ std::vector<LayoutResult> run_regression(const RegressConfig& c, const RegressRu
   std::map<std::string, bool> ran;
   std::map<std::string, std::string> errors;
   std::map<std::string, std::string> dtype;  // layout -> precision.compute of its run
+  size_t name_width = 14;  // the progress lines' name column fits the longest name
+  for (const auto& l : c.layouts) name_width = std::max(name_width, l.name.size() + 1);
   for (const auto& l : c.layouts) {
     const std::string dir = fs::absolute(fs::path(c.output_dir) / l.name).string();
     fs::remove_all(dir);
@@ -95,7 +97,7 @@ std::vector<LayoutResult> run_regression(const RegressConfig& c, const RegressRu
       argv.push_back(ov);
     }
     const auto t0 = std::chrono::steady_clock::now();
-    log << "  running " << std::left << std::setw(14) << l.name << std::flush;
+    log << "  running " << std::left << std::setw(int(name_width)) << l.name << std::flush;
     const int status = run_child(argv, l.env, dir + "/train.log");
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ran[l.name] = status == 0;

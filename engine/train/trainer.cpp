@@ -176,6 +176,7 @@ StepStats Trainer::train_step(int64_t step) {
   fo.dropout_seed = random::derive(uint64_t(config_.training.seed), uint64_t(step));
   // Several forwards before their backwards: the loss must not hold a dW per forward.
   fo.recompute_loss = layout_.micro_sequences > 1 || layout_.breadth_first > 1;
+  fo.full_kv_exchange = config_.distributed.kv_exchange == "full";
 
   const int64_t m = layout_.micro_sequences;
   const data::SliceSpec base{0, int32_t(m), int32_t(layout_.sdp_rank()),
