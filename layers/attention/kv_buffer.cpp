@@ -70,11 +70,19 @@ std::pair<Tensor, Tensor> kv_write_read(KvBuffer& buffer, const KvSlice& slice,
   autograd::Context ctx;
   const bool drop = faults && faults->drop_grad_slice;
   const bool skip_rs = faults && faults->skip_reduce_scatter;
+  // One rank, and the slice is its whole run from row 0 (no micro-sequences): no other
+  // slice of the step reads or writes these rows, so the gradient buffer would hold exactly
+  // this backward's gradient. It is returned as is, skipping the buffer's add and the
+  // round trip through its (f32) dtype, which are exact here: the same bits.
+  const bool sole = ex.ranks() == 1 && slice.q0 == 0 && slice.first_document_begin == 0 &&
+                    slice.q1 == kv.size(1) * slice.sequences;
   auto outs = autograd::record(
       "kv_buffer", {k_local, v_local}, {k_ext, v_ext}, std::move(ctx),
-      [&buffer, slice, &ex, drop, skip_rs](autograd::Context&,
+      [&buffer, slice, &ex, drop, skip_rs, sole](autograd::Context&,
                                   const std::vector<Tensor>& g) -> std::vector<Tensor> {
         autograd::NoGradGuard no_grad;
+        const DType dt = buffer.kv().dtype();
+        if (sole && !drop) return {g[0].to(dt).contiguous(), g[1].to(dt).contiguous()};
         const Tensor& grad = buffer.grad();
         for (int64_t c = 0; c < 2; ++c)  // accumulate in the gradient buffer's dtype
           rows(grad, slice, slice.first_document_begin, slice.q1, c)
@@ -83,7 +91,6 @@ std::pair<Tensor, Tensor> kv_write_read(KvBuffer& buffer, const KvSlice& slice,
         if (ex.ranks() > 1 && !skip_rs)
           ex.reduce_scatter(span(grad, slice, ex), slice.exchange_rows);
         // A fresh copy in the K/V dtype (the buffer slice is reused by the next step).
-        const DType dt = buffer.kv().dtype();
         auto out = [&](int64_t c) {
           Tensor r = rows(grad, slice, slice.q0, slice.q1, c);
           return dt == grad.dtype() ? r.clone() : r.to(dt).contiguous();
