@@ -23,31 +23,28 @@ Tensor CommKvExchange::chunk_tails(const Tensor& span, int64_t rows) const {
 // With packed documents a rank reads only the end of the chunk before its own (from the
 // start of the document that crosses into it), so moving just the chunks' tails cuts the
 // traffic from L rows to P x rows per micro-sequence and layer.
+// The tails travel packed as one contiguous (P, rows, ...) tensor: rank r's tail is its
+// slice r, which is the chunk the in-place collectives give rank r.
 void CommKvExchange::all_gather(const Tensor& span, int64_t rows) {
   check_span("kv_exchange.all_gather", span);
-  const int64_t P = sdp_.size(), c = span.size(0) / P;
-  if (rows < 0 || rows >= c) return sdp_.all_gather_in_place(span);
+  if (rows < 0 || rows >= span.size(0) / sdp_.size()) return sdp_.all_gather_in_place(span);
   if (rows == 0) return;
-  Tensor tails = chunk_tails(span, rows);  // (P, rows, ...)
-  Shape packed_shape = span.shape();
-  packed_shape[0] = P * rows;
-  Tensor packed = Tensor::empty(packed_shape, span.dtype(), span.device());
-  packed.narrow(0, int64_t(sdp_.rank()) * rows, rows).copy_(tails.select(0, sdp_.rank()));
+  Tensor tails = chunk_tails(span, rows);
+  Tensor packed = Tensor::empty(tails.shape(), span.dtype(), span.device());
+  packed.select(0, sdp_.rank()).copy_(tails.select(0, sdp_.rank()));
   sdp_.all_gather_in_place(packed);
-  tails.copy_(packed.view(tails.shape()));  // this rank's own tail gets its own values back
+  tails.copy_(packed);  // this rank's own tail gets its own values back
 }
 
 void CommKvExchange::reduce_scatter(const Tensor& grad_span, int64_t rows) {
   check_span("kv_exchange.reduce_scatter", grad_span);
-  const int64_t P = sdp_.size(), c = grad_span.size(0) / P;
-  if (rows < 0 || rows >= c) return sdp_.reduce_scatter_in_place(grad_span);
+  if (rows < 0 || rows >= grad_span.size(0) / sdp_.size())
+    return sdp_.reduce_scatter_in_place(grad_span);
   if (rows == 0) return;
-  Tensor tails = chunk_tails(grad_span, rows);  // (P, rows, ...)
-  Shape packed_shape = grad_span.shape();
-  packed_shape[0] = P * rows;
-  Tensor packed = tails.clone().view(packed_shape);
+  Tensor tails = chunk_tails(grad_span, rows);
+  Tensor packed = tails.clone();
   sdp_.reduce_scatter_in_place(packed);
-  tails.select(0, sdp_.rank()).copy_(packed.narrow(0, int64_t(sdp_.rank()) * rows, rows));
+  tails.select(0, sdp_.rank()).copy_(packed.select(0, sdp_.rank()));
 }
 
 std::unique_ptr<layers::KvExchange> make_kv_exchange(Communicator& sdp) {

@@ -7,10 +7,7 @@
 // - same-dtype strided copies whose rows are whole 16-byte units move a unit per thread;
 // - kernels index linear runs directly, and strided views in 32-bit arithmetic whenever
 //   every offset fits (64-bit division is emulated and many times slower);
-// - the offset loops are unrolled over kMaxDims with a rank guard, so the views' shape and
-//   stride arrays are read in place from the kernel parameters. (Indexing them with a
-//   runtime dim made every thread copy both views into local memory first: that copy, not
-//   the data, bounded these kernels at ~130 GB/s.)
+// - offsets come from strided_offset.cuh, which reads the views' arrays in place.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -20,35 +17,21 @@
 #include "engine/core/cuda/check.h"
 #include "engine/core/cuda/elementwise.cuh"
 #include "engine/core/cuda/stream.h"
+#include "engine/core/cuda/strided_offset.cuh"
 
 namespace driftless::cuda {
 namespace {
 
 enum Mode : int { kLinear = 0, kStrided32 = 1, kStrided64 = 2 };
 
-// Row-major element `linear` of v; I is the index type (int32 when it fits).
-template <class I>
-__device__ __forceinline__ I element_offset(const StridedView& v, I linear) {
-  I off = 0;
-#pragma unroll
-  for (int d = kMaxDims - 1; d > 0; --d) {
-    if (d < v.rank) {
-      const I s = I(v.shape[d]);
-      off += (linear % s) * I(v.strides[d]);
-      linear /= s;
-    }
-  }
-  return off + linear * I(v.strides[0]);
-}
-
 template <int M>
 __device__ __forceinline__ int64_t offset_at(const StridedView& v, int64_t i) {
   if constexpr (M == kLinear) {
     return i;
   } else if constexpr (M == kStrided32) {
-    return element_offset<int32_t>(v, int32_t(i));
+    return strided_offset<int32_t>(v.rank, v.shape, v.strides, int32_t(i));
   } else {
-    return element_offset<int64_t>(v, i);
+    return strided_offset<int64_t>(v.rank, v.shape, v.strides, i);
   }
 }
 

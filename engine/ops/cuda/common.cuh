@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "engine/core/cuda/check.h"
+#include "engine/core/cuda/strided_offset.cuh"
 #include "engine/ops/cuda/kernels.cuh"
 
 namespace driftless::ops::gpu {
@@ -70,22 +71,11 @@ inline unsigned grid_for(int64_t n, int threads) {
   return unsigned(b);
 }
 
-// Offset of row-major element `linear` of shape `layout` under `strides`; I is the index
-// type (int32 where every offset fits: 64-bit division is emulated). The loop is unrolled
-// over kMaxDims with a rank guard so the arrays are read in place from the kernel
-// parameters: a runtime index made every thread copy them into local memory first.
+// Offset of row-major element `linear` of shape `layout` under `strides` (I: int32 where
+// every offset fits; see strided_offset.cuh).
 template <class I = int64_t>
 __device__ __forceinline__ I offset_of(const Layout& layout, const Strides& st, I linear) {
-  I off = 0;
-#pragma unroll
-  for (int d = kMaxDims - 1; d > 0; --d) {
-    if (d < layout.rank) {
-      const I s = I(layout.shape[d]);
-      off += (linear % s) * I(st.v[d]);
-      linear /= s;
-    }
-  }
-  return layout.rank > 0 ? off + linear * I(st.v[0]) : off;
+  return ::driftless::cuda::strided_offset<I>(layout.rank, layout.shape, st.v, linear);
 }
 
 // How a kernel indexes its operands: all dense (offset = i), or through offset_of in

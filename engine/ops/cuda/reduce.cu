@@ -9,25 +9,10 @@
 namespace driftless::ops::gpu {
 namespace {
 
+using ::driftless::cuda::strided_offset;
+
 constexpr int kBlock = 256;
 constexpr int kMaxParts = 1024;  // blocks of the first sum_all pass
-
-// Offset of element `linear` of dims (shape, strides); unrolled over kMaxDims with a rank
-// guard so the arrays are read in place from the kernel parameters (a runtime index makes
-// every thread copy them into local memory first).
-__device__ __forceinline__ int64_t dims_offset(int rank, const int64_t (&shape)[kMaxDims],
-                                               const int64_t (&strides)[kMaxDims],
-                                               int64_t linear) {
-  int64_t off = 0;
-#pragma unroll
-  for (int d = kMaxDims - 1; d > 0; --d) {
-    if (d < rank) {
-      off += (linear % shape[d]) * strides[d];
-      linear /= shape[d];
-    }
-  }
-  return rank > 0 ? off + linear * strides[0] : off;
-}
 
 // Sum of reduced elements [r0, r1) of the output whose kept offset is `base`.
 template <class T, class A>
@@ -39,7 +24,7 @@ __device__ __forceinline__ A sum_rows(const T* base, const ReduceLayout& L, int6
     for (int64_t r = r0; r < r1; ++r) acc += to_acc(base[r * st]);
   } else {
     for (int64_t r = r0; r < r1; ++r)
-      acc += to_acc(base[dims_offset(L.red_rank, L.red_shape, L.red_strides, r)]);
+      acc += to_acc(base[strided_offset<int64_t>(L.red_rank, L.red_shape, L.red_strides, r)]);
   }
   return acc;
 }
@@ -51,7 +36,7 @@ __global__ void reduce_thread_kernel(const T* x, ReduceLayout L, T* out, double 
   using A = acc_t<T>;
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < L.n_out;
        o += int64_t(gridDim.x) * blockDim.x) {
-    const T* base = x + dims_offset(L.kept_rank, L.kept_shape, L.kept_strides, o);
+    const T* base = x + strided_offset<int64_t>(L.kept_rank, L.kept_shape, L.kept_strides, o);
     out[o] = from_acc<T>(sum_rows<T, A>(base, L, 0, L.n_red) * A(factor));
   }
 }
@@ -67,7 +52,7 @@ __global__ void reduce_chunk_kernel(const T* x, ReduceLayout L, int64_t rows_per
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < L.n_out * chunks;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t o = i % L.n_out, c = i / L.n_out;
-    const T* base = x + dims_offset(L.kept_rank, L.kept_shape, L.kept_strides, o);
+    const T* base = x + strided_offset<int64_t>(L.kept_rank, L.kept_shape, L.kept_strides, o);
     const int64_t r0 = c * rows_per_chunk, r1 = min(r0 + rows_per_chunk, L.n_red);
     parts[i] = sum_rows<T, A>(base, L, r0, r1);
   }
@@ -90,10 +75,10 @@ template <class T>
 __global__ void reduce_block_kernel(const T* x, ReduceLayout L, T* out, double factor) {
   using A = acc_t<T>;
   for (int64_t o = blockIdx.x; o < L.n_out; o += gridDim.x) {
-    const T* base = x + dims_offset(L.kept_rank, L.kept_shape, L.kept_strides, o);
+    const T* base = x + strided_offset<int64_t>(L.kept_rank, L.kept_shape, L.kept_strides, o);
     A acc = 0;
     for (int64_t r = threadIdx.x; r < L.n_red; r += blockDim.x)
-      acc += to_acc(base[dims_offset(L.red_rank, L.red_shape, L.red_strides, r)]);
+      acc += to_acc(base[strided_offset<int64_t>(L.red_rank, L.red_shape, L.red_strides, r)]);
     acc = block_sum(acc);
     if (threadIdx.x == 0) out[o] = from_acc<T>(acc * A(factor));
   }
