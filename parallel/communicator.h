@@ -61,6 +61,16 @@ class Communicator {
   // In-place forms: buffer (P·n, ...) of which this rank holds chunk rank() along dim 0.
   void all_gather_in_place(const Tensor& buffer);
   void reduce_scatter_in_place(const Tensor& buffer);
+  // The same, stream-ordered: they may return before the collective has completed. NCCL
+  // enqueues it on the compute stream, so kernels issued after it see its result, and checks
+  // its completion (errors, the deadline) when the next stream-ordered collective is issued
+  // and in every waiting call after it (the collectives above, Work::wait). The host stays a
+  // collective ahead of the GPU instead of draining it at each one (the SDP K/V exchange runs
+  // two per layer). Other backends complete them before returning.
+  virtual void all_gather_in_place_ordered(const Tensor& buffer) { all_gather_in_place(buffer); }
+  virtual void reduce_scatter_in_place_ordered(const Tensor& buffer) {
+    reduce_scatter_in_place(buffer);
+  }
   // This rank's chunk of a buffer split into size() equal parts along dim 0.
   Tensor own_chunk(const Tensor& buffer) const;
 

@@ -27,24 +27,35 @@ Tensor CommKvExchange::chunk_tails(const Tensor& span, int64_t rows) const {
 // slice r, which is the chunk the in-place collectives give rank r.
 void CommKvExchange::all_gather(const Tensor& span, int64_t rows) {
   check_span("kv_exchange.all_gather", span);
-  if (rows < 0 || rows >= span.size(0) / sdp_.size()) return sdp_.all_gather_in_place(span);
+  if (rows < 0 || rows >= span.size(0) / sdp_.size())
+    return sdp_.all_gather_in_place_ordered(span);
   if (rows == 0) return;
   Tensor tails = chunk_tails(span, rows);
   Tensor packed = Tensor::empty(tails.shape(), span.dtype(), span.device());
   packed.select(0, sdp_.rank()).copy_(tails.select(0, sdp_.rank()));
-  sdp_.all_gather_in_place(packed);
+  sdp_.all_gather_in_place_ordered(packed);
   tails.copy_(packed);  // this rank's own tail gets its own values back
 }
 
 void CommKvExchange::reduce_scatter(const Tensor& grad_span, int64_t rows) {
   check_span("kv_exchange.reduce_scatter", grad_span);
   if (rows < 0 || rows >= grad_span.size(0) / sdp_.size())
-    return sdp_.reduce_scatter_in_place(grad_span);
+    return sdp_.reduce_scatter_in_place_ordered(grad_span);
   if (rows == 0) return;
   Tensor tails = chunk_tails(grad_span, rows);
   Tensor packed = tails.clone();
-  sdp_.reduce_scatter_in_place(packed);
+  reduce_scatter_packed(packed);
   tails.select(0, sdp_.rank()).copy_(packed.select(0, sdp_.rank()));
+}
+
+void CommKvExchange::reduce_scatter_packed(const Tensor& packed) {
+  DL_CHECK(packed.defined() && packed.dim() >= 2 && packed.is_contiguous() &&
+               packed.size(0) == sdp_.size(),
+           "kv_exchange.reduce_scatter_packed",
+           "packed tails must be a contiguous (" << sdp_.size() << ", rows, ...) tensor, got "
+                                                 << (packed.defined() ? shape_str(packed.shape())
+                                                                      : std::string("undefined")));
+  sdp_.reduce_scatter_in_place_ordered(packed);
 }
 
 std::unique_ptr<layers::KvExchange> make_kv_exchange(Communicator& sdp) {

@@ -23,6 +23,7 @@ class CommKvExchange final : public layers::KvExchange {
   // this rank's values, which no other rank adds to); the other chunks keep this rank's
   // partial values.
   void reduce_scatter(const Tensor& grad_span, int64_t rows = -1) override;
+  void reduce_scatter_packed(const Tensor& packed) override;
 
  private:
   void check_span(const char* op, const Tensor& span) const;

@@ -3,7 +3,9 @@
 // stream and ncclCommGetAsyncError until the deadline, and on error or timeout aborts the
 // NCCL communicator (ncclCommAbort) before throwing. all_reduce_async runs on a side stream
 // that waits for an event recorded on the compute stream, so gradient buckets reduce while
-// the backward goes on; its Work polls an event the same way. Sums: NCCL's ring/tree order is fixed for a
+// the backward goes on; its Work polls an event the same way. The stream-ordered in-place
+// collectives (the SDP K/V exchange) are enqueued on the compute stream without a wait; the
+// next one, or any waiting call, checks them. Sums: NCCL's ring/tree order is fixed for a
 // given topology and every rank receives the same reduced bits.
 #include "parallel/nccl_communicator.h"
 
@@ -93,20 +95,22 @@ class NcclCommunicator final : public Communicator {
   Device device() const override { return Device::cuda; }
 
   void all_gather_into(const Tensor& out, const Tensor& in) override {
-    const char* op = "all_gather_into";
-    check_usable(op);
-    check_gather_shapes(op, out, in);
-    DL_NCCL_CHECK(op, ncclAllGather(in.raw_data(), out.raw_data(), size_t(in.numel()),
-                                    nccl_datatype(in.dtype()), comm_, stream()));
-    wait(op);
+    enqueue_all_gather(out, in);
+    wait("all_gather_into");
   }
   void reduce_scatter(const Tensor& out, const Tensor& in) override {
-    const char* op = "reduce_scatter";
-    check_usable(op);
-    check_gather_shapes(op, in, out);
-    DL_NCCL_CHECK(op, ncclReduceScatter(in.raw_data(), out.raw_data(), size_t(out.numel()),
-                                        nccl_datatype(in.dtype()), ncclSum, comm_, stream()));
-    wait(op);
+    enqueue_reduce_scatter(out, in);
+    wait("reduce_scatter");
+  }
+  void all_gather_in_place_ordered(const Tensor& buffer) override {
+    wait_ordered("all_gather_in_place_ordered");
+    enqueue_all_gather(buffer, own_chunk(buffer));
+    record_ordered();
+  }
+  void reduce_scatter_in_place_ordered(const Tensor& buffer) override {
+    wait_ordered("reduce_scatter_in_place_ordered");
+    enqueue_reduce_scatter(own_chunk(buffer), buffer);
+    record_ordered();
   }
   void all_reduce(const Tensor& t) override {
     const char* op = "all_reduce";
@@ -162,6 +166,33 @@ class NcclCommunicator final : public Communicator {
 
  private:
   static cudaStream_t stream() { return cudaStreamLegacy; }
+
+  void enqueue_all_gather(const Tensor& out, const Tensor& in) {
+    const char* op = "all_gather_into";
+    check_usable(op);
+    check_gather_shapes(op, out, in);
+    DL_NCCL_CHECK(op, ncclAllGather(in.raw_data(), out.raw_data(), size_t(in.numel()),
+                                    nccl_datatype(in.dtype()), comm_, stream()));
+  }
+  void enqueue_reduce_scatter(const Tensor& out, const Tensor& in) {
+    const char* op = "reduce_scatter";
+    check_usable(op);
+    check_gather_shapes(op, in, out);
+    DL_NCCL_CHECK(op, ncclReduceScatter(in.raw_data(), out.raw_data(), size_t(out.numel()),
+                                        nccl_datatype(in.dtype()), ncclSum, comm_, stream()));
+  }
+  // At most one stream-ordered collective in flight: the previous one must have completed
+  // (within the deadline) before the next is issued, so a hung peer is still reported, and
+  // the host never queues more than about a layer of work behind a collective.
+  void wait_ordered(const char* op) {
+    if (!ordered_) return;
+    wait(op, [this] { return ordered_->done(); });
+    ordered_.reset();
+  }
+  void record_ordered() {
+    ordered_ = std::make_unique<cuda::Event>();
+    ordered_->record(stream());
+  }
 
   void check_usable(const char* op) const {
     DL_CHECK(!broken_, op,
@@ -249,7 +280,8 @@ class NcclCommunicator final : public Communicator {
   }
 
   MpiCommunicator bootstrap_;
-  std::unique_ptr<cuda::Stream> side_;  // all_reduce_async
+  std::unique_ptr<cuda::Stream> side_;     // all_reduce_async
+  std::unique_ptr<cuda::Event> ordered_;  // the stream-ordered collective in flight
   ncclComm_t comm_ = nullptr;
   int rank_ = 0, size_ = 1;
   bool broken_ = false;

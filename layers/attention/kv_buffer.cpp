@@ -13,6 +13,7 @@ void KvBuffer::ensure(int64_t sequences, int64_t sequence_length, int64_t kv_hea
     return;
   kv_ = Tensor::zeros(shape, dtype, device);
   grad_ = Tensor::zeros(shape, grad_dtype, device);
+  grad_dirty_ = false;
 }
 
 namespace {
@@ -32,6 +33,39 @@ Tensor span(const Tensor& buf, const KvSlice& s, const KvExchange& ex) {
   const int64_t rows_local = s.q1 - s.q0;
   const int64_t begin = s.q0 - ex.rank() * rows_local;
   return run_of(buf, s).narrow(0, begin, rows_local * ex.ranks());
+}
+
+// SDP without micro-sequences (the slice is this rank's whole chunk c of the sequence): the
+// K/V gradients g of the extent [first_document_begin, q1), returned for [q0, q1). Only the
+// chunks' last `tail` rows cross ranks, so only they are reduce-scattered, gathered from g
+// into a packed (P, tail, 2, H_kv, D) tensor of the buffer's gradient dtype (zeros where
+// this rank read nothing); the rest of the chunk is g as computed. The same sums, in the same
+// order and dtype, as accumulating into the zeroed buffer and reduce-scattering its tails.
+std::vector<Tensor> whole_chunk_grads(const KvSlice& s, KvExchange& ex, DType grad_dtype,
+                                      DType dt, const std::vector<Tensor>& g, bool reduce) {
+  const int64_t P = ex.ranks(), r = ex.rank(), c = s.q1 - s.q0, fdb = s.first_document_begin;
+  const int64_t tail = s.exchange_rows < 0 || s.exchange_rows > c ? c : s.exchange_rows;
+  Tensor packed;
+  if (reduce && tail > 0) {
+    const Shape& row = g[0].shape();  // (T, H_kv, D)
+    packed = Tensor::zeros({P, tail, 2, row[1], row[2]}, grad_dtype, g[0].device());
+    for (int64_t p = 0; p <= r; ++p) {  // causal: nothing reads a later chunk
+      const int64_t t0 = (p + 1) * c - tail, lo = std::max(t0, fdb), hi = (p + 1) * c;
+      if (lo >= hi) continue;
+      for (int64_t k = 0; k < 2; ++k)
+        packed.select(0, p).narrow(0, lo - t0, hi - lo).select(1, k).copy_(
+            g[size_t(k)].narrow(0, lo - fdb, hi - lo));
+    }
+    ex.reduce_scatter_packed(packed);
+  }
+  std::vector<Tensor> out;
+  for (int64_t k = 0; k < 2; ++k) {
+    Tensor own = Tensor::empty({c, g[0].size(1), g[0].size(2)}, dt, g[0].device());
+    own.copy_(g[size_t(k)].narrow(0, s.q0 - fdb, c));
+    if (packed.defined()) own.narrow(0, c - tail, tail).copy_(packed.select(0, r).select(1, k));
+    out.push_back(own);
+  }
+  return out;
 }
 }  // namespace
 
@@ -76,14 +110,21 @@ std::pair<Tensor, Tensor> kv_write_read(KvBuffer& buffer, const KvSlice& slice,
   // round trip through its (f32) dtype, which are exact here: the same bits.
   const bool sole = ex.ranks() == 1 && slice.q0 == 0 && slice.first_document_begin == 0 &&
                     slice.q1 == kv.size(1) * slice.sequences;
+  // Several ranks, and the slice is this rank's whole chunk (no micro-sequences): only the
+  // chunks' tails need the ranks' sum (whole_chunk_grads).
+  const int64_t chunk = slice.q1 - slice.q0;
+  const bool whole_chunk = ex.ranks() > 1 && chunk * ex.ranks() == kv.size(1) &&
+                           slice.q0 == ex.rank() * chunk;
   auto outs = autograd::record(
       "kv_buffer", {k_local, v_local}, {k_ext, v_ext}, std::move(ctx),
-      [&buffer, slice, &ex, drop, skip_rs, sole](autograd::Context&,
-                                  const std::vector<Tensor>& g) -> std::vector<Tensor> {
+      [&buffer, slice, &ex, drop, skip_rs, sole, whole_chunk](
+          autograd::Context&, const std::vector<Tensor>& g) -> std::vector<Tensor> {
         autograd::NoGradGuard no_grad;
         const DType dt = buffer.kv().dtype();
         if (sole && !drop) return {g[0].to(dt).contiguous(), g[1].to(dt).contiguous()};
-        const Tensor& grad = buffer.grad();
+        if (whole_chunk && !drop)
+          return whole_chunk_grads(slice, ex, buffer.grad().dtype(), dt, g, !skip_rs);
+        const Tensor& grad = buffer.grad_to_accumulate();
         for (int64_t c = 0; c < 2; ++c)  // accumulate in the gradient buffer's dtype
           rows(grad, slice, slice.first_document_begin, slice.q1, c)
               .add_(g[size_t(c)].to(grad.dtype()));

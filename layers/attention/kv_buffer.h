@@ -30,6 +30,10 @@ class KvExchange {
   // (reduce-scatter in place; other chunks are left undefined). With rows, only the last
   // `rows` rows of each chunk are summed: no other rank adds to the rows before them.
   virtual void reduce_scatter(const Tensor& grad_span, int64_t rows = -1) {}
+  // packed (P, rows, ...) contiguous: slice rank() becomes the rank-order sum of every
+  // rank's slice rank() (the others are left undefined). The tails of a span gathered by the
+  // caller: the same sums as reduce_scatter(span, rows) on a span holding them.
+  virtual void reduce_scatter_packed(const Tensor& packed) {}
 };
 
 // Test-only fault switches (issue "regress": prove the report catches real bugs).
@@ -46,13 +50,22 @@ class KvBuffer {
               DType dtype, Device device, DType grad_dtype);
   const Tensor& kv() const { return kv_; }      // (B, S, 2, H_kv, D)
   const Tensor& grad() const { return grad_; }  // (B, S, 2, H_kv, D)
+  // Zeroes the gradient buffer if a backward accumulated into it since the last zeroing
+  // (slices whose gradient bypasses the buffer leave it clean: no memset per step).
   void zero_grad() const {
-    if (grad_.defined()) grad_.zero_();
+    if (grad_.defined() && grad_dirty_) grad_.zero_();
+    grad_dirty_ = false;
+  }
+  // The gradient buffer, to accumulate into: it must be zeroed before the next step.
+  const Tensor& grad_to_accumulate() const {
+    grad_dirty_ = true;
+    return grad_;
   }
   int64_t bytes() const { return kv_.defined() ? 2 * int64_t(kv_.nbytes()) : 0; }
 
  private:
   Tensor kv_, grad_;
+  mutable bool grad_dirty_ = false;
 };
 
 struct KvSlice {

@@ -23,7 +23,10 @@ endforeach()
 # fault name, expected message (a regex over the job's output)
 set(dl_fault_throw "rank 1: \\[planted\\] fault thrown on rank 1 on purpose")
 set(dl_fault_hang "rank 0: \\[all_reduce\\] collective all_reduce timed out after 1 s on rank 0")
-foreach(fault throw hang)
+# MPI has no stream-ordered collectives: the first all-gather itself times out.
+set(dl_fault_hang_ordered
+    "rank 0: \\[all_gather_into\\] collective all_gather_into timed out after 1 s on rank 0")
+foreach(fault throw hang hang_ordered)
   add_test(NAME parallel_mpi_fault_${fault}
            COMMAND ${CMAKE_COMMAND}
              "-DCOMMAND=${dl_mpirun};-np;2;$<TARGET_FILE:test_parallel_mpi>;--fault;${fault}"
@@ -40,4 +43,13 @@ if(DRIFTLESS_HAVE_CUDA)
            COMMAND ${dl_mpirun} -np 2 $<TARGET_FILE:test_parallel_mpi> --device cuda)
   set_tests_properties(parallel_nccl_np2 PROPERTIES LABELS "mpi;gpu" TIMEOUT 180
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${dl_mpi_env}")
+  # A stream-ordered NCCL all-gather a peer never joins is reported by the next one.
+  add_test(NAME parallel_nccl_fault_hang_ordered
+           COMMAND ${CMAKE_COMMAND}
+             "-DCOMMAND=${dl_mpirun};-np;2;$<TARGET_FILE:test_parallel_mpi>;--device;cuda;--fault;hang_ordered"
+             "-DEXPECT=rank 0: \\[all_gather_in_place_ordered\\] collective all_gather_in_place_ordered timed out after 1 s on rank 0"
+             -P ${CMAKE_CURRENT_LIST_DIR}/../parallel/expect_job_failure.cmake)
+  set_tests_properties(parallel_nccl_fault_hang_ordered PROPERTIES LABELS "mpi;gpu" TIMEOUT 60
+                       SKIP_REGULAR_EXPRESSION "skipped, [0-9]+ GPUs for"
+                       ENVIRONMENT "${dl_mpi_env}")
 endif()

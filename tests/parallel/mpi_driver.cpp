@@ -324,9 +324,11 @@ void run_checks(const World& world) {
 // --fault throw: rank 1 throws while the others wait in a collective with a long timeout;
 // the job must end (MPI_Abort) with rank 1's message, well before that timeout.
 // --fault hang: rank 1 stops communicating; the others' collective times out after 1 s.
+// --fault hang_ordered: the same for stream-ordered collectives (the SDP K/V exchange): the
+// first returns at once on NCCL, the second must report that the first timed out.
 void run_fault(const World& world, const std::string& mode) {
   DL_CHECK(world.size() >= 2, "mpi_driver", "fault modes need at least 2 ranks");
-  auto comm = world.communicator();
+  auto comm = world.communicator(g_device);
   comm->barrier();
   if (mode == "throw") {
     comm->set_timeout_s(120);
@@ -335,8 +337,18 @@ void run_fault(const World& world, const std::string& mode) {
   } else if (mode == "hang") {
     comm->set_timeout_s(1);
     if (world.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(120));
-    Tensor t = Tensor::ones({4});
+    Tensor t = Tensor::ones({4}, DType::f32, g_device);
     comm->all_reduce(t);
+  } else if (mode == "hang_ordered") {
+    comm->set_timeout_s(1);
+    // One all-gather together first: NCCL connects peers lazily inside the first collective,
+    // on the host and without our deadline, so a peer gone before it would hang there.
+    Tensor buffer = Tensor::ones({4 * world.size()}, DType::f32, g_device);
+    comm->all_gather_in_place_ordered(buffer);
+    comm->barrier();
+    if (world.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(120));
+    comm->all_gather_in_place_ordered(buffer);
+    comm->all_gather_in_place_ordered(buffer);
   } else {
     DL_FAIL("mpi_driver", "unknown fault mode '" << mode << "' (throw | hang)");
   }
@@ -345,11 +357,15 @@ void run_fault(const World& world, const std::string& mode) {
 
 }  // namespace
 
-// test_parallel_mpi [--device cuda | --fault throw|hang]
+// test_parallel_mpi [--device cuda] [--fault throw|hang|hang_ordered]
 int main(int argc, char** argv) {
   World world;
-  const std::string flag = argc == 3 ? argv[1] : "";
-  if (flag == "--device" && std::string(argv[2]) == "cuda") {
+  std::string device, fault;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    (flag == "--device" ? device : flag == "--fault" ? fault : device) = argv[i + 1];
+  }
+  if (device == "cuda") {
     g_device = Device::cuda;
     if (cuda::device_count() < world.local_size()) {
       std::printf("rank %d: skipped, %d GPUs for %d local ranks\n", world.rank(),
@@ -358,8 +374,8 @@ int main(int argc, char** argv) {
     }
   }
   return run_guarded(world, [&] {
-    if (flag == "--fault")
-      run_fault(world, argv[2]);
+    if (!fault.empty())
+      run_fault(world, fault);
     else
       run_checks(world);
   });
