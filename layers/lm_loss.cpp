@@ -87,11 +87,15 @@ Tensor chunked_cuda(const Tensor& x, const Tensor& w, const std::vector<int64_t>
     Tensor logits = Tensor::empty({n, ld}, DType::f32, Device::cuda).narrow(1, 0, v);  // (n, V)
     gpu::gemm_f32_out(dt, xr.raw_data(), n, c, false, w.raw_data(), v, c, true, logits.raw_data(),
                       false, 0, 0, ld);
-    std::vector<Tensor> fwd = gpu::cross_entropy_forward(logits, tr, mr);  // {loss, lse (n)}
-    total = gpu::binary(gpu::Binary::add, total, fwd[0], {});
-    if (!gr.dx.defined() && !gr.dw.defined()) continue;
-    // dlogits straight in the GEMM operand's dtype (n, V), rows ld apart.
-    Tensor d = gpu::cross_entropy_backward(scale, logits, fwd[1], tr, mr, false, dt)[0];
+    if (!gr.dx.defined() && !gr.dw.defined()) {
+      total = gpu::binary(gpu::Binary::add, total, gpu::cross_entropy_forward(logits, tr, mr)[0], {});
+      continue;
+    }
+    // The loss and dlogits in one pass over the logits; dlogits straight in the GEMM
+    // operand's dtype (n, V), rows ld apart.
+    std::vector<Tensor> fb = gpu::cross_entropy_forward_backward(scale, logits, tr, mr, dt);
+    total = gpu::binary(gpu::Binary::add, total, fb[0], {});
+    Tensor d = fb[1];
     logits = Tensor();  // the chunk's logits are dead: the allocator may reuse them
     if (gr.dx.defined())
       gpu::gemm_f32_out(dt, d.raw_data(), n, v, false, w.raw_data(), v, c, false,

@@ -71,6 +71,10 @@ std::vector<Tensor> cross_entropy_backward(const Tensor&, const Tensor&, const T
                                            std::optional<DType>) {
   no_cuda("cross_entropy");
 }
+std::vector<Tensor> cross_entropy_forward_backward(const Tensor&, const Tensor&, const Tensor&,
+                                                   const Tensor&, std::optional<DType>) {
+  no_cuda("cross_entropy");
+}
 Tensor embedding_forward(const Tensor&, const std::vector<int64_t>&, const Shape&) {
   no_cuda("embedding");
 }

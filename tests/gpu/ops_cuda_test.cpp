@@ -18,6 +18,7 @@
 #include "engine/autograd/autograd.h"
 #include "engine/core/device_ops.h"
 #include "engine/core/tensor.h"
+#include "engine/ops/cuda/backend.h"
 #include "engine/ops/ops.h"
 #include "engine/optim/adamw.h"
 #include "engine/optim/clip.h"
@@ -318,6 +319,15 @@ TEST(OpsCuda, LayerNorm) {
     check("layer_norm", "(3,5,768)", affine, {rnd({3, 5, 768}), rnd({768}), rnd({768})}, dt);
     check("layer_norm", "(200,129) chunks", affine, {rnd({200, 129}), rnd({129}), rnd({129})}, dt);
     check("layer_norm", "(1,1)", affine, {rnd({1, 1}), rnd({1}), rnd({1})}, dt);
+    // Widths of whole 16-byte packs per lane take the register kernels (1, 4 and 8 packs of
+    // bf16; 2048 f32 is past their limit and takes the scalar ones).
+    check("layer_norm", "(9,2048)", affine, {rnd({9, 2048}), rnd({2048}), rnd({2048})}, dt);
+    check("layer_norm", "(70,256) no affine",
+          [](const auto& x) { return ops::layer_norm(x[0], Tensor(), Tensor()); },
+          {rnd({70, 256})}, dt);
+    check("layer_norm", "(5,1024) weight only",
+          [](const auto& x) { return ops::layer_norm(x[0], x[1], Tensor()); },
+          {rnd({5, 1024}), rnd({1024})}, dt);
     check(
         "layer_norm", "no affine",
         [](const auto& x) { return ops::layer_norm(x[0], Tensor(), Tensor()); }, {rnd({129, 7})},
@@ -369,6 +379,38 @@ TEST(OpsCuda, CrossEntropy) {
           {rnd({n, v}), Tensor::from_vector(t).to(DType::i32)}, dt);
     }
   }
+}
+
+// The fused loss + dlogits kernel (lm_loss's path) gives bitwise what the separate forward
+// and backward kernels give: f32 logits with f32 and bf16 dlogits, rows padded to a multiple
+// of 64 (the 16-byte path, with a v % 4 tail) and unpadded odd rows (the scalar path).
+TEST(OpsCuda, CrossEntropyForwardBackwardMatchesTheSeparateKernels) {
+  DL_REQUIRE_GPU();
+  for (int64_t v : {1, 7, 129, 50257})
+    for (bool padded : {true, false})
+      for (DType gdt : {DType::f32, DType::bf16}) {
+        SCOPED_TRACE("V=" + std::to_string(v) + (padded ? " padded" : "") + " " + dtype_name(gdt));
+        const int64_t n = 37, ld = padded ? (v + 63) / 64 * 64 : v;
+        Tensor logits = ops::mul(rnd({n, ld}), Tensor::full({}, 3.0, DType::f64))
+                            .to(Device::cuda, DType::f32)
+                            .narrow(1, 0, v);
+        std::vector<int64_t> t(static_cast<size_t>(n));
+        std::mt19937_64 g(testing::fresh_seed("ops_cuda"));
+        for (auto& x : t) x = int64_t(g() % uint64_t(v));
+        Tensor targets = Tensor::from_vector(t).to(Device::cuda);
+        Tensor mask = Tensor::uniform({n}, testing::fresh_seed("ops_cuda"), 0, 1, DType::f32);
+        mask.narrow(0, 1, 2).zero_();
+        mask = mask.to(Device::cuda);
+        Tensor go = Tensor::full({}, 0.37, DType::f32, Device::cuda);
+        std::vector<Tensor> f = ops::gpu::cross_entropy_forward(logits, targets, mask);
+        Tensor d = ops::gpu::cross_entropy_backward(go, logits, f[1], targets, mask, false, gdt)[0];
+        std::vector<Tensor> fb =
+            ops::gpu::cross_entropy_forward_backward(go, logits, targets, mask, gdt);
+        EXPECT_EQ(fb[0].to_vector<double>(), f[0].to_vector<double>()) << "loss";
+        ASSERT_EQ(fb[1].shape(), d.shape());
+        EXPECT_EQ(fb[1].dtype(), gdt);
+        EXPECT_EQ(fb[1].to_vector<double>(), d.to_vector<double>()) << "dlogits";
+      }
 }
 
 TEST(OpsCuda, Embedding) {

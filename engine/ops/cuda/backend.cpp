@@ -214,25 +214,49 @@ Tensor softmax_backward(const Tensor& g_in, const Tensor& y, int64_t d, bool log
   return dx;
 }
 
-std::vector<Tensor> cross_entropy_forward(const Tensor& logits, const Tensor& targets,
-                                          const Tensor& mask) {
+namespace {
+// {loss, lse}, and dlogits when go is defined (cross_entropy_forward_backward).
+std::vector<Tensor> cross_entropy_rows(const Tensor& logits, const Tensor& targets,
+                                       const Tensor& mask, const Tensor& go, DType grad_dtype) {
   const int64_t n = logits.size(0), v = logits.size(1), ld = row_stride("cross_entropy", logits);
   const DType acc = acc_dtype(logits.dtype());
   Tensor lse = empty_like_shape({n}, acc);
   Tensor row_loss = empty_like_shape({n}, acc);
   Tensor loss = empty_like_shape({}, logits.dtype());
+  Tensor g, dlogits;
+  if (go.defined()) {
+    g = go.to(Device::cuda, logits.dtype()).contiguous();
+    // dlogits in the logits' row layout (a padded ld keeps the GEMMs that read it aligned).
+    dlogits = empty_like_shape({n, ld}, grad_dtype).narrow(1, 0, v);
+  }
   if (n == 0) {
     loss.zero_();
-    return {loss, lse};
+    return {loss, lse, dlogits};
   }
   launch_cross_entropy_forward(logits.dtype(), logits.raw_data(), targets.data<int64_t>(),
                                mask.defined() ? mask.raw_data() : nullptr, lse.raw_data(),
-                               row_loss.raw_data(), n, v, ld);
+                               row_loss.raw_data(), n, v, ld, g.defined() ? g.raw_data() : nullptr,
+                               dlogits.defined() ? dlogits.raw_data() : nullptr, grad_dtype);
   const int parts = sum_all_parts(n);
   Tensor scratch = empty_like_shape({parts}, acc);
   launch_sum_all(acc, row_loss.raw_data(), n, false, false, scratch.raw_data(), loss.raw_data(),
                  loss.dtype(), 1.0);
-  return {loss, lse};
+  return {loss, lse, dlogits};
+}
+}  // namespace
+
+std::vector<Tensor> cross_entropy_forward(const Tensor& logits, const Tensor& targets,
+                                          const Tensor& mask) {
+  std::vector<Tensor> r = cross_entropy_rows(logits, targets, mask, Tensor(), logits.dtype());
+  return {r[0], r[1]};
+}
+
+std::vector<Tensor> cross_entropy_forward_backward(const Tensor& go, const Tensor& logits,
+                                                   const Tensor& targets, const Tensor& mask,
+                                                   std::optional<DType> grad_dtype) {
+  std::vector<Tensor> r =
+      cross_entropy_rows(logits, targets, mask, go, grad_dtype.value_or(logits.dtype()));
+  return {r[0], r[2]};
 }
 
 std::vector<Tensor> cross_entropy_backward(const Tensor& go, const Tensor& logits,

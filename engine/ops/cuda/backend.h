@@ -69,6 +69,12 @@ std::vector<Tensor> cross_entropy_backward(const Tensor& go, const Tensor& logit
                                            const Tensor& mask, bool want_mask,
                                            std::optional<DType> grad_dtype = std::nullopt);
 
+// Both at once: {loss (), dlogits} as cross_entropy_forward and cross_entropy_backward
+// (without dmask) would give them, the logits read in one kernel instead of two.
+std::vector<Tensor> cross_entropy_forward_backward(const Tensor& go, const Tensor& logits,
+                                                   const Tensor& targets, const Tensor& mask,
+                                                   std::optional<DType> grad_dtype = std::nullopt);
+
 // weight (V, C) contiguous; ids (host values, validated) -> (ids_shape..., C).
 Tensor embedding_forward(const Tensor& weight, const std::vector<int64_t>& ids,
                          const Shape& ids_shape);

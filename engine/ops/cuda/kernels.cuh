@@ -75,9 +75,12 @@ void launch_softmax_backward(DType dtype, const void* g, const void* y, void* dx
 // targets are i64 on the device, mask (dtype) or null. Forward writes per-row lse and
 // masked loss (accumulation type); backward reads the upstream scalar gradient `go`
 // (dtype, device memory).
+// With dlogits (and go), the forward also writes the backward's dlogits (grad_dtype) in a
+// second pass over each row it has just read: the same values as the backward kernel.
 void launch_cross_entropy_forward(DType dtype, const void* logits, const int64_t* targets,
                                   const void* mask, void* lse, void* row_loss, int64_t n,
-                                  int64_t v, int64_t ld);
+                                  int64_t v, int64_t ld, const void* go = nullptr,
+                                  void* dlogits = nullptr, DType grad_dtype = DType::f32);
 // dlogits are of grad_dtype: dtype, or bf16 from f32 logits.
 void launch_cross_entropy_backward(DType dtype, const void* go, const void* logits,
                                    const int64_t* targets, const void* mask, const void* lse,

@@ -1,6 +1,10 @@
 // Layer norm over the last dim (llm.c style): one warp per row with fp32 (f64 for f64)
-// statistics; the backward makes dx per row and reduces dweight/dbias over fixed chunks
+// statistics, the row in registers as 16-byte packs where its width allows; the backward makes dx per row and reduces dweight/dbias over fixed chunks
 // of rows, then over the chunks in order (two passes, no atomics: bitwise reproducible).
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
+
 #include "engine/ops/cuda/common.cuh"
 
 namespace driftless::ops::gpu {
@@ -118,6 +122,141 @@ __global__ void layer_norm_dwb_final_kernel(const acc_t<T>* part_w, const acc_t<
   if (db) db[col] = from_acc<T>(ab);
 }
 
+// Rows of c = NP * 32 * V elements (V = 16 / sizeof(T)), 16-byte aligned (GPT widths: 768 =
+// 3 * 256 bf16): the same computations, with the row held in registers and moved as 16-byte
+// packs, lane l holding packs l, l + 32, ...: x and g are read once instead of two or three
+// times one element at a time.
+template <class T>
+struct Pack {
+  static constexpr int V = 16 / int(sizeof(T));
+  __device__ __forceinline__ static void load(const T* p, float (&v)[V]) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] = to_acc(e[j]);
+  }
+  __device__ __forceinline__ static void store(T* p, const float (&v)[V]) {
+    uint4 raw;
+    T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int j = 0; j < V; ++j) e[j] = from_acc<T>(v[j]);
+    *reinterpret_cast<uint4*>(p) = raw;
+  }
+};
+constexpr int kMaxPacks = 8;  // packs per lane: rows of up to 2048 bf16 / 1024 f32
+
+template <class T, int NP>
+__global__ void layer_norm_forward_vec_kernel(const T* x, const T* w, const T* b, T* out,
+                                              float* mean, float* rstd, int64_t rows, float eps) {
+  constexpr int V = Pack<T>::V, C = NP * 32 * V;
+  const int lane = threadIdx.x & 31;
+  const int64_t r = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);
+  if (r >= rows) return;
+  float v[NP][V];
+  float s = 0;
+#pragma unroll
+  for (int p = 0; p < NP; ++p) {
+    Pack<T>::load(x + r * C + (p * 32 + lane) * V, v[p]);
+#pragma unroll
+    for (int j = 0; j < V; ++j) s += v[p][j];
+  }
+  const float m = warp_sum(s) / float(C);
+  float q = 0;
+#pragma unroll
+  for (int p = 0; p < NP; ++p)
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float d = v[p][j] - m;
+      q += d * d;
+    }
+  const float rs = rsqrt_acc(warp_sum(q) / float(C) + eps);
+  if (lane == 0) {
+    mean[r] = m;
+    rstd[r] = rs;
+  }
+#pragma unroll
+  for (int p = 0; p < NP; ++p) {
+    const int col = (p * 32 + lane) * V;
+    float wv[V], bv[V], y[V];
+    if (w) Pack<T>::load(w + col, wv);
+    if (b) Pack<T>::load(b + col, bv);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      y[j] = (v[p][j] - m) * rs;
+      if (w) y[j] *= wv[j];
+      if (b) y[j] += bv[j];
+    }
+    Pack<T>::store(out + r * C + col, y);
+  }
+}
+
+template <class T, int NP>
+__global__ void layer_norm_dx_vec_kernel(const T* g, const T* x, const T* w, const float* mean,
+                                         const float* rstd, T* dx, int64_t rows) {
+  constexpr int V = Pack<T>::V, C = NP * 32 * V;
+  const int lane = threadIdx.x & 31;
+  const int64_t r = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);
+  if (r >= rows) return;
+  const float m = mean[r], s = rstd[r];
+  float xhat[NP][V], d[NP][V];
+  float sum_d = 0, sum_dx = 0;
+#pragma unroll
+  for (int p = 0; p < NP; ++p) {
+    const int col = (p * 32 + lane) * V;
+    float wv[V];
+    Pack<T>::load(x + r * C + col, xhat[p]);
+    Pack<T>::load(g + r * C + col, d[p]);
+    if (w) Pack<T>::load(w + col, wv);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      xhat[p][j] = (xhat[p][j] - m) * s;
+      if (w) d[p][j] = mul_rn(d[p][j], wv[j]);
+      sum_d += d[p][j];
+      sum_dx += d[p][j] * xhat[p][j];
+    }
+  }
+  const float mean_d = warp_sum(sum_d) / float(C), mean_dx = warp_sum(sum_dx) / float(C);
+#pragma unroll
+  for (int p = 0; p < NP; ++p) {
+    float y[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) y[j] = s * (d[p][j] - mean_d - xhat[p][j] * mean_dx);
+    Pack<T>::store(dx + r * C + (p * 32 + lane) * V, y);
+  }
+}
+
+bool aligned16(std::initializer_list<const void*> ps) {
+  for (const void* p : ps)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+// Packs per lane when the vectorized kernels take rows of c elements of T, else 0.
+template <class T>
+int packs_for(int64_t c) {
+  if constexpr (sizeof(T) > 4) {
+    return 0;  // f64 keeps the scalar kernels
+  } else {
+    constexpr int64_t per = 32 * Pack<T>::V;
+    return c % per == 0 && c / per <= kMaxPacks ? int(c / per) : 0;
+  }
+}
+
+// Calls f(std::integral_constant<int, NP>) for np in 1..kMaxPacks.
+template <class F>
+void with_packs(int np, const F& f) {
+  switch (np) {
+    case 1: return f(std::integral_constant<int, 1>());
+    case 2: return f(std::integral_constant<int, 2>());
+    case 3: return f(std::integral_constant<int, 3>());
+    case 4: return f(std::integral_constant<int, 4>());
+    case 5: return f(std::integral_constant<int, 5>());
+    case 6: return f(std::integral_constant<int, 6>());
+    case 7: return f(std::integral_constant<int, 7>());
+    default: return f(std::integral_constant<int, 8>());
+  }
+}
+
 }  // namespace
 
 void launch_layer_norm_forward(DType dtype, const void* x, const void* w, const void* b, void* out,
@@ -127,6 +266,18 @@ void launch_layer_norm_forward(DType dtype, const void* x, const void* w, const 
     using T = decltype(z);
     using A = acc_t<T>;
     const unsigned blocks = unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+    if constexpr (std::is_same_v<A, float>) {
+      const int np = packs_for<T>(c);
+      if (np > 0 && aligned16({x, w, b, out})) {
+        with_packs(np, [&](auto n) {
+          layer_norm_forward_vec_kernel<T, decltype(n)::value><<<blocks, 32 * kRowsPerBlock>>>(
+              static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(b),
+              static_cast<T*>(out), static_cast<float*>(mean), static_cast<float*>(rstd), rows,
+              float(eps));
+        });
+        return;
+      }
+    }
     layer_norm_forward_kernel<T><<<blocks, 32 * kRowsPerBlock>>>(
         static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(b),
         static_cast<T*>(out), static_cast<A*>(mean), static_cast<A*>(rstd), rows, c, eps);
@@ -150,8 +301,19 @@ void launch_layer_norm_backward(DType dtype, const void* g, const void* x, const
     const A* pm = static_cast<const A*>(mean);
     const A* pr = static_cast<const A*>(rstd);
     const unsigned blocks = unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-    layer_norm_dx_kernel<T><<<blocks, 32 * kRowsPerBlock>>>(pg, px, static_cast<const T*>(w), pm,
-                                                            pr, static_cast<T*>(dx), rows, c);
+    bool vec = false;
+    if constexpr (std::is_same_v<A, float>) {
+      const int np = packs_for<T>(c);
+      vec = np > 0 && aligned16({g, x, w, dx});
+      if (vec)
+        with_packs(np, [&](auto n) {
+          layer_norm_dx_vec_kernel<T, decltype(n)::value><<<blocks, 32 * kRowsPerBlock>>>(
+              pg, px, static_cast<const T*>(w), pm, pr, static_cast<T*>(dx), rows);
+        });
+    }
+    if (!vec)
+      layer_norm_dx_kernel<T><<<blocks, 32 * kRowsPerBlock>>>(pg, px, static_cast<const T*>(w), pm,
+                                                              pr, static_cast<T*>(dx), rows, c);
     DL_CUDA_LAUNCH_CHECK();
     if (!dw && !db) return;
     const int64_t chunks = layer_norm_chunks(rows);

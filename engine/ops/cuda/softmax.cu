@@ -2,6 +2,9 @@
 // log-sum-exp in fp32 (f64 for f64). Lines along the last dim use one warp (cross-entropy
 // one block) per line; lines with a stride use one thread per line, so reads stay
 // coalesced. Reductions are fixed-order shuffles: bitwise reproducible.
+#include <cstdint>
+#include <type_traits>
+
 #include "engine/ops/cuda/common.cuh"
 
 namespace driftless::ops::gpu {
@@ -121,32 +124,87 @@ __device__ MaxSum<A> block_merge(MaxSum<A> v) {
   return v;
 }
 
-// One block per row, one pass over it: lse[r] and row_loss[r] = mask * (lse -
-// logit[target]) (0 where the mask is 0, like the CPU body).
+// Max and sum of exp(x - max) over row[0, v) by the block, merged in a fixed order: f32 rows
+// that are 16-byte aligned are read as float4 (thread i takes packs i, i + blockDim, ...,
+// then the v % 4 last elements one by one).
 template <class T>
-__global__ void cross_entropy_forward_kernel(const T* logits, const int64_t* targets, const T* mask,
-                                             acc_t<T>* lse, acc_t<T>* row_loss, int64_t v,
-                                             int64_t ld) {
+__device__ MaxSum<acc_t<T>> row_max_sum(const T* row, int64_t v) {
   using A = acc_t<T>;
-  const int64_t r = blockIdx.x;
-  const T* row = logits + r * ld;
   MaxSum<A> ms{A(-INFINITY), A(0)};
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
-    const A x = to_acc(row[j]);
+  auto add = [&ms](A x) {
     if (x > ms.m) {
       ms.s = ms.s * exp_acc(ms.m - x) + A(1);
       ms.m = x;
     } else {
       ms.s += exp_acc(x - ms.m);
     }
+  };
+  int64_t j0 = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    if (reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+      const int64_t n4 = v / 4;
+      const float4* r4 = reinterpret_cast<const float4*>(row);
+      for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
+        const float4 q = r4[j];
+        add(q.x), add(q.y), add(q.z), add(q.w);
+      }
+      j0 = n4 * 4;
+    }
   }
-  ms = block_merge(ms);
+  for (int64_t j = j0 + threadIdx.x; j < v; j += blockDim.x) add(to_acc(row[j]));
+  return block_merge(ms);
+}
+
+// dlogits[j] of a row: w * softmax_j - w * [j == t], w = upstream gradient * mask.
+template <class A>
+__device__ __forceinline__ A dlogit(A x, A l, A w, bool target) {
+  const A p = w * exp_acc(x - l);
+  return target ? p - w : p;
+}
+
+// One block per row: lse[r] and row_loss[r] = mask * (lse - logit[target]) (0 where the mask
+// is 0, like the CPU body). With dlogits (of type G: the logits' type, or bf16 for a bf16
+// GEMM operand), the backward too, from the upstream gradient *go: a second pass over the
+// row, which the block has just read (mostly an L2 hit), instead of a kernel reading the
+// logits again from memory. Same lse and the same dlogits bits as the separate kernels.
+template <class T, class G>
+__global__ void cross_entropy_forward_kernel(const T* logits, const int64_t* targets, const T* mask,
+                                             acc_t<T>* lse, acc_t<T>* row_loss, int64_t v,
+                                             int64_t ld, const T* go, G* dlogits) {
+  using A = acc_t<T>;
+  const int64_t r = blockIdx.x;
+  const T* row = logits + r * ld;
+  const MaxSum<A> ms = row_max_sum(row, v);
+  const A l = ms.m + log_acc(ms.s);
+  const A wm = mask ? to_acc(mask[r]) : A(1);
+  const int64_t t = targets[r];
   if (threadIdx.x == 0) {
-    const A l = ms.m + log_acc(ms.s);
-    const A w = mask ? to_acc(mask[r]) : A(1);
     lse[r] = l;
-    row_loss[r] = w != A(0) ? w * (l - to_acc(row[targets[r]])) : A(0);
+    row_loss[r] = wm != A(0) ? wm * (l - to_acc(row[t])) : A(0);
   }
+  if (!dlogits) return;
+  const A w = to_acc(*go) * wm;
+  G* drow = dlogits + r * ld;
+  int64_t j0 = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    if (reinterpret_cast<uintptr_t>(row) % 16 == 0 &&
+        reinterpret_cast<uintptr_t>(drow) % (4 * sizeof(G)) == 0) {
+      const int64_t n4 = v / 4;
+      const float4* r4 = reinterpret_cast<const float4*>(row);
+      for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
+        const float4 q = r4[j];
+        const int64_t e = 4 * j;
+        G* d = drow + e;
+        d[0] = from_acc<G>(dlogit(q.x, l, w, e == t));
+        d[1] = from_acc<G>(dlogit(q.y, l, w, e + 1 == t));
+        d[2] = from_acc<G>(dlogit(q.z, l, w, e + 2 == t));
+        d[3] = from_acc<G>(dlogit(q.w, l, w, e + 3 == t));
+      }
+      j0 = n4 * 4;
+    }
+  }
+  for (int64_t j = j0 + threadIdx.x; j < v; j += blockDim.x)
+    drow[j] = from_acc<G>(dlogit(to_acc(row[j]), l, w, j == t));
 }
 
 // dlogits of type G: the logits' type, or bf16 straight for a bf16 GEMM operand.
@@ -163,10 +221,8 @@ __global__ void cross_entropy_backward_kernel(const T* go_ptr, const T* logits,
   const int64_t t = targets[r];
   const T* row = logits + r * ld;
   G* drow = dlogits + r * ld;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
-    const A p = w * exp_acc(to_acc(row[j]) - l);
-    drow[j] = from_acc<G>(j == t ? p - w : p);
-  }
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
+    drow[j] = from_acc<G>(dlogit(to_acc(row[j]), l, w, j == t));
   if (dmask && threadIdx.x == 0) dmask[r] = from_acc<T>(go * (l - to_acc(row[t])));
 }
 
@@ -208,14 +264,24 @@ void launch_softmax_backward(DType dtype, const void* g, const void* y, void* dx
 
 void launch_cross_entropy_forward(DType dtype, const void* logits, const int64_t* targets,
                                   const void* mask, void* lse, void* row_loss, int64_t n,
-                                  int64_t v, int64_t ld) {
+                                  int64_t v, int64_t ld, const void* go, void* dlogits,
+                                  DType grad_dtype) {
   if (n == 0) return;
   dispatch_float("cross_entropy", dtype, [&](auto z) {
     using T = decltype(z);
     using A = acc_t<T>;
-    cross_entropy_forward_kernel<T><<<unsigned(n), kCeBlock>>>(
-        static_cast<const T*>(logits), targets, static_cast<const T*>(mask), static_cast<A*>(lse),
-        static_cast<A*>(row_loss), v, ld);
+    auto with = [&](auto g) {
+      using G = decltype(g);
+      cross_entropy_forward_kernel<T, G><<<unsigned(n), kCeBlock>>>(
+          static_cast<const T*>(logits), targets, static_cast<const T*>(mask),
+          static_cast<A*>(lse), static_cast<A*>(row_loss), v, ld, static_cast<const T*>(go),
+          static_cast<G*>(dlogits));
+    };
+    if (!dlogits || grad_dtype == dtype) return with(T{});
+    DL_CHECK((grad_dtype == DType::bf16 && std::is_same_v<T, float>), "cross_entropy",
+             "dlogits as " << dtype_name(grad_dtype) << " from " << dtype_name(dtype)
+                           << " logits: only f32 logits give bf16 dlogits");
+    if constexpr (std::is_same_v<T, float>) with(bf16_t{});
   });
   DL_CUDA_LAUNCH_CHECK();
 }
