@@ -154,4 +154,34 @@ __device__ A block_max(A v) {
   return warp_max(v);
 }
 
+// Column sums of a (rows, cols) row-major matrix of partial sums (pass 2 of the chunked
+// reductions): a block of kColSumThreads covers 32 columns; its kColSumLanes thread rows each
+// sum every kColSumLanes-th row in order, then the lanes are added in a fixed tree, so the
+// result is deterministic. Many short columns stay parallel: one thread per column and a
+// serial walk over hundreds of rows had 3 blocks for GPT's 768 columns.
+constexpr int kColSumLanes = 8, kColSumThreads = 32 * kColSumLanes;
+inline unsigned col_sum_blocks(int64_t cols) {
+  return unsigned((cols + 31) / 32);
+}
+// out[c] = f(sum_r parts[r * cols + c]) for each output column; launch with
+// col_sum_blocks(cols) blocks of kColSumThreads.
+template <class A, class F>
+__device__ void col_sums(const A* parts, int64_t rows, int64_t cols, F&& f) {
+  __shared__ A part[kColSumLanes][32];
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  const int64_t c = blockIdx.x * int64_t(32) + tx;
+  A acc = 0;
+  if (c < cols)
+    for (int64_t r = ty; r < rows; r += kColSumLanes) acc += parts[r * cols + c];
+  __syncthreads();  // part may still be read by a previous call
+  part[ty][tx] = acc;
+  __syncthreads();
+#pragma unroll
+  for (int half = kColSumLanes / 2; half > 0; half /= 2) {
+    if (ty < half) part[ty][tx] += part[ty + half][tx];
+    __syncthreads();
+  }
+  if (ty == 0 && c < cols) f(c, part[0][tx]);
+}
+
 }  // namespace driftless::ops::gpu

@@ -1,6 +1,7 @@
 // Layer norm over the last dim (llm.c style): one warp per row with fp32 (f64 for f64)
-// statistics, the row in registers as 16-byte packs where its width allows; the backward makes dx per row and reduces dweight/dbias over fixed chunks
-// of rows, then over the chunks in order (two passes, no atomics: bitwise reproducible).
+// statistics, the row in registers as 16-byte packs where its width allows; the backward makes dx
+// per row and reduces dweight/dbias over fixed chunks of rows, then over the chunks in order (two
+// passes, no atomics: bitwise reproducible).
 #include <cstdint>
 #include <initializer_list>
 #include <type_traits>
@@ -106,20 +107,13 @@ __global__ void layer_norm_dwb_partial_kernel(const T* g, const T* x, const acc_
   part_b[chunk * c + col] = ab;
 }
 
-// Pass 2: sum the chunks of each column in order.
+// Pass 2: sum the chunks of each column (col_sums: a fixed order).
 template <class T>
 __global__ void layer_norm_dwb_final_kernel(const acc_t<T>* part_w, const acc_t<T>* part_b, T* dw,
                                             T* db, int64_t chunks, int64_t c) {
   using A = acc_t<T>;
-  const int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (col >= c) return;
-  A aw = 0, ab = 0;
-  for (int64_t k = 0; k < chunks; ++k) {
-    aw += part_w[k * c + col];
-    ab += part_b[k * c + col];
-  }
-  if (dw) dw[col] = from_acc<T>(aw);
-  if (db) db[col] = from_acc<T>(ab);
+  if (dw) col_sums(part_w, chunks, c, [&](int64_t col, A v) { dw[col] = from_acc<T>(v); });
+  if (db) col_sums(part_b, chunks, c, [&](int64_t col, A v) { db[col] = from_acc<T>(v); });
 }
 
 // Rows of c = NP * 32 * V elements (V = 16 / sizeof(T)), 16-byte aligned (GPT widths: 768 =
@@ -246,14 +240,22 @@ int packs_for(int64_t c) {
 template <class F>
 void with_packs(int np, const F& f) {
   switch (np) {
-    case 1: return f(std::integral_constant<int, 1>());
-    case 2: return f(std::integral_constant<int, 2>());
-    case 3: return f(std::integral_constant<int, 3>());
-    case 4: return f(std::integral_constant<int, 4>());
-    case 5: return f(std::integral_constant<int, 5>());
-    case 6: return f(std::integral_constant<int, 6>());
-    case 7: return f(std::integral_constant<int, 7>());
-    default: return f(std::integral_constant<int, 8>());
+    case 1:
+      return f(std::integral_constant<int, 1>());
+    case 2:
+      return f(std::integral_constant<int, 2>());
+    case 3:
+      return f(std::integral_constant<int, 3>());
+    case 4:
+      return f(std::integral_constant<int, 4>());
+    case 5:
+      return f(std::integral_constant<int, 5>());
+    case 6:
+      return f(std::integral_constant<int, 6>());
+    case 7:
+      return f(std::integral_constant<int, 7>());
+    default:
+      return f(std::integral_constant<int, 8>());
   }
 }
 
@@ -322,7 +324,7 @@ void launch_layer_norm_backward(DType dtype, const void* g, const void* x, const
     const dim3 grid(unsigned((c + 255) / 256), unsigned(chunks));
     layer_norm_dwb_partial_kernel<T><<<grid, 256>>>(pg, px, pm, pr, part_w, part_b, rows, c);
     DL_CUDA_LAUNCH_CHECK();
-    layer_norm_dwb_final_kernel<T><<<unsigned((c + 255) / 256), 256>>>(
+    layer_norm_dwb_final_kernel<T><<<col_sum_blocks(c), kColSumThreads>>>(
         part_w, part_b, static_cast<T*>(dw), static_cast<T*>(db), chunks, c);
     DL_CUDA_LAUNCH_CHECK();
   });

@@ -62,12 +62,7 @@ template <class T>
 __global__ void reduce_parts_kernel(const acc_t<T>* parts, int64_t n_out, int64_t chunks, T* out,
                                     double factor) {
   using A = acc_t<T>;
-  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n_out;
-       o += int64_t(gridDim.x) * blockDim.x) {
-    A acc = 0;
-    for (int64_t c = 0; c < chunks; ++c) acc += parts[c * n_out + o];
-    out[o] = from_acc<T>(acc * A(factor));
-  }
+  col_sums(parts, chunks, n_out, [&](int64_t o, A v) { out[o] = from_acc<T>(v * A(factor)); });
 }
 
 // One block per output: used when outputs are few and long.
@@ -118,8 +113,8 @@ int64_t reduce_chunks(const ReduceLayout& layout) {
   return std::max<int64_t>(1, std::min(by_fill, layout.n_red / 64));
 }
 
-void launch_reduce(DType dtype, const void* x, const ReduceLayout& layout, void* out,
-                   double factor, void* scratch) {
+void launch_reduce(DType dtype, const void* x, const ReduceLayout& layout, void* out, double factor,
+                   void* scratch) {
   if (layout.n_out == 0) return;
   dispatch_float("reduce", dtype, [&](auto z) {
     using T = decltype(z);
@@ -131,11 +126,11 @@ void launch_reduce(DType dtype, const void* x, const ReduceLayout& layout, void*
       DL_CHECK(scratch != nullptr, "reduce", "the chunked reduction needs scratch");
       const int64_t per = (layout.n_red + chunks - 1) / chunks;
       auto* parts = static_cast<acc_t<T>*>(scratch);
-      reduce_chunk_kernel<T><<<grid_for(layout.n_out * chunks, kBlock), kBlock>>>(
-          px, layout, per, chunks, parts);
+      reduce_chunk_kernel<T>
+          <<<grid_for(layout.n_out * chunks, kBlock), kBlock>>>(px, layout, per, chunks, parts);
       DL_CUDA_LAUNCH_CHECK();
-      reduce_parts_kernel<T><<<grid_for(layout.n_out, kBlock), kBlock>>>(parts, layout.n_out,
-                                                                          chunks, po, factor);
+      reduce_parts_kernel<T><<<col_sum_blocks(layout.n_out), kColSumThreads>>>(parts, layout.n_out,
+                                                                               chunks, po, factor);
     } else if (layout.n_out >= 1024 || layout.n_red <= 32) {
       reduce_thread_kernel<T><<<grid_for(layout.n_out, kBlock), kBlock>>>(px, layout, po, factor);
     } else {

@@ -114,13 +114,15 @@ template <class A>
 __device__ MaxSum<A> block_merge(MaxSum<A> v) {
   __shared__ A sm[32], ss[32];
   for (int o = 16; o > 0; o >>= 1)
-    v = merge(v, MaxSum<A>{__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)});
+    v = merge(
+        v, MaxSum<A>{__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)});
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   if (lane == 0) sm[warp] = v.m, ss[warp] = v.s;
   __syncthreads();
   v = lane < nwarps ? MaxSum<A>{sm[lane], ss[lane]} : MaxSum<A>{A(-INFINITY), A(0)};
   for (int o = 16; o > 0; o >>= 1)
-    v = merge(v, MaxSum<A>{__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)});
+    v = merge(
+        v, MaxSum<A>{__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)});
   return v;
 }
 
@@ -128,7 +130,7 @@ __device__ MaxSum<A> block_merge(MaxSum<A> v) {
 // that are 16-byte aligned are read as float4 (thread i takes packs i, i + blockDim, ...,
 // then the v % 4 last elements one by one).
 template <class T>
-__device__ MaxSum<acc_t<T>> row_max_sum(const T* row, int64_t v) {
+__device__ __noinline__ MaxSum<acc_t<T>> row_max_sum(const T* row, int64_t v) {
   using A = acc_t<T>;
   MaxSum<A> ms{A(-INFINITY), A(0)};
   auto add = [&ms](A x) {
@@ -162,29 +164,12 @@ __device__ __forceinline__ A dlogit(A x, A l, A w, bool target) {
   return target ? p - w : p;
 }
 
-// One block per row: lse[r] and row_loss[r] = mask * (lse - logit[target]) (0 where the mask
-// is 0, like the CPU body). With dlogits (of type G: the logits' type, or bf16 for a bf16
-// GEMM operand), the backward too, from the upstream gradient *go: a second pass over the
-// row, which the block has just read (mostly an L2 hit), instead of a kernel reading the
-// logits again from memory. Same lse and the same dlogits bits as the separate kernels.
+// dlogits of one row by the block (f32 rows that are 16-byte aligned read as float4), for the
+// fused and the separate kernels alike: one compiled body (noinline), so the compiler cannot
+// contract the arithmetic differently in the two kernels and both write the same bits.
 template <class T, class G>
-__global__ void cross_entropy_forward_kernel(const T* logits, const int64_t* targets, const T* mask,
-                                             acc_t<T>* lse, acc_t<T>* row_loss, int64_t v,
-                                             int64_t ld, const T* go, G* dlogits) {
-  using A = acc_t<T>;
-  const int64_t r = blockIdx.x;
-  const T* row = logits + r * ld;
-  const MaxSum<A> ms = row_max_sum(row, v);
-  const A l = ms.m + log_acc(ms.s);
-  const A wm = mask ? to_acc(mask[r]) : A(1);
-  const int64_t t = targets[r];
-  if (threadIdx.x == 0) {
-    lse[r] = l;
-    row_loss[r] = wm != A(0) ? wm * (l - to_acc(row[t])) : A(0);
-  }
-  if (!dlogits) return;
-  const A w = to_acc(*go) * wm;
-  G* drow = dlogits + r * ld;
+__device__ __noinline__ void dlogits_row(const T* row, G* drow, int64_t v, acc_t<T> l, acc_t<T> w,
+                                         int64_t t) {
   int64_t j0 = 0;
   if constexpr (std::is_same_v<T, float>) {
     if (reinterpret_cast<uintptr_t>(row) % 16 == 0 &&
@@ -207,12 +192,36 @@ __global__ void cross_entropy_forward_kernel(const T* logits, const int64_t* tar
     drow[j] = from_acc<G>(dlogit(to_acc(row[j]), l, w, j == t));
 }
 
+// One block per row: lse[r] and row_loss[r] = mask * (lse - logit[target]) (0 where the mask
+// is 0, like the CPU body). With dlogits (of type G: the logits' type, or bf16 for a bf16
+// GEMM operand), the backward too, from the upstream gradient *go: a second pass over the
+// row, which the block has just read (mostly an L2 hit), instead of a kernel reading the
+// logits again from memory. Same lse and the same dlogits bits as the separate kernels.
+template <class T, class G>
+__global__ void cross_entropy_forward_kernel(const T* logits, const int64_t* targets, const T* mask,
+                                             acc_t<T>* lse, acc_t<T>* row_loss, int64_t v,
+                                             int64_t ld, const T* go, G* dlogits) {
+  using A = acc_t<T>;
+  const int64_t r = blockIdx.x;
+  const T* row = logits + r * ld;
+  const MaxSum<A> ms = row_max_sum(row, v);
+  const A l = ms.m + log_acc(ms.s);
+  const A wm = mask ? to_acc(mask[r]) : A(1);
+  const int64_t t = targets[r];
+  if (threadIdx.x == 0) {
+    lse[r] = l;
+    row_loss[r] = wm != A(0) ? wm * (l - to_acc(row[t])) : A(0);
+  }
+  if (!dlogits) return;
+  dlogits_row(row, dlogits + r * ld, v, l, to_acc(*go) * wm, t);
+}
+
 // dlogits of type G: the logits' type, or bf16 straight for a bf16 GEMM operand.
 template <class T, class G>
 __global__ void cross_entropy_backward_kernel(const T* go_ptr, const T* logits,
                                               const int64_t* targets, const T* mask,
-                                              const acc_t<T>* lse, G* dlogits, T* dmask,
-                                              int64_t v, int64_t ld) {
+                                              const acc_t<T>* lse, G* dlogits, T* dmask, int64_t v,
+                                              int64_t ld) {
   using A = acc_t<T>;
   const int64_t r = blockIdx.x;
   const A go = to_acc(*go_ptr);
@@ -220,9 +229,7 @@ __global__ void cross_entropy_backward_kernel(const T* go_ptr, const T* logits,
   const A l = lse[r];
   const int64_t t = targets[r];
   const T* row = logits + r * ld;
-  G* drow = dlogits + r * ld;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
-    drow[j] = from_acc<G>(dlogit(to_acc(row[j]), l, w, j == t));
+  dlogits_row(row, dlogits + r * ld, v, l, w, t);
   if (dmask && threadIdx.x == 0) dmask[r] = from_acc<T>(go * (l - to_acc(row[t])));
 }
 
@@ -263,9 +270,8 @@ void launch_softmax_backward(DType dtype, const void* g, const void* y, void* dx
 }
 
 void launch_cross_entropy_forward(DType dtype, const void* logits, const int64_t* targets,
-                                  const void* mask, void* lse, void* row_loss, int64_t n,
-                                  int64_t v, int64_t ld, const void* go, void* dlogits,
-                                  DType grad_dtype) {
+                                  const void* mask, void* lse, void* row_loss, int64_t n, int64_t v,
+                                  int64_t ld, const void* go, void* dlogits, DType grad_dtype) {
   if (n == 0) return;
   dispatch_float("cross_entropy", dtype, [&](auto z) {
     using T = decltype(z);
@@ -273,9 +279,8 @@ void launch_cross_entropy_forward(DType dtype, const void* logits, const int64_t
     auto with = [&](auto g) {
       using G = decltype(g);
       cross_entropy_forward_kernel<T, G><<<unsigned(n), kCeBlock>>>(
-          static_cast<const T*>(logits), targets, static_cast<const T*>(mask),
-          static_cast<A*>(lse), static_cast<A*>(row_loss), v, ld, static_cast<const T*>(go),
-          static_cast<G*>(dlogits));
+          static_cast<const T*>(logits), targets, static_cast<const T*>(mask), static_cast<A*>(lse),
+          static_cast<A*>(row_loss), v, ld, static_cast<const T*>(go), static_cast<G*>(dlogits));
     };
     if (!dlogits || grad_dtype == dtype) return with(T{});
     DL_CHECK((grad_dtype == DType::bf16 && std::is_same_v<T, float>), "cross_entropy",

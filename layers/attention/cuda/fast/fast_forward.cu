@@ -1,7 +1,8 @@
-// Forward of the fast attention (fast_attention.h), FlashAttention-2 style: one CTA of 8 warps
-// per (128-row query tile of a document, head); each warp owns 16 query rows, keeps its Q
-// fragments in registers and runs the online softmax (log2 domain) over 64-key tiles that
-// are double-buffered through cp.async. Key tiles no row of the tile sees are never visited;
+// Forward of the fast attention (fast_attention.h), FlashAttention-2 style: one CTA of 4 warps
+// per (128-row query tile of a document, head); each warp owns 32 query rows (two m-tiles
+// that share every K and V fragment read from shared memory, halving that traffic per
+// product) and runs the online softmax (log2 domain) over 64-key tiles that are
+// double-buffered through cp.async. Key tiles no row of the tile sees are never visited;
 // the element mask runs only on tiles that cut a row's visible range (causal diagonal,
 // window edges, partial tiles). Rows past the document's end are zero-filled on load and
 // never stored.
@@ -13,12 +14,19 @@
 namespace driftless::layers::gpu::fast {
 namespace {
 
-constexpr int kBQ = kFwdBlockQ, kBK = 64, kWarps = kBQ / 16, kThreads = kWarps * 32;
+constexpr int kBQ = kFwdBlockQ, kWarps = 4, kThreads = kWarps * 32;
+constexpr int kMT = kBQ / (16 * kWarps);  // 16-row m-tiles per warp: they share each B fragment
+// Keys per tile: 32 at D = 128 keeps the scores (kMT x kBK / 2 floats a thread) small enough
+// for O (kMT x D / 2) to stay in registers without spills.
+template <int D>
+constexpr int kBK = D <= 64 ? 64 : 32;
 
 template <int D, class M>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(Problem p, M mod, const Tile* tiles, bf16* out, float* lse) {
-  constexpr int KD = D / 16, NK = kBK / 8, ND = D / 8;
+  constexpr int kBK = fast::kBK<D>, KD = D / 16, NK = kBK / 8, ND = D / 8;
+  // Q fragments stay in registers at D = 64; at D = 128 they would not fit beside O.
+  constexpr bool kQInRegs = D <= 64;
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sK = sQ + kBQ * D * 2;      // 2 buffers of (kBK, D)
@@ -32,18 +40,22 @@ __global__ void __launch_bounds__(kThreads)
   const int nq = min(kBQ, q_len - i0);
   mod.bind(h);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int r_warp = warp * 16 * kMT;  // first row of the warp in the tile
 
   int lo_first, hi_first, lo_last, hi_last;  // lo and hi never decrease with the row
   row_keys(p, doc, i0, &lo_first, &hi_first);
   row_keys(p, doc, i0 + nq - 1, &lo_last, &hi_last);
-  int lo[2], hi[2], qpos[2];
-  for (int r = 0; r < 2; ++r) {
-    const int row = warp * 16 + g + 8 * r;
-    lo[r] = 1;
-    hi[r] = 0;
-    if (row < nq) row_keys(p, doc, i0 + row, &lo[r], &hi[r]);
-    qpos[r] = i0 + row + k_len - q_len;
-  }
+  int lo[kMT][2], hi[kMT][2], qpos[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = r_warp + mt * 16 + g + 8 * r;
+      lo[mt][r] = 1;
+      hi[mt][r] = 0;
+      if (row < nq) row_keys(p, doc, i0 + row, &lo[mt][r], &hi[mt][r]);
+      qpos[mt][r] = i0 + row + k_len - q_len;
+    }
 
   const bf16* qg = static_cast<const bf16*>(p.q) + ((doc.q_offset + i0) * H + h) * D;
   const bf16* kg = static_cast<const bf16*>(p.k) + (doc.k_offset * Hkv + kh) * D;
@@ -51,10 +63,16 @@ __global__ void __launch_bounds__(kThreads)
   const int j_begin = lo_first > 0 ? (lo_first / kBK) * kBK : 0;
   const int n_tiles = hi_last >= lo_first ? (hi_last - j_begin) / kBK + 1 : 0;
 
-  float o[ND][4];
+  float o[kMT][ND][4];
 #pragma unroll
-  for (int n = 0; n < ND; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int n = 0; n < ND; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.f;
+  float row_max[kMT][2], row_sum[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) row_max[mt][r] = -INFINITY, row_sum[mt][r] = 0.f;
 
   if (n_tiles > 0) {
     load_tile<kBQ, D, kThreads>(sQ, qg, H * D, nq);
@@ -65,7 +83,7 @@ __global__ void __launch_bounds__(kThreads)
     };
     load_kv(0);
     cp_async_commit();
-    uint32_t qf[KD][4];
+    uint32_t qf[kQInRegs ? kMT : 1][kQInRegs ? KD : 1][4];
     for (int t = 0; t < n_tiles; ++t) {
       if (t + 1 < n_tiles) {
         load_kv(t + 1);
@@ -75,70 +93,96 @@ __global__ void __launch_bounds__(kThreads)
         cp_async_wait<0>();
       }
       __syncthreads();
-      if (t == 0) {
+      if (kQInRegs && t == 0) {
 #pragma unroll
-        for (int kd = 0; kd < KD; ++kd) load_a<D>(qf[kd], sQ, warp * 16, kd, lane);
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int kd = 0; kd < KD; ++kd)
+            load_a<D>(qf[kQInRegs ? mt : 0][kQInRegs ? kd : 0], sQ, r_warp + mt * 16, kd, lane);
       }
       const uint32_t k_s = sK + (t & 1) * kBK * D * 2, v_s = sV + (t & 1) * kBK * D * 2;
       const int j0 = j_begin + t * kBK;
-      float s[NK][4];
+      float s[kMT][NK][4];
 #pragma unroll
-      for (int n = 0; n < NK; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int n = 0; n < NK; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
 #pragma unroll
       for (int kd = 0; kd < KD; ++kd) {
+        uint32_t a[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          if constexpr (kQInRegs) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) a[mt][e] = qf[kQInRegs ? mt : 0][kQInRegs ? kd : 0][e];
+          } else {
+            load_a<D>(a[mt], sQ, r_warp + mt * 16, kd, lane);
+          }
+        }
 #pragma unroll
         for (int np = 0; np < NK / 2; ++np) {
           uint32_t b[4];
           load_b<D>(b, k_s, np * 16, kd, lane);
-          mma_bf16(s[2 * np], qf[kd], b[0], b[1]);
-          mma_bf16(s[2 * np + 1], qf[kd], b[2], b[3]);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            mma_bf16(s[mt][2 * np], a[mt], b[0], b[1]);
+            mma_bf16(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+          }
         }
       }
       // Whole tile visible to every row of the CTA: no element mask.
       const bool full = j0 >= lo_last && j0 + kBK - 1 <= hi_first;
 #pragma unroll
-      for (int n = 0; n < NK; ++n)
+      for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1, j = j0 + n * 8 + 2 * t4 + (e & 1);
-          float x = mod.x(s[n][e], qpos[r], j);
-          if (!full && (j < lo[r] || j > hi[r])) x = -INFINITY;
-          s[n][e] = x;
+        for (int n = 0; n < NK; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int r = e >> 1, j = j0 + n * 8 + 2 * t4 + (e & 1);
+            float x = mod.x(s[mt][n][e], qpos[mt][r], j);
+            if (!full && (j < lo[mt][r] || j > hi[mt][r])) x = -INFINITY;
+            s[mt][n][e] = x;
+          }
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float mx = row_max[mt][r];
+#pragma unroll
+          for (int n = 0; n < NK; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * r], s[mt][n][2 * r + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_use = mx == -INFINITY ? 0.f : mx;
+          const float corr = exp2f(row_max[mt][r] - m_use);
+          row_max[mt][r] = mx;
+          float sum = 0.f;
+#pragma unroll
+          for (int n = 0; n < NK; ++n) {
+            s[mt][n][2 * r] = exp2f(s[mt][n][2 * r] - m_use);
+            s[mt][n][2 * r + 1] = exp2f(s[mt][n][2 * r + 1] - m_use);
+            sum += s[mt][n][2 * r] + s[mt][n][2 * r + 1];
+          }
+          row_sum[mt][r] = row_sum[mt][r] * corr + sum;
+#pragma unroll
+          for (int n = 0; n < ND; ++n) {
+            o[mt][n][2 * r] *= corr;
+            o[mt][n][2 * r + 1] *= corr;
+          }
         }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = row_max[r];
-#pragma unroll
-        for (int n = 0; n < NK; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_use = mx == -INFINITY ? 0.f : mx;
-        const float corr = exp2f(row_max[r] - m_use);
-        row_max[r] = mx;
-        float sum = 0.f;
-#pragma unroll
-        for (int n = 0; n < NK; ++n) {
-          s[n][2 * r] = exp2f(s[n][2 * r] - m_use);
-          s[n][2 * r + 1] = exp2f(s[n][2 * r + 1] - m_use);
-          sum += s[n][2 * r] + s[n][2 * r + 1];
-        }
-        row_sum[r] = row_sum[r] * corr + sum;
-#pragma unroll
-        for (int n = 0; n < ND; ++n) {
-          o[n][2 * r] *= corr;
-          o[n][2 * r + 1] *= corr;
-        }
-      }
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk) {
-        uint32_t a[4];
-        c_to_a(a, s[2 * kk], s[2 * kk + 1]);
+        uint32_t a[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) c_to_a(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
 #pragma unroll
         for (int dp = 0; dp < ND / 2; ++dp) {
           uint32_t b[4];
           load_b_trans<D>(b, v_s, kk * 16, dp * 16, lane);
-          mma_bf16(o[2 * dp], a, b[0], b[1]);
-          mma_bf16(o[2 * dp + 1], a, b[2], b[3]);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            mma_bf16(o[mt][2 * dp], a[mt], b[0], b[1]);
+            mma_bf16(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+          }
         }
       }
       __syncthreads();  // the buffer is refilled by the next iteration's prefetch
@@ -146,21 +190,24 @@ __global__ void __launch_bounds__(kThreads)
   }
 
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float sum = row_sum[r];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int row = warp * 16 + g + 8 * r;
-    if (row >= nq) continue;
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    const int64_t qrow = doc.q_offset + i0 + row;
-    bf16* orow = out + (qrow * H + h) * D;
+  for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-    for (int n = 0; n < ND; ++n)
-      *reinterpret_cast<uint32_t*>(orow + n * 8 + 2 * t4) =
-          pack_bf16(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-    if (t4 == 0) lse[h * p.t_q + qrow] = sum > 0.f ? (row_max[r] + log2f(sum)) * kLn2 : -INFINITY;
-  }
+    for (int r = 0; r < 2; ++r) {
+      float sum = row_sum[mt][r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int row = r_warp + mt * 16 + g + 8 * r;
+      if (row >= nq) continue;
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      const int64_t qrow = doc.q_offset + i0 + row;
+      bf16* orow = out + (qrow * H + h) * D;
+#pragma unroll
+      for (int n = 0; n < ND; ++n)
+        *reinterpret_cast<uint32_t*>(orow + n * 8 + 2 * t4) =
+            pack_bf16(o[mt][n][2 * r] * inv, o[mt][n][2 * r + 1] * inv);
+      if (t4 == 0)
+        lse[h * p.t_q + qrow] = sum > 0.f ? (row_max[mt][r] + log2f(sum)) * kLn2 : -INFINITY;
+    }
 }
 
 __global__ void fill_kernel(float* x, int64_t n, float value) {
@@ -171,7 +218,7 @@ __global__ void fill_kernel(float* x, int64_t n, float value) {
 
 template <int D, class M>
 void launch(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, void* out, float* lse) {
-  constexpr int kSmem = (kBQ + 4 * kBK) * D * 2;
+  constexpr int kSmem = (kBQ + 4 * kBK<D>)*D * 2;
   static bool configured = false;
   if (!configured) {
     DL_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<D, M>,
