@@ -27,7 +27,6 @@
 #include "engine/core/device_ops.h"
 #include "engine/core/tensor.h"
 #include "layers/attention/attention.h"
-#include "layers/attention/cuda/fast/fast_attention.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace driftless {
@@ -257,39 +256,6 @@ TEST(AttentionFast, Bf16WithinTwiceTheCpuBf16Error) {
         "[attention fast] worst %s: error %.3g, error / bound %.3f, cuda / cpu-bf16 error "
         "%.2f\n",
         kNames[i], worst_err[i], worst_ratio[i], worst_plain[i]);
-}
-
-// The backward adds dQ k tile by k tile in ascending order per query tile, and a CTA waits
-// for the tiles before it: the schedule must launch each document's k tiles in ascending
-// order (or the wait could deadlock), and list each exactly once. Host code: runs anywhere.
-TEST(AttentionFastSchedule, KTilesOfADocumentInAscendingOrder) {
-  namespace fast = layers::gpu::fast;
-  const std::vector<layers::gpu::Doc> docs = {{0, 300, 0, 300},         {300, 0, 300, 0},
-                                              {300, 64, 300, 1000},     {364, 1000, 1300, 64},
-                                              {1364, 4001, 1364, 4096}, {5365, 129, 5460, 129}};
-  struct Mask {
-    bool causal;
-    int64_t left, right;
-  };
-  for (const Mask m : {Mask{true, -1, -1}, Mask{false, -1, -1}, Mask{true, 100, -1},
-                       Mask{false, 70, 20}, Mask{false, 200, -1}, Mask{false, -1, 30}}) {
-    layers::gpu::Problem p;
-    p.causal = m.causal;
-    p.window_left = m.left;
-    p.window_right = m.right;
-    const std::vector<fast::Tile> tiles = fast::k_tiles(p, docs, fast::kBwdBlockK);
-    std::vector<int32_t> next(docs.size(), 0);  // next expected tile start per document
-    for (const fast::Tile& t : tiles) {
-      ASSERT_LT(size_t(t.doc), docs.size());
-      EXPECT_EQ(t.start, next[size_t(t.doc)]) << "document " << t.doc << " causal " << m.causal
-                                              << " window " << m.left << "," << m.right;
-      next[size_t(t.doc)] = t.start + fast::kBwdBlockK;
-    }
-    for (size_t b = 0; b < docs.size(); ++b)
-      EXPECT_EQ(next[b],
-                (docs[b].k_len + fast::kBwdBlockK - 1) / fast::kBwdBlockK * fast::kBwdBlockK)
-          << "document " << b << " lost tiles";
-  }
 }
 
 }  // namespace

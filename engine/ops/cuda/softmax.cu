@@ -103,11 +103,22 @@ template <class A>
 struct MaxSum {
   A m, s;
 };
+// Products rounded on their own (no fma contraction), so merge(a, b) and merge(b, a) are the
+// same bits: the butterfly of block_merge then leaves every thread of the block with the
+// same (max, sum). With a contracted a.s * ea + b.s * eb the two lanes of a pair could differ
+// in the last bit, and the fused cross-entropy wrote dlogits from per-thread lse values that
+// differed from the stored lse.
+__device__ __forceinline__ float mul_rn(float a, float b) {
+  return __fmul_rn(a, b);
+}
+__device__ __forceinline__ double mul_rn(double a, double b) {
+  return __dmul_rn(a, b);
+}
 template <class A>
 __device__ __forceinline__ MaxSum<A> merge(MaxSum<A> a, MaxSum<A> b) {
   const A m = max(a.m, b.m);
   if (m == A(-INFINITY)) return {m, A(0)};
-  return {m, a.s * exp_acc(a.m - m) + b.s * exp_acc(b.m - m)};
+  return {m, mul_rn(a.s, exp_acc(a.m - m)) + mul_rn(b.s, exp_acc(b.m - m))};
 }
 // Block-wide merge in a fixed tree (blockDim.x a multiple of 32): deterministic.
 template <class A>

@@ -149,14 +149,12 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
   g.dk = Tensor::empty({r.t_k, r.kv_heads, r.head_dim}, q.dtype(), Device::cuda);
   g.dv = Tensor::empty({r.t_k, r.kv_heads, r.head_dim}, q.dtype(), Device::cuda);
   if (d.fast) {
+    const Tensor qt = device_tiles(gpu::fast::q_tiles(d.p, d.host_docs, gpu::fast::kBwdBlockQ));
     const Tensor kt = device_tiles(gpu::fast::k_tiles(d.p, d.host_docs, gpu::fast::kBwdBlockK));
-    const int64_t n_sem = gpu::fast::dq_semaphores(d.p, int64_t(d.host_docs.size()));
-    Tensor dq_acc = Tensor::empty({r.t_q * r.heads * r.head_dim}, DType::f32, Device::cuda);
-    Tensor sem = Tensor::empty({n_sem}, DType::i32, Device::cuda);
-    gpu::fast::backward(d.p, d.mod, tiles_ptr(kt), kt.defined() ? int(kt.numel() / 2) : 0,
+    gpu::fast::backward(d.p, d.mod, tiles_ptr(qt), qt.defined() ? int(qt.numel() / 2) : 0,
+                        tiles_ptr(kt), kt.defined() ? int(kt.numel() / 2) : 0, d.q_padded,
                         d.k_padded, oc.raw_data(), doc.raw_data(), lc.data<float>(),
-                        delta.data<float>(), dq_acc.data<float>(), sem.data<int32_t>(), n_sem,
-                        g.dq.raw_data(), g.dk.raw_data(), g.dv.raw_data());
+                        delta.data<float>(), g.dq.raw_data(), g.dk.raw_data(), g.dv.raw_data());
     return g;
   }
   gpu::launch_backward(d.p, d.mod, oc.raw_data(), doc.raw_data(), lc.data<float>(),

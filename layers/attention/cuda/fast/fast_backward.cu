@@ -1,16 +1,15 @@
-// Backward of the fast attention (fast_attention.h), FlashAttention-2 style in one pass over
-// the key tiles, deterministic although dQ is added atomically:
-//   delta_kernel       delta = rowsum(dO * O) per (q row, head), on tensor cores (see there);
-//   bwd_kernel         one CTA per (64-key tile of a document, kv head): S and dP are computed
-//                      once per (key tile, query tile), giving dV += P^T dO and dK += dS^T Q in
-//                      registers and dQ += dS K added to an f32 accumulator, k tiles in a fixed
-//                      order per query tile (a semaphore per query tile and head);
-//   dq_convert_kernel  dq = scale * accumulator, in bf16.
+// Backward of the fast attention (fast_attention.h), FlashAttention-2 style and without
+// atomics, so every gradient element is summed by one thread in a fixed order:
+//   delta_kernel  delta = rowsum(dO * O) per (q row, head), on tensor cores (see there);
+//   dkv_kernel    one CTA per (64-key tile of a document, kv head); each of its 4 warps owns
+//                 16 keys, computes S^T and dP^T for every query head of the GQA group and
+//                 every 64-row query tile that sees the keys, and accumulates dV += P^T dO,
+//                 dK += dS^T Q in registers (the group's reduction happens in the CTA);
+//   dq_kernel     one CTA per (64-row query tile, head) recomputing P over the visible key
+//                 tiles: dQ += dS K.
 // dS = P * (dP - delta) * d value / d score; the softmax scale is applied once at the end.
 // dQ = dS K takes dS as a bf16 head plus tail (two products): dS of a row sums to ~0, so
 // dQ is a cancelling sum and one bf16 rounding of dS alone put its error at ~2x the CPU's.
-#include <algorithm>
-
 #include "engine/core/cuda/check.h"
 #include "layers/attention/cuda/fast/fast_common.cuh"
 
@@ -56,94 +55,169 @@ __global__ void delta_kernel(int64_t rows, int64_t heads, int64_t t_q, const bf1
   }
 }
 
-// Query rows of the document that may see a key of k tile [j0, j0 + nk) (the reference
-// kernel's bounds; the element mask re-checks). Empty when *i_end < *i_begin. Both bounds
-// never decrease with j0, so the k tiles that visit one aligned q tile are consecutive.
-__device__ __forceinline__ void k_tile_rows(const Problem& p, int q_len, int k_len, int j0, int nk,
-                                            int* i_begin, int* i_end) {
-  const int shift = k_len - q_len;
-  int b = 0, e = q_len - 1;
-  if (p.causal) b = max(b, j0 - shift);
-  if (p.window_right >= 0) b = max(b, int(j0 - p.window_right - shift));
-  if (p.window_left >= 0) e = min(e, int(j0 + nk - 1 + p.window_left - shift));
-  *i_begin = b;
-  *i_end = e;
-}
-
-// Last aligned q tile (of kBQ rows) that k tile t visits; -1 when it visits none before 0.
-__device__ __forceinline__ int last_q_tile(const Problem& p, int q_len, int k_len, int t) {
-  const int j0 = t * kBK;
-  int b, e;
-  k_tile_rows(p, q_len, k_len, j0, min(kBK, k_len - j0), &b, &e);
-  return e < 0 ? -1 : e / kBQ;
-}
-
-// How many k tiles before t add to q tile qi: the visiting tiles are consecutive and t is
-// one of them, so it is t minus the first tile whose last visited q tile reaches qi.
-__device__ __forceinline__ int dq_rank(const Problem& p, int q_len, int k_len, int t, int qi) {
-  int lo = 0, hi = t;  // the first is in [lo, hi]
-  while (lo < hi) {
-    const int mid = (lo + hi) / 2;
-    if (last_q_tile(p, q_len, k_len, mid) >= qi)
-      hi = mid;
-    else
-      lo = mid + 1;
-  }
-  return t - lo;
-}
-
-__device__ __forceinline__ int load_acquire(const int* x) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(x) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void add_f32x2(float* dst, float x, float y) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(x, y));
-#else
-  atomicAdd(dst, x);
-  atomicAdd(dst + 1, y);
-#endif
-}
-
-// One CTA per (64-key tile of a document, kv head); each of its 4 warps owns 16 keys. For
-// every query head of the GQA group and every aligned 64-row query tile that sees the keys:
-// S^T and dP^T (16 keys x 64 queries per warp), dV += P^T dO and dK += dS^T Q in registers,
-// and dQ += dS K added to the f32 dq_acc. The dQ additions of one (q tile, head) happen one
-// k tile at a time in ascending order (sem counts the k tiles done; a tile waits for its
-// rank, dq_rank), so every dq element is summed in a fixed order: deterministic although
-// the adds are atomic. The waits only go to lower k tiles, which the schedule launches
-// first (k_tiles in schedule.cpp), so they cannot deadlock.
 template <int D, class M>
 __global__ void __launch_bounds__(kThreads)
-    bwd_kernel(Problem p, M mod0, const Tile* tiles, const bf16* dout, const float* lse,
-               const float* delta, float* dq_acc, int* sem, bf16* dk, bf16* dv) {
+    dq_kernel(Problem p, M mod, const Tile* tiles, const bf16* dout, const float* lse,
+              const float* delta, bf16* dq) {
+  constexpr int KD = D / 16, NK = kBK / 8, ND = D / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sQ = smem_u32(smem);
+  const uint32_t sdO = sQ + kBQ * D * 2;
+  const uint32_t sK = sdO + kBQ * D * 2;     // 2 buffers of (kBK, D)
+  const uint32_t sV = sK + 2 * kBK * D * 2;  // 2 buffers of (kBK, D)
+  const int64_t H = p.heads, Hkv = p.kv_heads;
+  const int h = int(blockIdx.x % H);
+  const Tile tile = tiles[blockIdx.x / H];
+  const int kh = int(h / (H / Hkv));
+  const Doc doc = p.docs[tile.doc];
+  const int q_len = int(doc.q_len), k_len = int(doc.k_len), i0 = tile.start;
+  const int nq = min(kBQ, q_len - i0);
+  mod.bind(h);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+
+  int lo_first, hi_first, lo_last, hi_last;
+  row_keys(p, doc, i0, &lo_first, &hi_first);
+  row_keys(p, doc, i0 + nq - 1, &lo_last, &hi_last);
+  int lo[2], hi[2], qpos[2];
+  float lse2[2], dl[2];
+  for (int r = 0; r < 2; ++r) {
+    const int row = warp * 16 + g + 8 * r;
+    lo[r] = 1;
+    hi[r] = 0;
+    lse2[r] = INFINITY;  // P = 0 for rows that see nothing or lie past the document
+    dl[r] = 0.f;
+    if (row < nq) {
+      row_keys(p, doc, i0 + row, &lo[r], &hi[r]);
+      const int64_t qrow = doc.q_offset + i0 + row;
+      const float L = lse[h * p.t_q + qrow];
+      if (L != -INFINITY) lse2[r] = L * kLog2e;
+      dl[r] = delta[h * p.t_q + qrow];
+    }
+    qpos[r] = i0 + row + k_len - q_len;
+  }
+
+  const bf16* qg = static_cast<const bf16*>(p.q) + ((doc.q_offset + i0) * H + h) * D;
+  const bf16* dog = dout + ((doc.q_offset + i0) * H + h) * D;
+  const bf16* kg = static_cast<const bf16*>(p.k) + (doc.k_offset * Hkv + kh) * D;
+  const bf16* vg = static_cast<const bf16*>(p.v) + (doc.k_offset * Hkv + kh) * D;
+  const int j_begin = lo_first > 0 ? (lo_first / kBK) * kBK : 0;
+  const int n_tiles = hi_last >= lo_first ? (hi_last - j_begin) / kBK + 1 : 0;
+
+  float acc[ND][4];
+#pragma unroll
+  for (int n = 0; n < ND; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+
+  if (n_tiles > 0) {
+    load_tile<kBQ, D, kThreads>(sQ, qg, H * D, nq);
+    load_tile<kBQ, D, kThreads>(sdO, dog, H * D, nq);
+    auto load_kv = [&](int t) {
+      const int j0 = j_begin + t * kBK, buf = t & 1;
+      load_tile<kBK, D, kThreads>(sK + buf * kBK * D * 2, kg + j0 * Hkv * D, Hkv * D, k_len - j0);
+      load_tile<kBK, D, kThreads>(sV + buf * kBK * D * 2, vg + j0 * Hkv * D, Hkv * D, k_len - j0);
+    };
+    load_kv(0);
+    cp_async_commit();
+    for (int t = 0; t < n_tiles; ++t) {
+      if (t + 1 < n_tiles) {
+        load_kv(t + 1);
+        cp_async_commit();
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+      const uint32_t k_s = sK + (t & 1) * kBK * D * 2, v_s = sV + (t & 1) * kBK * D * 2;
+      const int j0 = j_begin + t * kBK;
+      float s[NK][4], dp[NK][4];
+#pragma unroll
+      for (int n = 0; n < NK; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.f;
+#pragma unroll
+      for (int kd = 0; kd < KD; ++kd) {
+        uint32_t aq[4], ado[4];
+        load_a<D>(aq, sQ, warp * 16, kd, lane);
+        load_a<D>(ado, sdO, warp * 16, kd, lane);
+#pragma unroll
+        for (int np = 0; np < NK / 2; ++np) {
+          uint32_t b[4];
+          load_b<D>(b, k_s, np * 16, kd, lane);
+          mma_bf16(s[2 * np], aq, b[0], b[1]);
+          mma_bf16(s[2 * np + 1], aq, b[2], b[3]);
+          load_b<D>(b, v_s, np * 16, kd, lane);
+          mma_bf16(dp[2 * np], ado, b[0], b[1]);
+          mma_bf16(dp[2 * np + 1], ado, b[2], b[3]);
+        }
+      }
+      const bool full = j0 >= lo_last && j0 + kBK - 1 <= hi_first;
+#pragma unroll
+      for (int n = 0; n < NK; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1, j = j0 + n * 8 + 2 * t4 + (e & 1);
+          float dx;
+          const float x = mod.x_dx(s[n][e], qpos[r], j, &dx);
+          float pr = exp2f(x - lse2[r]);
+          if (!full && (j < lo[r] || j > hi[r])) pr = 0.f;
+          dp[n][e] = pr * (dp[n][e] - dl[r]) * dx;
+        }
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk) {
+        uint32_t a[4], a_lo[4];  // dS as bf16 head + tail: dq keeps f32-like accuracy
+        c_to_a_split(a, a_lo, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+        for (int dd = 0; dd < ND / 2; ++dd) {
+          uint32_t b[4];
+          load_b_trans<D>(b, k_s, kk * 16, dd * 16, lane);
+          mma_bf16(acc[2 * dd], a, b[0], b[1]);
+          mma_bf16(acc[2 * dd + 1], a, b[2], b[3]);
+          mma_bf16(acc[2 * dd], a_lo, b[0], b[1]);
+          mma_bf16(acc[2 * dd + 1], a_lo, b[2], b[3]);
+        }
+      }
+      __syncthreads();
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = warp * 16 + g + 8 * r;
+    if (row >= nq) continue;
+    bf16* o = dq + ((doc.q_offset + i0 + row) * H + h) * D;
+#pragma unroll
+    for (int n = 0; n < ND; ++n)
+      *reinterpret_cast<uint32_t*>(o + n * 8 + 2 * t4) =
+          pack_bf16(acc[n][2 * r] * p.scale, acc[n][2 * r + 1] * p.scale);
+  }
+}
+
+template <int D, class M>
+__global__ void __launch_bounds__(kThreads)
+    dkv_kernel(Problem p, M mod0, const Tile* tiles, const bf16* dout, const float* lse,
+               const float* delta, bf16* dk, bf16* dv) {
   constexpr int KD = D / 16, NQ = kBQ / 8, ND = D / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sK = smem_u32(smem);
   const uint32_t sV = sK + kBK * D * 2;
   const uint32_t sQ = sV + kBK * D * 2;       // 2 buffers of (kBQ, D)
   const uint32_t sdO = sQ + 2 * kBQ * D * 2;  // 2 buffers of (kBQ, D)
-  const uint32_t sS = sdO + 2 * kBQ * D * 2;  // dS^T (kBK, kBQ) bf16 head, then its tail
-  float* sL = reinterpret_cast<float*>(smem + (2 * kBK + 4 * kBQ) * D * 2 + 4 * kBK * kBQ);
-  float* sD = sL + 2 * kBQ;  // 2 x kBQ each
+  float* sL = reinterpret_cast<float*>(smem + (2 * kBK + 4 * kBQ) * D * 2);  // 2 x kBQ
+  float* sD = sL + 2 * kBQ;                                                  // 2 x kBQ
   const int64_t H = p.heads, Hkv = p.kv_heads, group = H / Hkv;
   const int kh = int(blockIdx.x % Hkv);
   const Tile tile = tiles[blockIdx.x / Hkv];
   const Doc doc = p.docs[tile.doc];
   const int q_len = int(doc.q_len), k_len = int(doc.k_len), j0 = tile.start;
-  const int nk = min(kBK, k_len - j0), t_k = j0 / kBK;
+  const int nk = min(kBK, k_len - j0);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-  const int shift = k_len - q_len;
 
-  int i_begin, i_end;
-  k_tile_rows(p, q_len, k_len, j0, nk, &i_begin, &i_end);
-  const int qt_first = i_begin / kBQ;
-  const int n_qt = i_end >= i_begin ? i_end / kBQ - qt_first + 1 : 0;
+  // Query rows that may see a key of the tile (as the reference kernel; re-checked below).
+  const int shift = k_len - q_len;
+  int i_begin = 0, i_end = q_len - 1;
+  if (p.causal) i_begin = max(i_begin, j0 - shift);
+  if (p.window_right >= 0) i_begin = max(i_begin, int(j0 - p.window_right - shift));
+  if (p.window_left >= 0) i_end = min(i_end, int(j0 + nk - 1 + p.window_left - shift));
+  const int n_qt = i_end >= i_begin ? (i_end - i_begin) / kBQ + 1 : 0;
   const int n_steps = int(group) * n_qt;
-  // q tiles of this document own semaphores [sem_base, sem_base + ceil(q_len / kBQ)) per head.
-  const int64_t sem_base = doc.q_offset / kBQ + tile.doc;
 
   const bf16* kg = static_cast<const bf16*>(p.k) + ((doc.k_offset + j0) * Hkv + kh) * D;
   const bf16* vg = static_cast<const bf16*>(p.v) + ((doc.k_offset + j0) * Hkv + kh) * D;
@@ -156,9 +230,9 @@ __global__ void __launch_bounds__(kThreads)
   if (n_steps > 0) {
     load_tile<kBK, D, kThreads>(sK, kg, Hkv * D, nk);
     load_tile<kBK, D, kThreads>(sV, vg, Hkv * D, nk);
-    // Step s: query head kh * group + s / n_qt, query rows (qt_first + s % n_qt) * kBQ + ...
+    // Step s: query head kh * group + s / n_qt, query rows i_begin + (s % n_qt) * kBQ.
     auto load_q = [&](int s) {
-      const int h = int(kh * group + s / n_qt), q0 = (qt_first + s % n_qt) * kBQ, buf = s & 1;
+      const int h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ, buf = s & 1;
       const int n = min(kBQ, q_len - q0);
       const int64_t off = ((doc.q_offset + q0) * H + h) * D;
       load_tile<kBQ, D, kThreads>(sQ + buf * kBQ * D * 2, static_cast<const bf16*>(p.q) + off,
@@ -188,8 +262,7 @@ __global__ void __launch_bounds__(kThreads)
         cp_async_wait<0>();
       }
       __syncthreads();
-      const int buf = s & 1, h = int(kh * group + s / n_qt), qi = qt_first + s % n_qt;
-      const int q0 = qi * kBQ;
+      const int buf = s & 1, h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ;
       M mod = mod0;
       mod.bind(h);
       const uint32_t q_s = sQ + buf * kBQ * D * 2, do_s = sdO + buf * kBQ * D * 2;
@@ -255,66 +328,7 @@ __global__ void __launch_bounds__(kThreads)
           mma_bf16(dk_acc[2 * dd + 1], as, b[2], b[3]);
         }
       }
-      // dS^T of the warp's 16 keys to shared memory as a bf16 head and tail (dQ = dS K is a
-      // cancelling sum; one bf16 rounding of dS put its error at ~2x the CPU's).
-#pragma unroll
-      for (int n = 0; n < NQ; ++n)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const float x = dpt[n][2 * r], y = dpt[n][2 * r + 1];
-          const __nv_bfloat162 hv = __floats2bfloat162_rn(x, y);
-          const uint32_t lv = pack_bf16(x - __low2float(hv), y - __high2float(hv));
-          const uint32_t a = tile_addr<kBQ>(sS, warp * 16 + g + 8 * r, n) + 4 * t4;
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a),
-                       "r"(*reinterpret_cast<const uint32_t*>(&hv)));
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a + kBK * kBQ * 2), "r"(lv));
-        }
       __syncthreads();
-      // dQ rows warp * 16 .. + 15 of the q tile, 64 columns at a time: A = dS (16 queries x
-      // 16 keys, transposed out of dS^T), B = K.
-      const int64_t sem_idx = (sem_base + qi) * H + h;
-      if (lane == 0) {
-        const int rank = dq_rank(p, q_len, k_len, t_k, qi);
-        while (load_acquire(sem + sem_idx) < rank) {
-        }
-      }
-      __syncwarp();
-#pragma unroll
-      for (int c0 = 0; c0 < D; c0 += 64) {
-        float acc[8][4];
-#pragma unroll
-        for (int n = 0; n < 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < kBK / 16; ++kk) {
-          uint32_t a_hi[4], a_lo[4];
-          const int key = kk * 16 + (lane & 7) + ((lane >> 4) << 3);
-          const int chunk = warp * 2 + ((lane >> 3) & 1);
-          ldmatrix_x4_trans(a_hi, tile_addr<kBQ>(sS, key, chunk));
-          ldmatrix_x4_trans(a_lo, tile_addr<kBQ>(sS + kBK * kBQ * 2, key, chunk));
-#pragma unroll
-          for (int dd = 0; dd < 4; ++dd) {
-            uint32_t b[4];
-            load_b_trans<D>(b, sK, kk * 16, c0 + dd * 16, lane);
-            mma_bf16(acc[2 * dd], a_hi, b[0], b[1]);
-            mma_bf16(acc[2 * dd + 1], a_hi, b[2], b[3]);
-            mma_bf16(acc[2 * dd], a_lo, b[0], b[1]);
-            mma_bf16(acc[2 * dd + 1], a_lo, b[2], b[3]);
-          }
-        }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = q0 + warp * 16 + g + 8 * r;
-          if (row >= q_len) continue;
-          float* o = dq_acc + ((doc.q_offset + row) * H + h) * D + c0 + 2 * t4;
-#pragma unroll
-          for (int n = 0; n < 8; ++n) add_f32x2(o + n * 8, acc[n][2 * r], acc[n][2 * r + 1]);
-        }
-      }
-      __syncthreads();  // all adds issued; the buffers and dS are refilled by the next step
-      if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(sem + sem_idx, 1);
-      }
     }
   }
 #pragma unroll
@@ -332,66 +346,56 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// dq = dq_acc * scale in bf16 (every element: rows no k tile visited are 0 in dq_acc).
-__global__ void dq_convert_kernel(int64_t n4, float scale, const float4* acc, uint2* dq) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n4;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const float4 x = acc[i];
-    dq[i] = make_uint2(pack_bf16(x.x * scale, x.y * scale), pack_bf16(x.z * scale, x.w * scale));
-  }
-}
-
 template <class K>
 void set_smem(K kernel, int bytes) {
   DL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
 template <int D, class M>
-void launch(const Problem& p, const M& mod, const Tile* k_tiles, int n_k_tiles, const bf16* out,
-            const bf16* dout, const float* lse, float* delta, float* dq_acc, int* sem, bf16* dq,
-            bf16* dk, bf16* dv) {
-  constexpr int kSmem = (2 * kBK + 4 * kBQ) * D * 2 + 4 * kBK * kBQ + 4 * kBQ * 4;
+void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, const Tile* k_tiles,
+            int n_k_tiles, const bf16* out, const bf16* dout, const float* lse, float* delta,
+            bf16* dq, bf16* dk, bf16* dv) {
+  constexpr int kSmemQ = (2 * kBQ + 4 * kBK) * D * 2;
+  constexpr int kSmemKV = (2 * kBK + 4 * kBQ) * D * 2 + 4 * kBQ * 4;
   static bool configured = false;
   if (!configured) {
-    set_smem(bwd_kernel<D, M>, kSmem);
+    set_smem(dq_kernel<D, M>, kSmemQ);
+    set_smem(dkv_kernel<D, M>, kSmemKV);
     configured = true;
   }
   const int64_t rows = p.t_q * p.heads;
   delta_kernel<D><<<unsigned((rows + 127) / 128), 256>>>(rows, p.heads, p.t_q, out, dout, delta);
   DL_CUDA_LAUNCH_CHECK();
-  if (n_k_tiles > 0) {
-    bwd_kernel<D, M><<<unsigned(int64_t(n_k_tiles) * p.kv_heads), kThreads, kSmem>>>(
-        p, mod, k_tiles, dout, lse, delta, dq_acc, sem, dk, dv);
+  if (n_q_tiles > 0) {
+    dq_kernel<D, M><<<unsigned(int64_t(n_q_tiles) * p.heads), kThreads, kSmemQ>>>(
+        p, mod, q_tiles, dout, lse, delta, dq);
     DL_CUDA_LAUNCH_CHECK();
   }
-  const int64_t n4 = rows * D / 4;
-  dq_convert_kernel<<<unsigned(std::min<int64_t>((n4 + 255) / 256, 8192)), 256>>>(
-      n4, p.scale, reinterpret_cast<const float4*>(dq_acc), reinterpret_cast<uint2*>(dq));
-  DL_CUDA_LAUNCH_CHECK();
+  if (n_k_tiles > 0) {
+    dkv_kernel<D, M><<<unsigned(int64_t(n_k_tiles) * p.kv_heads), kThreads, kSmemKV>>>(
+        p, mod, k_tiles, dout, lse, delta, dk, dv);
+    DL_CUDA_LAUNCH_CHECK();
+  }
 }
 
 }  // namespace
 
-int64_t dq_semaphores(const Problem& p, int64_t n_docs) {
-  return (p.t_q / kBQ + n_docs + 1) * p.heads;
-}
-
-void backward(const Problem& p, const Mod& mod, const Tile* k_tiles, int n_k_tiles, bool k_padded,
-              const void* out, const void* dout, const float* lse, float* delta, float* dq_acc,
-              int* sem, int64_t n_sem, void* dq, void* dk, void* dv) {
+void backward(const Problem& p, const Mod& mod, const Tile* q_tiles, int n_q_tiles,
+              const Tile* k_tiles, int n_k_tiles, bool q_padded, bool k_padded, const void* out,
+              const void* dout, const float* lse, float* delta, void* dq, void* dk, void* dv) {
+  const size_t q_bytes = size_t(p.t_q * p.heads * p.head_dim) * 2;
   const size_t k_bytes = size_t(p.t_k * p.kv_heads * p.head_dim) * 2;
+  if (q_padded && q_bytes > 0) DL_CUDA_CHECK(cudaMemsetAsync(dq, 0, q_bytes));
   if (k_padded && k_bytes > 0) {
     DL_CUDA_CHECK(cudaMemsetAsync(dk, 0, k_bytes));
     DL_CUDA_CHECK(cudaMemsetAsync(dv, 0, k_bytes));
   }
   if (p.t_q == 0 || p.heads == 0) return;
-  DL_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, size_t(p.t_q * p.heads * p.head_dim) * 4));
-  DL_CUDA_CHECK(cudaMemsetAsync(sem, 0, size_t(n_sem) * 4));
   dispatch_mod(p, mod, [&](auto m) {
     auto go = [&](auto d) {
-      launch<decltype(d)::value>(p, m, k_tiles, n_k_tiles, static_cast<const bf16*>(out),
-                                 static_cast<const bf16*>(dout), lse, delta, dq_acc, sem,
-                                 static_cast<bf16*>(dq), static_cast<bf16*>(dk),
+      launch<decltype(d)::value>(p, m, q_tiles, n_q_tiles, k_tiles, n_k_tiles,
+                                 static_cast<const bf16*>(out), static_cast<const bf16*>(dout), lse,
+                                 delta, static_cast<bf16*>(dq), static_cast<bf16*>(dk),
                                  static_cast<bf16*>(dv));
     };
     if (p.head_dim == 64)

@@ -1,12 +1,13 @@
-// Forward of the fast attention (fast_attention.h), FlashAttention-2 style: one CTA of 4 warps
-// per (128-row query tile of a document, head); each warp owns 32 query rows (two m-tiles
-// that share every K and V fragment read from shared memory, halving that traffic per
-// product) and runs the online softmax (log2 domain) over 64-key tiles that are
-// double-buffered through cp.async. Key tiles no row of the tile sees are never visited;
+// Forward of the fast attention (fast_attention.h), FlashAttention-2 style: one CTA per
+// (128-row query tile of a document, head); each warp owns 32 query rows (two m-tiles that
+// share every K and V fragment read from shared memory, halving that traffic per product;
+// 16 rows for softcap, see Cfg) and runs the online softmax (log2 domain) over key tiles
+// that are double-buffered through cp.async. Key tiles no row of the tile sees are never visited;
 // the element mask runs only on tiles that cut a row's visible range (causal diagonal,
 // window edges, partial tiles). Rows past the document's end are zero-filled on load and
 // never stored.
 #include <algorithm>
+#include <type_traits>
 
 #include "engine/core/cuda/check.h"
 #include "layers/attention/cuda/fast/fast_common.cuh"
@@ -14,19 +15,28 @@
 namespace driftless::layers::gpu::fast {
 namespace {
 
-constexpr int kBQ = kFwdBlockQ, kWarps = 4, kThreads = kWarps * 32;
-constexpr int kMT = kBQ / (16 * kWarps);  // 16-row m-tiles per warp: they share each B fragment
-// Keys per tile: 32 at D = 128 keeps the scores (kMT x kBK / 2 floats a thread) small enough
-// for O (kMT x D / 2) to stay in registers without spills.
-template <int D>
-constexpr int kBK = D <= 64 ? 64 : 32;
+constexpr int kBQ = kFwdBlockQ;
+
+// Tile shape per head dim and modifier. kMT 16-row m-tiles per warp share every K and V
+// fragment read from shared memory (2 halves that traffic per product). Keys per tile: 32
+// at D = 128 with 2 m-tiles keep the scores (kMT x kBK / 2 floats a thread) small enough for
+// O (kMT x D / 2) to stay in registers. Softcap keeps 1 m-tile of 16 rows and 8 warps: its
+// tanhf needs the registers (measured on an H200: 2 m-tiles made its forward 28% slower).
+template <int D, class M>
+struct Cfg {
+  static constexpr int kMT = std::is_same_v<M, ModSoftcap> ? 1 : 2;
+  static constexpr int kWarps = kBQ / (16 * kMT), kThreads = kWarps * 32;
+  static constexpr int kBK = D <= 64 || kMT == 1 ? 64 : 32;
+};
 
 template <int D, class M>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(Cfg<D, M>::kThreads)
     forward_kernel(Problem p, M mod, const Tile* tiles, bf16* out, float* lse) {
-  constexpr int kBK = fast::kBK<D>, KD = D / 16, NK = kBK / 8, ND = D / 8;
-  // Q fragments stay in registers at D = 64; at D = 128 they would not fit beside O.
-  constexpr bool kQInRegs = D <= 64;
+  constexpr int kMT = Cfg<D, M>::kMT, kThreads = Cfg<D, M>::kThreads, kBK = Cfg<D, M>::kBK;
+  constexpr int KD = D / 16, NK = kBK / 8, ND = D / 8;
+  // Q fragments stay in registers at D = 64 (or with one m-tile); at D = 128 with two they
+  // would not fit beside O.
+  constexpr bool kQInRegs = D <= 64 || kMT == 1;
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sK = sQ + kBQ * D * 2;      // 2 buffers of (kBK, D)
@@ -218,14 +228,14 @@ __global__ void fill_kernel(float* x, int64_t n, float value) {
 
 template <int D, class M>
 void launch(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, void* out, float* lse) {
-  constexpr int kSmem = (kBQ + 4 * kBK<D>)*D * 2;
+  constexpr int kSmem = (kBQ + 4 * Cfg<D, M>::kBK) * D * 2;
   static bool configured = false;
   if (!configured) {
     DL_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<D, M>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     configured = true;
   }
-  forward_kernel<D, M><<<unsigned(int64_t(n_tiles) * p.heads), kThreads, kSmem>>>(
+  forward_kernel<D, M><<<unsigned(int64_t(n_tiles) * p.heads), Cfg<D, M>::kThreads, kSmem>>>(
       p, mod, tiles, static_cast<bf16*>(out), lse);
   DL_CUDA_LAUNCH_CHECK();
 }

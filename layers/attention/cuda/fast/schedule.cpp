@@ -1,7 +1,7 @@
 // Host schedule of the fast attention kernels (fast_attention.h): the list of (document,
 // tile start) pairs the CTAs walk, heaviest first so the long causal tiles of long documents
-// are not left for the tail of the grid. Sorted stably, so the schedule is deterministic
-// (and nothing numeric depends on it: every sum runs in a fixed order).
+// are not left for the tail of the grid. Sorted stably, so the schedule (and with it
+// nothing numeric: each output is reduced by one CTA in a fixed order) is deterministic.
 #include <algorithm>
 
 #include "layers/attention/cuda/fast/fast_attention.h"
@@ -46,7 +46,6 @@ std::vector<Tile> k_tiles(const Problem& p, const std::vector<Doc>& docs, int bl
   std::vector<Weighted> w;
   for (size_t b = 0; b < docs.size(); ++b) {
     const Doc& d = docs[b];
-    const size_t first = w.size();
     const int64_t shift = d.k_len - d.q_len;
     for (int64_t j0 = 0; j0 < d.k_len; j0 += block_k) {
       const int64_t j1 = std::min(d.k_len, j0 + block_k) - 1;
@@ -57,11 +56,6 @@ std::vector<Tile> k_tiles(const Problem& p, const std::vector<Doc>& docs, int bl
       if (p.window_left >= 0) i_end = std::min(i_end, j1 + p.window_left - shift);
       w.push_back({std::max<int64_t>(i_end - i_begin + 1, 0), {int32_t(b), int32_t(j0)}});
     }
-    // A tile weighs at least as much as every later tile of its document, so the stable sort
-    // keeps a document's tiles in ascending order: the backward adds dQ in that order and a
-    // tile waits only for tiles launched before it.
-    for (size_t i = w.size(); i > first + 1; --i)
-      w[i - 2].work = std::max(w[i - 2].work, w[i - 1].work);
   }
   return sorted(std::move(w));
 }
