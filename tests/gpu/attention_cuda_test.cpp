@@ -264,9 +264,11 @@ TEST(AttentionCuda, ReplayOnCudaMatchesCpu) {
     ASSERT_EQ(cpu[i].first, gpu[i].first);
     auto a = cpu[i].second.to_vector<double>(), b = gpu[i].second.to_vector<double>();
     ASSERT_EQ(a.size(), b.size());
-    for (size_t j = 0; j < a.size(); ++j)
-      if (std::isfinite(a[j]) || std::isfinite(b[j]))
+    for (size_t j = 0; j < a.size(); ++j) {
+      if (std::isfinite(a[j]) || std::isfinite(b[j])) {
         EXPECT_NEAR(a[j], b[j], 1e-5 * (1 + std::abs(a[j]))) << cpu[i].first << "[" << j << "]";
+      }
+    }
   }
 }
 }  // namespace
