@@ -239,24 +239,18 @@ int packs_for(int64_t c) {
 // Calls f(std::integral_constant<int, NP>) for np in 1..kMaxPacks.
 template <class F>
 void with_packs(int np, const F& f) {
+  // clang-format off
   switch (np) {
-    case 1:
-      return f(std::integral_constant<int, 1>());
-    case 2:
-      return f(std::integral_constant<int, 2>());
-    case 3:
-      return f(std::integral_constant<int, 3>());
-    case 4:
-      return f(std::integral_constant<int, 4>());
-    case 5:
-      return f(std::integral_constant<int, 5>());
-    case 6:
-      return f(std::integral_constant<int, 6>());
-    case 7:
-      return f(std::integral_constant<int, 7>());
-    default:
-      return f(std::integral_constant<int, 8>());
+    case 1: return f(std::integral_constant<int, 1>());
+    case 2: return f(std::integral_constant<int, 2>());
+    case 3: return f(std::integral_constant<int, 3>());
+    case 4: return f(std::integral_constant<int, 4>());
+    case 5: return f(std::integral_constant<int, 5>());
+    case 6: return f(std::integral_constant<int, 6>());
+    case 7: return f(std::integral_constant<int, 7>());
+    default: return f(std::integral_constant<int, 8>());
   }
+  // clang-format on
 }
 
 }  // namespace

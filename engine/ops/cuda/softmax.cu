@@ -139,7 +139,9 @@ __device__ MaxSum<A> block_merge(MaxSum<A> v) {
 
 // Max and sum of exp(x - max) over row[0, v) by the block, merged in a fixed order: f32 rows
 // that are 16-byte aligned are read as float4 (thread i takes packs i, i + blockDim, ...,
-// then the v % 4 last elements one by one).
+// then the v % 4 last elements one by one). One compiled body (noinline) for every kernel
+// that calls it: the forward-only cross-entropy and the fused one with bf16 dlogits are
+// different instantiations, and their lse must be the same bits.
 template <class T>
 __device__ __noinline__ MaxSum<acc_t<T>> row_max_sum(const T* row, int64_t v) {
   using A = acc_t<T>;

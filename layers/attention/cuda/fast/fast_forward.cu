@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(Cfg<D, M>::kThreads)
     };
     load_kv(0);
     cp_async_commit();
-    uint32_t qf[kQInRegs ? kMT : 1][kQInRegs ? KD : 1][4];
+    uint32_t qf[kMT][kQInRegs ? KD : 1][4];  // (unused without kQInRegs)
     for (int t = 0; t < n_tiles; ++t) {
       if (t + 1 < n_tiles) {
         load_kv(t + 1);
@@ -103,12 +103,13 @@ __global__ void __launch_bounds__(Cfg<D, M>::kThreads)
         cp_async_wait<0>();
       }
       __syncthreads();
-      if (kQInRegs && t == 0) {
+      if constexpr (kQInRegs) {
+        if (t == 0) {
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
+          for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-          for (int kd = 0; kd < KD; ++kd)
-            load_a<D>(qf[kQInRegs ? mt : 0][kQInRegs ? kd : 0], sQ, r_warp + mt * 16, kd, lane);
+            for (int kd = 0; kd < KD; ++kd) load_a<D>(qf[mt][kd], sQ, r_warp + mt * 16, kd, lane);
+        }
       }
       const uint32_t k_s = sK + (t & 1) * kBK * D * 2, v_s = sV + (t & 1) * kBK * D * 2;
       const int j0 = j_begin + t * kBK;
@@ -124,7 +125,7 @@ __global__ void __launch_bounds__(Cfg<D, M>::kThreads)
         for (int mt = 0; mt < kMT; ++mt) {
           if constexpr (kQInRegs) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) a[mt][e] = qf[kQInRegs ? mt : 0][kQInRegs ? kd : 0][e];
+            for (int e = 0; e < 4; ++e) a[mt][e] = qf[mt][kd][e];
           } else {
             load_a<D>(a[mt], sQ, r_warp + mt * 16, kd, lane);
           }
