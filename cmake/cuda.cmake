@@ -1,5 +1,7 @@
 # Resolves DRIFTLESS_CUDA (AUTO|ON|OFF) into DRIFTLESS_HAVE_CUDA and, when on, enables the
-# CUDA language for sm_80 and sm_90 and finds cuBLAS and NCCL. The CUDA build needs no GPU.
+# CUDA language for sm_80 and sm_90a and finds cuBLAS and NCCL. The CUDA build needs no GPU.
+# sm_90a (not plain sm_90) lets the fast attention use Hopper's wgmma; DRIFTLESS_SM90A tells
+# the host code those kernels were compiled.
 set(DRIFTLESS_HAVE_CUDA OFF)
 if(NOT DRIFTLESS_CUDA STREQUAL "OFF")
   include(CheckLanguage)
@@ -16,7 +18,10 @@ endif()
 
 if(DRIFTLESS_HAVE_CUDA)
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-    set(CMAKE_CUDA_ARCHITECTURES 80 90)
+    set(CMAKE_CUDA_ARCHITECTURES 80 90a)
+  endif()
+  if("90a" IN_LIST CMAKE_CUDA_ARCHITECTURES)
+    add_compile_definitions(DRIFTLESS_SM90A=1)
   endif()
   enable_language(CUDA)
   set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 knows no CUDA20 flags for nvcc

@@ -1,5 +1,5 @@
 // Launchers of the fast varlen attention (FlashAttention-2 style, bf16 tensor cores through
-// mma.sync m16n8k16 + ldmatrix, fp32 accumulation): forward (fast_forward.cu) and a
+// mma.sync m16n8k16 + ldmatrix, or wgmma on sm_90a; fp32 accumulation): forward (fast_forward.cu) and a
 // deterministic atomic-free backward (fast_backward.cu). Same contract as flash_cuda.h (which
 // stays the fallback): bottom-right causal, windows, GQA without replication, padding written
 // as zeros, LSE (H, T_q) fp32, modifiers none/softcap/ALiBi as compile-time functors.
@@ -25,6 +25,11 @@ struct Tile {
 
 // True when the fast kernels take this call: bf16, head_dim 64 or 128.
 bool supported(const Problem& p, const Mod& mod);
+
+// True when the kernels run their products on Hopper's wgmma (wgmma.cuh): built for sm_90a
+// (DRIFTLESS_SM90A), the current device is compute 9.0, and DL_ATTN_WGMMA is not "0" (the
+// switch that times or tests the mma.sync kernels on the same GPU). Read once per process.
+bool use_wgmma();
 
 // Host schedule (schedule.cpp): the tiles of every document, heaviest first (more visible
 // keys, or queries, per tile), so the long causal tiles start early.

@@ -12,6 +12,7 @@
 // dQ is a cancelling sum and one bf16 rounding of dS alone put its error at ~2x the CPU's.
 #include "engine/core/cuda/check.h"
 #include "layers/attention/cuda/fast/fast_common.cuh"
+#include "layers/attention/cuda/fast/wgmma.cuh"
 
 namespace driftless::layers::gpu::fast {
 namespace {
@@ -55,12 +56,13 @@ __global__ void delta_kernel(int64_t rows, int64_t heads, int64_t t_q, const bf1
   }
 }
 
-template <int D, class M>
+template <int D, class M, bool W>
 __global__ void __launch_bounds__(kThreads)
     dq_kernel(Problem p, M mod, const Tile* tiles, const bf16* dout, const float* lse,
               const float* delta, bf16* dq) {
   constexpr int KD = D / 16, NK = kBK / 8, ND = D / 8;
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = align_smem(smem_raw);
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sdO = sQ + kBQ * D * 2;
   const uint32_t sK = sdO + kBQ * D * 2;     // 2 buffers of (kBK, D)
@@ -125,6 +127,7 @@ __global__ void __launch_bounds__(kThreads)
       } else {
         cp_async_wait<0>();
       }
+      if constexpr (W) fence_proxy_async();
       __syncthreads();
       const uint32_t k_s = sK + (t & 1) * kBK * D * 2, v_s = sV + (t & 1) * kBK * D * 2;
       const int j0 = j_begin + t * kBK;
@@ -133,20 +136,33 @@ __global__ void __launch_bounds__(kThreads)
       for (int n = 0; n < NK; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.f;
+      if constexpr (W) {
+        wg_fence();
 #pragma unroll
-      for (int kd = 0; kd < KD; ++kd) {
-        uint32_t aq[4], ado[4];
-        load_a<D>(aq, sQ, warp * 16, kd, lane);
-        load_a<D>(ado, sdO, warp * 16, kd, lane);
+        for (int kd = 0; kd < KD; ++kd) wgmma_ss<0>(s, wg_desc_k<D>(sQ, kd), wg_desc_k<D>(k_s, kd));
 #pragma unroll
-        for (int np = 0; np < NK / 2; ++np) {
-          uint32_t b[4];
-          load_b<D>(b, k_s, np * 16, kd, lane);
-          mma_bf16(s[2 * np], aq, b[0], b[1]);
-          mma_bf16(s[2 * np + 1], aq, b[2], b[3]);
-          load_b<D>(b, v_s, np * 16, kd, lane);
-          mma_bf16(dp[2 * np], ado, b[0], b[1]);
-          mma_bf16(dp[2 * np + 1], ado, b[2], b[3]);
+        for (int kd = 0; kd < KD; ++kd)
+          wgmma_ss<0>(dp, wg_desc_k<D>(sdO, kd), wg_desc_k<D>(v_s, kd));
+        wg_commit();
+        wg_wait<0>();
+        wg_hold(s);
+        wg_hold(dp);
+      } else {
+#pragma unroll
+        for (int kd = 0; kd < KD; ++kd) {
+          uint32_t aq[4], ado[4];
+          load_a<D>(aq, sQ, warp * 16, kd, lane);
+          load_a<D>(ado, sdO, warp * 16, kd, lane);
+#pragma unroll
+          for (int np = 0; np < NK / 2; ++np) {
+            uint32_t b[4];
+            load_b<D>(b, k_s, np * 16, kd, lane);
+            mma_bf16(s[2 * np], aq, b[0], b[1]);
+            mma_bf16(s[2 * np + 1], aq, b[2], b[3]);
+            load_b<D>(b, v_s, np * 16, kd, lane);
+            mma_bf16(dp[2 * np], ado, b[0], b[1]);
+            mma_bf16(dp[2 * np + 1], ado, b[2], b[3]);
+          }
         }
       }
       const bool full = j0 >= lo_last && j0 + kBK - 1 <= hi_first;
@@ -161,18 +177,33 @@ __global__ void __launch_bounds__(kThreads)
           if (!full && (j < lo[r] || j > hi[r])) pr = 0.f;
           dp[n][e] = pr * (dp[n][e] - dl[r]) * dx;
         }
+      if constexpr (W) {
+        uint32_t a[kBK / 16][4], a_lo[kBK / 16][4];  // dS as bf16 head + tail (see above)
 #pragma unroll
-      for (int kk = 0; kk < kBK / 16; ++kk) {
-        uint32_t a[4], a_lo[4];  // dS as bf16 head + tail: dq keeps f32-like accuracy
-        c_to_a_split(a, a_lo, dp[2 * kk], dp[2 * kk + 1]);
+        for (int kk = 0; kk < kBK / 16; ++kk) c_to_a_split(a[kk], a_lo[kk], dp[2 * kk], dp[2 * kk + 1]);
+        wg_fence();
 #pragma unroll
-        for (int dd = 0; dd < ND / 2; ++dd) {
-          uint32_t b[4];
-          load_b_trans<D>(b, k_s, kk * 16, dd * 16, lane);
-          mma_bf16(acc[2 * dd], a, b[0], b[1]);
-          mma_bf16(acc[2 * dd + 1], a, b[2], b[3]);
-          mma_bf16(acc[2 * dd], a_lo, b[0], b[1]);
-          mma_bf16(acc[2 * dd + 1], a_lo, b[2], b[3]);
+        for (int kk = 0; kk < kBK / 16; ++kk) {
+          wgmma_rs<1>(acc, a[kk], wg_desc_n<D>(k_s, kk));
+          wgmma_rs<1>(acc, a_lo[kk], wg_desc_n<D>(k_s, kk));
+        }
+        wg_commit();
+        wg_wait<0>();
+        wg_hold(acc);
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; ++kk) {
+          uint32_t a[4], a_lo[4];  // dS as bf16 head + tail: dq keeps f32-like accuracy
+          c_to_a_split(a, a_lo, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+          for (int dd = 0; dd < ND / 2; ++dd) {
+            uint32_t b[4];
+            load_b_trans<D>(b, k_s, kk * 16, dd * 16, lane);
+            mma_bf16(acc[2 * dd], a, b[0], b[1]);
+            mma_bf16(acc[2 * dd + 1], a, b[2], b[3]);
+            mma_bf16(acc[2 * dd], a_lo, b[0], b[1]);
+            mma_bf16(acc[2 * dd + 1], a_lo, b[2], b[3]);
+          }
         }
       }
       __syncthreads();
@@ -190,12 +221,13 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int D, class M>
+template <int D, class M, bool W>
 __global__ void __launch_bounds__(kThreads)
     dkv_kernel(Problem p, M mod0, const Tile* tiles, const bf16* dout, const float* lse,
                const float* delta, bf16* dk, bf16* dv) {
   constexpr int KD = D / 16, NQ = kBQ / 8, ND = D / 8;
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = align_smem(smem_raw);
   const uint32_t sK = smem_u32(smem);
   const uint32_t sV = sK + kBK * D * 2;
   const uint32_t sQ = sV + kBK * D * 2;       // 2 buffers of (kBQ, D)
@@ -261,6 +293,7 @@ __global__ void __launch_bounds__(kThreads)
       } else {
         cp_async_wait<0>();
       }
+      if constexpr (W) fence_proxy_async();
       __syncthreads();
       const int buf = s & 1, h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ;
       M mod = mod0;
@@ -273,20 +306,33 @@ __global__ void __launch_bounds__(kThreads)
       for (int n = 0; n < NQ; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) st[n][e] = dpt[n][e] = 0.f;
+      if constexpr (W) {  // the warpgroup's 64 keys at once, B straight from shared memory
+        wg_fence();
 #pragma unroll
-      for (int kd = 0; kd < KD; ++kd) {
-        uint32_t ak[4], av[4];
-        load_a<D>(ak, sK, warp * 16, kd, lane);
-        load_a<D>(av, sV, warp * 16, kd, lane);
+        for (int kd = 0; kd < KD; ++kd) wgmma_ss<0>(st, wg_desc_k<D>(sK, kd), wg_desc_k<D>(q_s, kd));
 #pragma unroll
-        for (int np = 0; np < NQ / 2; ++np) {
-          uint32_t b[4];
-          load_b<D>(b, q_s, np * 16, kd, lane);
-          mma_bf16(st[2 * np], ak, b[0], b[1]);
-          mma_bf16(st[2 * np + 1], ak, b[2], b[3]);
-          load_b<D>(b, do_s, np * 16, kd, lane);
-          mma_bf16(dpt[2 * np], av, b[0], b[1]);
-          mma_bf16(dpt[2 * np + 1], av, b[2], b[3]);
+        for (int kd = 0; kd < KD; ++kd)
+          wgmma_ss<0>(dpt, wg_desc_k<D>(sV, kd), wg_desc_k<D>(do_s, kd));
+        wg_commit();
+        wg_wait<0>();
+        wg_hold(st);
+        wg_hold(dpt);
+      } else {
+#pragma unroll
+        for (int kd = 0; kd < KD; ++kd) {
+          uint32_t ak[4], av[4];
+          load_a<D>(ak, sK, warp * 16, kd, lane);
+          load_a<D>(av, sV, warp * 16, kd, lane);
+#pragma unroll
+          for (int np = 0; np < NQ / 2; ++np) {
+            uint32_t b[4];
+            load_b<D>(b, q_s, np * 16, kd, lane);
+            mma_bf16(st[2 * np], ak, b[0], b[1]);
+            mma_bf16(st[2 * np + 1], ak, b[2], b[3]);
+            load_b<D>(b, do_s, np * 16, kd, lane);
+            mma_bf16(dpt[2 * np], av, b[0], b[1]);
+            mma_bf16(dpt[2 * np + 1], av, b[2], b[3]);
+          }
         }
       }
       // Every (query, key) of the step visible: no element mask.
@@ -312,20 +358,38 @@ __global__ void __launch_bounds__(kThreads)
           st[n][e] = pr;
           dpt[n][e] = pr * (dpt[n][e] - Dl[c]) * dx;
         }
+      if constexpr (W) {
+        uint32_t ap[kBQ / 16][4], as[kBQ / 16][4];
 #pragma unroll
-      for (int kk = 0; kk < kBQ / 16; ++kk) {
-        uint32_t ap[4], as[4];
-        c_to_a(ap, st[2 * kk], st[2 * kk + 1]);
-        c_to_a(as, dpt[2 * kk], dpt[2 * kk + 1]);
+        for (int kk = 0; kk < kBQ / 16; ++kk) {
+          c_to_a(ap[kk], st[2 * kk], st[2 * kk + 1]);
+          c_to_a(as[kk], dpt[2 * kk], dpt[2 * kk + 1]);
+        }
+        wg_fence();
 #pragma unroll
-        for (int dd = 0; dd < ND / 2; ++dd) {
-          uint32_t b[4];
-          load_b_trans<D>(b, do_s, kk * 16, dd * 16, lane);
-          mma_bf16(dv_acc[2 * dd], ap, b[0], b[1]);
-          mma_bf16(dv_acc[2 * dd + 1], ap, b[2], b[3]);
-          load_b_trans<D>(b, q_s, kk * 16, dd * 16, lane);
-          mma_bf16(dk_acc[2 * dd], as, b[0], b[1]);
-          mma_bf16(dk_acc[2 * dd + 1], as, b[2], b[3]);
+        for (int kk = 0; kk < kBQ / 16; ++kk) wgmma_rs<1>(dv_acc, ap[kk], wg_desc_n<D>(do_s, kk));
+#pragma unroll
+        for (int kk = 0; kk < kBQ / 16; ++kk) wgmma_rs<1>(dk_acc, as[kk], wg_desc_n<D>(q_s, kk));
+        wg_commit();
+        wg_wait<0>();
+        wg_hold(dv_acc);
+        wg_hold(dk_acc);
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < kBQ / 16; ++kk) {
+          uint32_t ap[4], as[4];
+          c_to_a(ap, st[2 * kk], st[2 * kk + 1]);
+          c_to_a(as, dpt[2 * kk], dpt[2 * kk + 1]);
+#pragma unroll
+          for (int dd = 0; dd < ND / 2; ++dd) {
+            uint32_t b[4];
+            load_b_trans<D>(b, do_s, kk * 16, dd * 16, lane);
+            mma_bf16(dv_acc[2 * dd], ap, b[0], b[1]);
+            mma_bf16(dv_acc[2 * dd + 1], ap, b[2], b[3]);
+            load_b_trans<D>(b, q_s, kk * 16, dd * 16, lane);
+            mma_bf16(dk_acc[2 * dd], as, b[0], b[1]);
+            mma_bf16(dk_acc[2 * dd + 1], as, b[2], b[3]);
+          }
         }
       }
       __syncthreads();
@@ -351,28 +415,28 @@ void set_smem(K kernel, int bytes) {
   DL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
-template <int D, class M>
+template <int D, class M, bool W>
 void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, const Tile* k_tiles,
             int n_k_tiles, const bf16* out, const bf16* dout, const float* lse, float* delta,
             bf16* dq, bf16* dk, bf16* dv) {
-  constexpr int kSmemQ = (2 * kBQ + 4 * kBK) * D * 2;
-  constexpr int kSmemKV = (2 * kBK + 4 * kBQ) * D * 2 + 4 * kBQ * 4;
+  constexpr int kSmemQ = (2 * kBQ + 4 * kBK) * D * 2 + kSmemAlign;
+  constexpr int kSmemKV = (2 * kBK + 4 * kBQ) * D * 2 + 4 * kBQ * 4 + kSmemAlign;
   static bool configured = false;
   if (!configured) {
-    set_smem(dq_kernel<D, M>, kSmemQ);
-    set_smem(dkv_kernel<D, M>, kSmemKV);
+    set_smem(dq_kernel<D, M, W>, kSmemQ);
+    set_smem(dkv_kernel<D, M, W>, kSmemKV);
     configured = true;
   }
   const int64_t rows = p.t_q * p.heads;
   delta_kernel<D><<<unsigned((rows + 127) / 128), 256>>>(rows, p.heads, p.t_q, out, dout, delta);
   DL_CUDA_LAUNCH_CHECK();
   if (n_q_tiles > 0) {
-    dq_kernel<D, M><<<unsigned(int64_t(n_q_tiles) * p.heads), kThreads, kSmemQ>>>(
+    dq_kernel<D, M, W><<<unsigned(int64_t(n_q_tiles) * p.heads), kThreads, kSmemQ>>>(
         p, mod, q_tiles, dout, lse, delta, dq);
     DL_CUDA_LAUNCH_CHECK();
   }
   if (n_k_tiles > 0) {
-    dkv_kernel<D, M><<<unsigned(int64_t(n_k_tiles) * p.kv_heads), kThreads, kSmemKV>>>(
+    dkv_kernel<D, M, W><<<unsigned(int64_t(n_k_tiles) * p.kv_heads), kThreads, kSmemKV>>>(
         p, mod, k_tiles, dout, lse, delta, dk, dv);
     DL_CUDA_LAUNCH_CHECK();
   }
@@ -391,17 +455,24 @@ void backward(const Problem& p, const Mod& mod, const Tile* q_tiles, int n_q_til
     DL_CUDA_CHECK(cudaMemsetAsync(dv, 0, k_bytes));
   }
   if (p.t_q == 0 || p.heads == 0) return;
+  const bool wg = use_wgmma();
   dispatch_mod(p, mod, [&](auto m) {
-    auto go = [&](auto d) {
-      launch<decltype(d)::value>(p, m, q_tiles, n_q_tiles, k_tiles, n_k_tiles,
-                                 static_cast<const bf16*>(out), static_cast<const bf16*>(dout), lse,
-                                 delta, static_cast<bf16*>(dq), static_cast<bf16*>(dk),
-                                 static_cast<bf16*>(dv));
+    auto go = [&](auto d, auto w) {
+      launch<decltype(d)::value, decltype(m), decltype(w)::value>(
+          p, m, q_tiles, n_q_tiles, k_tiles, n_k_tiles, static_cast<const bf16*>(out),
+          static_cast<const bf16*>(dout), lse, delta, static_cast<bf16*>(dq),
+          static_cast<bf16*>(dk), static_cast<bf16*>(dv));
+    };
+    auto pick_w = [&](auto d) {
+      if (wg)
+        go(d, std::true_type{});
+      else
+        go(d, std::false_type{});
     };
     if (p.head_dim == 64)
-      go(std::integral_constant<int, 64>{});
+      pick_w(std::integral_constant<int, 64>{});
     else
-      go(std::integral_constant<int, 128>{});
+      pick_w(std::integral_constant<int, 128>{});
   });
 }
 

@@ -21,6 +21,14 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return uint32_t(__cvta_generic_to_shared(p));
 }
 
+// Dynamic shared memory is taken 1024-byte aligned (the 128-byte swizzle of wgmma.cuh repeats
+// every 1024 bytes); launches reserve kSmemAlign bytes more for it.
+constexpr int kSmemAlign = 1024;
+__device__ __forceinline__ unsigned char* align_smem(unsigned char* raw) {
+  const uint32_t a = smem_u32(raw);
+  return raw + (((a + kSmemAlign - 1) & ~uint32_t(kSmemAlign - 1)) - a);
+}
+
 // 16 bytes global -> shared; zero-filled (nothing read) when !valid.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
   const int n = valid ? 16 : 0;
@@ -84,11 +92,14 @@ __device__ __forceinline__ void c_to_a_split(uint32_t (&hi)[4], uint32_t (&lo)[4
   }
 }
 
-// A tile of ROWS rows x D bf16 in shared memory; 16-byte chunk c of row r sits at chunk
-// c ^ (r % 8), so the 8 rows an ldmatrix reads hit 8 different bank groups.
+// A tile of ROWS rows x D bf16 in shared memory, in the layout wgmma reads with the 128-byte
+// swizzle (wgmma.cuh): groups of 8 rows, each group D / 64 atoms of 8 rows x 128 bytes; the
+// 16-byte chunk c of row r sits in atom c / 8 at chunk (c % 8) ^ (r % 8), so the 8 rows an
+// ldmatrix reads hit 8 different bank groups. At D = 64 this is plain rows of 128 bytes.
 template <int D>
 __device__ __forceinline__ uint32_t tile_addr(uint32_t base, int r, int c) {
-  return base + uint32_t((r * D + ((c ^ (r & 7)) << 3)) * 2);
+  return base + uint32_t((((r >> 3) * (D / 64) + (c >> 3)) << 10) + ((r & 7) << 7) +
+                         (((c & 7) ^ (r & 7)) << 4));
 }
 
 // Rows [0, n_valid) of a (rows, ld) global matrix into a swizzled tile; rows past n_valid are

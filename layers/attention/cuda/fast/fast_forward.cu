@@ -7,10 +7,13 @@
 // window edges, partial tiles). Rows past the document's end are zero-filled on load and
 // never stored.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "engine/core/cuda/check.h"
 #include "layers/attention/cuda/fast/fast_common.cuh"
+#include "layers/attention/cuda/fast/wgmma.cuh"
 
 namespace driftless::layers::gpu::fast {
 namespace {
@@ -29,15 +32,17 @@ struct Cfg {
   static constexpr int kBK = D <= 64 || kMT == 1 ? 64 : 32;
 };
 
-template <int D, class M>
+template <int D, class M, bool W>
 __global__ void __launch_bounds__(Cfg<D, M>::kThreads)
     forward_kernel(Problem p, M mod, const Tile* tiles, bf16* out, float* lse) {
   constexpr int kMT = Cfg<D, M>::kMT, kThreads = Cfg<D, M>::kThreads, kBK = Cfg<D, M>::kBK;
   constexpr int KD = D / 16, NK = kBK / 8, ND = D / 8;
   // Q fragments stay in registers at D = 64 (or with one m-tile); at D = 128 with two they
   // would not fit beside O.
-  constexpr bool kQInRegs = D <= 64 || kMT == 1;
-  extern __shared__ __align__(128) unsigned char smem[];
+  // With wgmma (W) Q is read from shared memory by the product itself.
+  constexpr bool kQInRegs = !W && (D <= 64 || kMT == 1);
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = align_smem(smem_raw);
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sK = sQ + kBQ * D * 2;      // 2 buffers of (kBK, D)
   const uint32_t sV = sK + 2 * kBK * D * 2;  // 2 buffers of (kBK, D)
@@ -50,7 +55,12 @@ __global__ void __launch_bounds__(Cfg<D, M>::kThreads)
   const int nq = min(kBQ, q_len - i0);
   mod.bind(h);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-  const int r_warp = warp * 16 * kMT;  // first row of the warp in the tile
+  // First row of m-tile mt of this warp. mma.sync: the warp's kMT m-tiles are adjacent.
+  // wgmma: m-tile mt of warpgroup w is the 64-row block w * kMT + mt, of which the warp owns
+  // rows 16 (warp % 4) .. + 15.
+  auto row_of = [&](int mt) {
+    return W ? ((warp >> 2) * kMT + mt) * 64 + (warp & 3) * 16 : warp * 16 * kMT + mt * 16;
+  };
 
   int lo_first, hi_first, lo_last, hi_last;  // lo and hi never decrease with the row
   row_keys(p, doc, i0, &lo_first, &hi_first);
@@ -60,7 +70,7 @@ __global__ void __launch_bounds__(Cfg<D, M>::kThreads)
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int row = r_warp + mt * 16 + g + 8 * r;
+      const int row = row_of(mt) + g + 8 * r;
       lo[mt][r] = 1;
       hi[mt][r] = 0;
       if (row < nq) row_keys(p, doc, i0 + row, &lo[mt][r], &hi[mt][r]);
@@ -102,13 +112,14 @@ __global__ void __launch_bounds__(Cfg<D, M>::kThreads)
       } else {
         cp_async_wait<0>();
       }
+      if constexpr (W) fence_proxy_async();
       __syncthreads();
       if constexpr (kQInRegs) {
         if (t == 0) {
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-            for (int kd = 0; kd < KD; ++kd) load_a<D>(qf[mt][kd], sQ, r_warp + mt * 16, kd, lane);
+            for (int kd = 0; kd < KD; ++kd) load_a<D>(qf[mt][kd], sQ, row_of(mt), kd, lane);
         }
       }
       const uint32_t k_s = sK + (t & 1) * kBK * D * 2, v_s = sV + (t & 1) * kBK * D * 2;
@@ -118,26 +129,41 @@ __global__ void __launch_bounds__(Cfg<D, M>::kThreads)
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int n = 0; n < NK; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
-#pragma unroll
-      for (int kd = 0; kd < KD; ++kd) {
-        uint32_t a[kMT][4];
+      if constexpr (W) {
+        wg_fence();
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          if constexpr (kQInRegs) {
+          const uint32_t q_mt = sQ + ((warp >> 2) * kMT + mt) * 64 * D * 2;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) a[mt][e] = qf[mt][kd][e];
-          } else {
-            load_a<D>(a[mt], sQ, r_warp + mt * 16, kd, lane);
-          }
+          for (int kd = 0; kd < KD; ++kd)
+            wgmma_ss<0>(s[mt], wg_desc_k<D>(q_mt, kd), wg_desc_k<D>(k_s, kd));
         }
+        wg_commit();
+        wg_wait<0>();
 #pragma unroll
-        for (int np = 0; np < NK / 2; ++np) {
-          uint32_t b[4];
-          load_b<D>(b, k_s, np * 16, kd, lane);
+        for (int mt = 0; mt < kMT; ++mt) wg_hold(s[mt]);
+      } else {
+#pragma unroll
+        for (int kd = 0; kd < KD; ++kd) {
+          uint32_t a[kMT][4];
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
-            mma_bf16(s[mt][2 * np], a[mt], b[0], b[1]);
-            mma_bf16(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+            if constexpr (kQInRegs) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) a[mt][e] = qf[mt][kd][e];
+            } else {
+              load_a<D>(a[mt], sQ, row_of(mt), kd, lane);
+            }
+          }
+#pragma unroll
+          for (int np = 0; np < NK / 2; ++np) {
+            uint32_t b[4];
+            load_b<D>(b, k_s, np * 16, kd, lane);
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+              mma_bf16(s[mt][2 * np], a[mt], b[0], b[1]);
+              mma_bf16(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+            }
           }
         }
       }
@@ -180,19 +206,36 @@ __global__ void __launch_bounds__(Cfg<D, M>::kThreads)
             o[mt][n][2 * r + 1] *= corr;
           }
         }
+      if constexpr (W) {
+        uint32_t a[kMT][kBK / 16][4];
 #pragma unroll
-      for (int kk = 0; kk < kBK / 16; ++kk) {
-        uint32_t a[kMT][4];
+        for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) c_to_a(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+          for (int kk = 0; kk < kBK / 16; ++kk) c_to_a(a[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
+        wg_fence();
 #pragma unroll
-        for (int dp = 0; dp < ND / 2; ++dp) {
-          uint32_t b[4];
-          load_b_trans<D>(b, v_s, kk * 16, dp * 16, lane);
+        for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) {
-            mma_bf16(o[mt][2 * dp], a[mt], b[0], b[1]);
-            mma_bf16(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+          for (int kk = 0; kk < kBK / 16; ++kk) wgmma_rs<1>(o[mt], a[mt][kk], wg_desc_n<D>(v_s, kk));
+        wg_commit();
+        wg_wait<0>();
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) wg_hold(o[mt]);
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; ++kk) {
+          uint32_t a[kMT][4];
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) c_to_a(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+#pragma unroll
+          for (int dp = 0; dp < ND / 2; ++dp) {
+            uint32_t b[4];
+            load_b_trans<D>(b, v_s, kk * 16, dp * 16, lane);
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+              mma_bf16(o[mt][2 * dp], a[mt], b[0], b[1]);
+              mma_bf16(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+            }
           }
         }
       }
@@ -207,7 +250,7 @@ __global__ void __launch_bounds__(Cfg<D, M>::kThreads)
       float sum = row_sum[mt][r];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const int row = r_warp + mt * 16 + g + 8 * r;
+      const int row = row_of(mt) + g + 8 * r;
       if (row >= nq) continue;
       const float inv = sum > 0.f ? 1.f / sum : 0.f;
       const int64_t qrow = doc.q_offset + i0 + row;
@@ -227,16 +270,16 @@ __global__ void fill_kernel(float* x, int64_t n, float value) {
     x[i] = value;
 }
 
-template <int D, class M>
+template <int D, class M, bool W>
 void launch(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, void* out, float* lse) {
-  constexpr int kSmem = (kBQ + 4 * Cfg<D, M>::kBK) * D * 2;
+  constexpr int kSmem = (kBQ + 4 * Cfg<D, M>::kBK) * D * 2 + kSmemAlign;
   static bool configured = false;
   if (!configured) {
-    DL_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<D, M>,
+    DL_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<D, M, W>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     configured = true;
   }
-  forward_kernel<D, M><<<unsigned(int64_t(n_tiles) * p.heads), Cfg<D, M>::kThreads, kSmem>>>(
+  forward_kernel<D, M, W><<<unsigned(int64_t(n_tiles) * p.heads), Cfg<D, M>::kThreads, kSmem>>>(
       p, mod, tiles, static_cast<bf16*>(out), lse);
   DL_CUDA_LAUNCH_CHECK();
 }
@@ -248,6 +291,23 @@ void fill_f32(float* x, int64_t n, float value) {
 }
 
 }  // namespace
+
+bool use_wgmma() {
+  static const bool on = [] {
+#ifdef DRIFTLESS_SM90A
+    const char* env = std::getenv("DL_ATTN_WGMMA");
+    if (env != nullptr && std::string(env) == "0") return false;
+    int dev = 0, major = 0, minor = 0;
+    DL_CUDA_CHECK(cudaGetDevice(&dev));
+    DL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    DL_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    return major == 9 && minor == 0;
+#else
+    return false;
+#endif
+  }();
+  return on;
+}
 
 bool supported(const Problem& p, const Mod& mod) {
   return p.bf16 && (p.head_dim == 64 || p.head_dim == 128) &&
@@ -262,11 +322,15 @@ void forward(const Problem& p, const Mod& mod, const Tile* tiles, int n_tiles, b
     fill_f32(lse, p.t_q * p.heads, -INFINITY);
   }
   if (n_tiles == 0) return;
+  const bool wg = use_wgmma();
   dispatch_mod(p, mod, [&](auto m) {
+    using Mf = decltype(m);
     if (p.head_dim == 64)
-      launch<64>(p, m, tiles, n_tiles, out, lse);
+      wg ? launch<64, Mf, true>(p, m, tiles, n_tiles, out, lse)
+         : launch<64, Mf, false>(p, m, tiles, n_tiles, out, lse);
     else
-      launch<128>(p, m, tiles, n_tiles, out, lse);
+      wg ? launch<128, Mf, true>(p, m, tiles, n_tiles, out, lse)
+         : launch<128, Mf, false>(p, m, tiles, n_tiles, out, lse);
   });
 }
 
