@@ -10,6 +10,8 @@
 // dS = P * (dP - delta) * d value / d score; the softmax scale is applied once at the end.
 // dQ = dS K takes dS as a bf16 head plus tail (two products): dS of a row sums to ~0, so
 // dQ is a cancelling sum and one bf16 rounding of dS alone put its error at ~2x the CPU's.
+#include <type_traits>
+
 #include "engine/core/cuda/check.h"
 #include "layers/attention/cuda/fast/fast_common.cuh"
 #include "layers/attention/cuda/fast/wgmma.cuh"
@@ -131,23 +133,64 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
       const uint32_t k_s = sK + (t & 1) * kBK * D * 2, v_s = sV + (t & 1) * kBK * D * 2;
       const int j0 = j_begin + t * kBK;
-      float s[NK][4], dp[NK][4];
+      const bool full = j0 >= lo_last && j0 + kBK - 1 <= hi_first;
+      // S, dP of (the warp's 16 rows) x (keys j0 + c0 ..) -> dS in dp.
+      auto ds = [&](auto& s, auto& dp, int c0) {
+        constexpr int N = std::extent_v<std::remove_reference_t<decltype(s)>>;
 #pragma unroll
-      for (int n = 0; n < NK; ++n)
+        for (int n = 0; n < N; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.f;
+          for (int e = 0; e < 4; ++e) {
+            const int r = e >> 1, j = j0 + c0 + n * 8 + 2 * t4 + (e & 1);
+            float dx;
+            const float x = mod.x_dx(s[n][e], qpos[r], j, &dx);
+            float pr = exp2f(x - lse2[r]);
+            if (!full && (j < lo[r] || j > hi[r])) pr = 0.f;
+            dp[n][e] = pr * (dp[n][e] - dl[r]) * dx;
+          }
+      };
       if constexpr (W) {
+        // Two halves of kBK / 2 keys, software-pipelined as in dkv_kernel.
+        constexpr int NH = NK / 2, KH = kBK / 32;
+        float s[2][NH][4], dp[2][NH][4];
         wg_fence();
 #pragma unroll
-        for (int kd = 0; kd < KD; ++kd) wgmma_ss<0>(s, wg_desc_k<D>(sQ, kd), wg_desc_k<D>(k_s, kd));
+        for (int hf = 0; hf < 2; ++hf) {
+          const uint32_t kh_s = k_s + hf * (kBK / 2) * D * 2, vh_s = v_s + hf * (kBK / 2) * D * 2;
 #pragma unroll
-        for (int kd = 0; kd < KD; ++kd)
-          wgmma_ss<0>(dp, wg_desc_k<D>(sdO, kd), wg_desc_k<D>(v_s, kd));
-        wg_commit();
+          for (int kd = 0; kd < KD; ++kd)
+            wgmma_ss<0>(s[hf], wg_desc_k<D>(sQ, kd), wg_desc_k<D>(kh_s, kd), kd);
+#pragma unroll
+          for (int kd = 0; kd < KD; ++kd)
+            wgmma_ss<0>(dp[hf], wg_desc_k<D>(sdO, kd), wg_desc_k<D>(vh_s, kd), kd);
+          wg_commit();
+        }
+        uint32_t a[2][KH][4], a_lo[2][KH][4];  // dS as bf16 head + tail (see above)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          wg_wait<1>();
+          wg_hold(s[hf]);
+          wg_hold(dp[hf]);
+          ds(s[hf], dp[hf], hf * (kBK / 2));
+#pragma unroll
+          for (int kk = 0; kk < KH; ++kk)
+            c_to_a_split(a[hf][kk], a_lo[hf][kk], dp[hf][2 * kk], dp[hf][2 * kk + 1]);
+          wg_fence();
+#pragma unroll
+          for (int kk = 0; kk < KH; ++kk) {
+            wgmma_rs<1>(acc, a[hf][kk], wg_desc_n<D>(k_s, hf * KH + kk));
+            wgmma_rs<1>(acc, a_lo[hf][kk], wg_desc_n<D>(k_s, hf * KH + kk));
+          }
+          wg_commit();
+        }
         wg_wait<0>();
-        wg_hold(s);
-        wg_hold(dp);
+        wg_hold(acc);
       } else {
+        float s[NK][4], dp[NK][4];
+#pragma unroll
+        for (int n = 0; n < NK; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.f;
 #pragma unroll
         for (int kd = 0; kd < KD; ++kd) {
           uint32_t aq[4], ado[4];
@@ -164,33 +207,7 @@ __global__ void __launch_bounds__(kThreads)
             mma_bf16(dp[2 * np + 1], ado, b[2], b[3]);
           }
         }
-      }
-      const bool full = j0 >= lo_last && j0 + kBK - 1 <= hi_first;
-#pragma unroll
-      for (int n = 0; n < NK; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1, j = j0 + n * 8 + 2 * t4 + (e & 1);
-          float dx;
-          const float x = mod.x_dx(s[n][e], qpos[r], j, &dx);
-          float pr = exp2f(x - lse2[r]);
-          if (!full && (j < lo[r] || j > hi[r])) pr = 0.f;
-          dp[n][e] = pr * (dp[n][e] - dl[r]) * dx;
-        }
-      if constexpr (W) {
-        uint32_t a[kBK / 16][4], a_lo[kBK / 16][4];  // dS as bf16 head + tail (see above)
-#pragma unroll
-        for (int kk = 0; kk < kBK / 16; ++kk) c_to_a_split(a[kk], a_lo[kk], dp[2 * kk], dp[2 * kk + 1]);
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < kBK / 16; ++kk) {
-          wgmma_rs<1>(acc, a[kk], wg_desc_n<D>(k_s, kk));
-          wgmma_rs<1>(acc, a_lo[kk], wg_desc_n<D>(k_s, kk));
-        }
-        wg_commit();
-        wg_wait<0>();
-        wg_hold(acc);
-      } else {
+        ds(s, dp, 0);
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk) {
           uint32_t a[4], a_lo[4];  // dS as bf16 head + tail: dq keeps f32-like accuracy
@@ -301,23 +318,81 @@ __global__ void __launch_bounds__(kThreads)
       const uint32_t q_s = sQ + buf * kBQ * D * 2, do_s = sdO + buf * kBQ * D * 2;
       const float* L = sL + buf * kBQ;
       const float* Dl = sD + buf * kBQ;
-      float st[NQ][4], dpt[NQ][4];  // (16 keys of the warp, kBQ queries)
+      // Every (query, key) of the step visible: no element mask.
+      int lo_a, hi_a, lo_b, hi_b;
+      const int q_last = min(q0 + kBQ, q_len) - 1;
+      row_keys(p, doc, q0, &lo_a, &hi_a);
+      row_keys(p, doc, q_last, &lo_b, &hi_b);
+      const bool full =
+          q0 + kBQ <= q_len && j0 + kBK <= k_len && lo_b <= j0 && hi_a >= j0 + kBK - 1;
+      // S^T, dP^T of (the warp's 16 keys) x (queries c0 ..) in place -> P^T, dS^T.
+      auto p_ds = [&](auto& st, auto& dpt, int c0) {
+        constexpr int N = std::extent_v<std::remove_reference_t<decltype(st)>>;
 #pragma unroll
-      for (int n = 0; n < NQ; ++n)
+        for (int n = 0; n < N; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) st[n][e] = dpt[n][e] = 0.f;
-      if constexpr (W) {  // the warpgroup's 64 keys at once, B straight from shared memory
+          for (int e = 0; e < 4; ++e) {
+            const int c = c0 + n * 8 + 2 * t4 + (e & 1), i = q0 + c, j = jr[e >> 1];
+            float dx;
+            const float x = mod.x_dx(st[n][e], i + shift, j, &dx);
+            float pr = exp2f(x - L[c]);
+            if (!full) {
+              int lo, hi;
+              row_keys(p, doc, i, &lo, &hi);
+              if (i >= q_len || j < lo || j > hi) pr = 0.f;
+            }
+            st[n][e] = pr;
+            dpt[n][e] = pr * (dpt[n][e] - Dl[c]) * dx;
+          }
+      };
+      if constexpr (W) {
+        // The warpgroup's 64 keys at once, B straight from shared memory, in two halves of
+        // kBQ / 2 queries, software-pipelined: the element-wise work of one half runs while
+        // the tensor cores do the other half's products (wgmma groups complete in order).
+        constexpr int NH = NQ / 2, KH = kBQ / 32;  // per half: 8-query chunks, 16-query k steps
+        float st[2][NH][4], dpt[2][NH][4];
         wg_fence();
 #pragma unroll
-        for (int kd = 0; kd < KD; ++kd) wgmma_ss<0>(st, wg_desc_k<D>(sK, kd), wg_desc_k<D>(q_s, kd));
+        for (int hf = 0; hf < 2; ++hf) {
+          const uint32_t qh = q_s + hf * (kBQ / 2) * D * 2, doh = do_s + hf * (kBQ / 2) * D * 2;
 #pragma unroll
-        for (int kd = 0; kd < KD; ++kd)
-          wgmma_ss<0>(dpt, wg_desc_k<D>(sV, kd), wg_desc_k<D>(do_s, kd));
-        wg_commit();
+          for (int kd = 0; kd < KD; ++kd)
+            wgmma_ss<0>(st[hf], wg_desc_k<D>(sK, kd), wg_desc_k<D>(qh, kd), kd);
+#pragma unroll
+          for (int kd = 0; kd < KD; ++kd)
+            wgmma_ss<0>(dpt[hf], wg_desc_k<D>(sV, kd), wg_desc_k<D>(doh, kd), kd);
+          wg_commit();
+        }
+        uint32_t ap[2][KH][4], as[2][KH][4];
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          wg_wait<1>();  // this half's S^T, dP^T done (the other group may still run)
+          wg_hold(st[hf]);
+          wg_hold(dpt[hf]);
+          p_ds(st[hf], dpt[hf], hf * (kBQ / 2));
+#pragma unroll
+          for (int kk = 0; kk < KH; ++kk) {
+            c_to_a(ap[hf][kk], st[hf][2 * kk], st[hf][2 * kk + 1]);
+            c_to_a(as[hf][kk], dpt[hf][2 * kk], dpt[hf][2 * kk + 1]);
+          }
+          wg_fence();
+#pragma unroll
+          for (int kk = 0; kk < KH; ++kk)
+            wgmma_rs<1>(dv_acc, ap[hf][kk], wg_desc_n<D>(do_s, hf * KH + kk));
+#pragma unroll
+          for (int kk = 0; kk < KH; ++kk)
+            wgmma_rs<1>(dk_acc, as[hf][kk], wg_desc_n<D>(q_s, hf * KH + kk));
+          wg_commit();
+        }
         wg_wait<0>();
-        wg_hold(st);
-        wg_hold(dpt);
+        wg_hold(dv_acc);
+        wg_hold(dk_acc);
       } else {
+        float st[NQ][4], dpt[NQ][4];  // (16 keys of the warp, kBQ queries)
+#pragma unroll
+        for (int n = 0; n < NQ; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) st[n][e] = dpt[n][e] = 0.f;
 #pragma unroll
         for (int kd = 0; kd < KD; ++kd) {
           uint32_t ak[4], av[4];
@@ -334,47 +409,7 @@ __global__ void __launch_bounds__(kThreads)
             mma_bf16(dpt[2 * np + 1], av, b[2], b[3]);
           }
         }
-      }
-      // Every (query, key) of the step visible: no element mask.
-      int lo_a, hi_a, lo_b, hi_b;
-      const int q_last = min(q0 + kBQ, q_len) - 1;
-      row_keys(p, doc, q0, &lo_a, &hi_a);
-      row_keys(p, doc, q_last, &lo_b, &hi_b);
-      const bool full =
-          q0 + kBQ <= q_len && j0 + kBK <= k_len && lo_b <= j0 && hi_a >= j0 + kBK - 1;
-#pragma unroll
-      for (int n = 0; n < NQ; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = n * 8 + 2 * t4 + (e & 1), i = q0 + c, j = jr[e >> 1];
-          float dx;
-          const float x = mod.x_dx(st[n][e], i + shift, j, &dx);
-          float pr = exp2f(x - L[c]);
-          if (!full) {
-            int lo, hi;
-            row_keys(p, doc, i, &lo, &hi);
-            if (i >= q_len || j < lo || j > hi) pr = 0.f;
-          }
-          st[n][e] = pr;
-          dpt[n][e] = pr * (dpt[n][e] - Dl[c]) * dx;
-        }
-      if constexpr (W) {
-        uint32_t ap[kBQ / 16][4], as[kBQ / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < kBQ / 16; ++kk) {
-          c_to_a(ap[kk], st[2 * kk], st[2 * kk + 1]);
-          c_to_a(as[kk], dpt[2 * kk], dpt[2 * kk + 1]);
-        }
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < kBQ / 16; ++kk) wgmma_rs<1>(dv_acc, ap[kk], wg_desc_n<D>(do_s, kk));
-#pragma unroll
-        for (int kk = 0; kk < kBQ / 16; ++kk) wgmma_rs<1>(dk_acc, as[kk], wg_desc_n<D>(q_s, kk));
-        wg_commit();
-        wg_wait<0>();
-        wg_hold(dv_acc);
-        wg_hold(dk_acc);
-      } else {
+        p_ds(st, dpt, 0);
 #pragma unroll
         for (int kk = 0; kk < kBQ / 16; ++kk) {
           uint32_t ap[4], as[4];

@@ -124,25 +124,79 @@ __global__ void __launch_bounds__(Cfg<D, M>::kThreads)
       }
       const uint32_t k_s = sK + (t & 1) * kBK * D * 2, v_s = sV + (t & 1) * kBK * D * 2;
       const int j0 = j_begin + t * kBK;
+      // Whole tile visible to every row of the CTA: no element mask.
+      const bool full = j0 >= lo_last && j0 + kBK - 1 <= hi_first;
+      // Mask and online softmax of m-tile mt: scores -> unnormalized P; O and the row
+      // statistics rescaled.
+      auto softmax = [&](int mt, float (&sm)[NK][4]) {
+#pragma unroll
+        for (int n = 0; n < NK; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int r = e >> 1, j = j0 + n * 8 + 2 * t4 + (e & 1);
+            float x = mod.x(sm[n][e], qpos[mt][r], j);
+            if (!full && (j < lo[mt][r] || j > hi[mt][r])) x = -INFINITY;
+            sm[n][e] = x;
+          }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float mx = row_max[mt][r];
+#pragma unroll
+          for (int n = 0; n < NK; ++n) mx = fmaxf(mx, fmaxf(sm[n][2 * r], sm[n][2 * r + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_use = mx == -INFINITY ? 0.f : mx;
+          const float corr = exp2f(row_max[mt][r] - m_use);
+          row_max[mt][r] = mx;
+          float sum = 0.f;
+#pragma unroll
+          for (int n = 0; n < NK; ++n) {
+            sm[n][2 * r] = exp2f(sm[n][2 * r] - m_use);
+            sm[n][2 * r + 1] = exp2f(sm[n][2 * r + 1] - m_use);
+            sum += sm[n][2 * r] + sm[n][2 * r + 1];
+          }
+          row_sum[mt][r] = row_sum[mt][r] * corr + sum;
+#pragma unroll
+          for (int n = 0; n < ND; ++n) {
+            o[mt][n][2 * r] *= corr;
+            o[mt][n][2 * r + 1] *= corr;
+          }
+        }
+      };
       float s[kMT][NK][4];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int n = 0; n < NK; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
       if constexpr (W) {
+        // One wgmma group per m-tile, software-pipelined: the softmax of one m-tile runs while
+        // the tensor cores do the other's product (groups complete in order).
         wg_fence();
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
           const uint32_t q_mt = sQ + ((warp >> 2) * kMT + mt) * 64 * D * 2;
 #pragma unroll
           for (int kd = 0; kd < KD; ++kd)
-            wgmma_ss<0>(s[mt], wg_desc_k<D>(q_mt, kd), wg_desc_k<D>(k_s, kd));
+            wgmma_ss<0>(s[mt], wg_desc_k<D>(q_mt, kd), wg_desc_k<D>(k_s, kd), kd);
+          wg_commit();
         }
-        wg_commit();
+        uint32_t a[kMT][kBK / 16][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          wg_wait<kMT - 1>();  // S of m-tile mt done
+          wg_hold(s[mt]);
+          softmax(mt, s[mt]);
+#pragma unroll
+          for (int kk = 0; kk < kBK / 16; ++kk) c_to_a(a[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
+          wg_fence();
+#pragma unroll
+          for (int kk = 0; kk < kBK / 16; ++kk) wgmma_rs<1>(o[mt], a[mt][kk], wg_desc_n<D>(v_s, kk));
+          wg_commit();
+        }
         wg_wait<0>();
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) wg_hold(s[mt]);
+        for (int mt = 0; mt < kMT; ++mt) wg_hold(o[mt]);
       } else {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int n = 0; n < NK; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
 #pragma unroll
         for (int kd = 0; kd < KD; ++kd) {
           uint32_t a[kMT][4];
@@ -166,62 +220,8 @@ __global__ void __launch_bounds__(Cfg<D, M>::kThreads)
             }
           }
         }
-      }
-      // Whole tile visible to every row of the CTA: no element mask.
-      const bool full = j0 >= lo_last && j0 + kBK - 1 <= hi_first;
 #pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int n = 0; n < NK; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int r = e >> 1, j = j0 + n * 8 + 2 * t4 + (e & 1);
-            float x = mod.x(s[mt][n][e], qpos[mt][r], j);
-            if (!full && (j < lo[mt][r] || j > hi[mt][r])) x = -INFINITY;
-            s[mt][n][e] = x;
-          }
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float mx = row_max[mt][r];
-#pragma unroll
-          for (int n = 0; n < NK; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * r], s[mt][n][2 * r + 1]));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float m_use = mx == -INFINITY ? 0.f : mx;
-          const float corr = exp2f(row_max[mt][r] - m_use);
-          row_max[mt][r] = mx;
-          float sum = 0.f;
-#pragma unroll
-          for (int n = 0; n < NK; ++n) {
-            s[mt][n][2 * r] = exp2f(s[mt][n][2 * r] - m_use);
-            s[mt][n][2 * r + 1] = exp2f(s[mt][n][2 * r + 1] - m_use);
-            sum += s[mt][n][2 * r] + s[mt][n][2 * r + 1];
-          }
-          row_sum[mt][r] = row_sum[mt][r] * corr + sum;
-#pragma unroll
-          for (int n = 0; n < ND; ++n) {
-            o[mt][n][2 * r] *= corr;
-            o[mt][n][2 * r + 1] *= corr;
-          }
-        }
-      if constexpr (W) {
-        uint32_t a[kMT][kBK / 16][4];
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int kk = 0; kk < kBK / 16; ++kk) c_to_a(a[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
-        wg_fence();
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int kk = 0; kk < kBK / 16; ++kk) wgmma_rs<1>(o[mt], a[mt][kk], wg_desc_n<D>(v_s, kk));
-        wg_commit();
-        wg_wait<0>();
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) wg_hold(o[mt]);
-      } else {
+        for (int mt = 0; mt < kMT; ++mt) softmax(mt, s[mt]);
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk) {
           uint32_t a[kMT][4];
