@@ -287,16 +287,12 @@ __global__ void __launch_bounds__(kThreads)
       load_tile<kBQ, D, kThreads>(sQ + buf * kBQ * D * 2, static_cast<const bf16*>(p.q) + off,
                                   H * D, n);
       load_tile<kBQ, D, kThreads>(sdO + buf * kBQ * D * 2, dout + off, H * D, n);
+      // lse and delta of the rows through cp.async as well (plain loads here stalled every
+      // step on their latency); zeros past the document, whose P the mask zeroes.
       for (int r = threadIdx.x; r < kBQ; r += kThreads) {
-        float L = INFINITY, dl = 0.f;  // P = 0 past the document and for rows seeing nothing
-        if (r < n) {
-          const int64_t row = doc.q_offset + q0 + r;
-          const float l = lse[h * p.t_q + row];
-          if (l != -INFINITY) L = l * kLog2e;
-          dl = delta[h * p.t_q + row];
-        }
-        sL[buf * kBQ + r] = L;
-        sD[buf * kBQ + r] = dl;
+        const int64_t row = h * p.t_q + doc.q_offset + q0 + min(r, n - 1);
+        cp_async4(smem_u32(sL + buf * kBQ + r), lse + row, r < n);
+        cp_async4(smem_u32(sD + buf * kBQ + r), delta + row, r < n);
       }
     };
     load_q(0);
@@ -335,7 +331,8 @@ __global__ void __launch_bounds__(kThreads)
             const int c = c0 + n * 8 + 2 * t4 + (e & 1), i = q0 + c, j = jr[e >> 1];
             float dx;
             const float x = mod.x_dx(st[n][e], i + shift, j, &dx);
-            float pr = exp2f(x - L[c]);
+            const float l = L[c];  // lse; -inf for a row that sees nothing: P = 0
+            float pr = exp2f(x - (l == -INFINITY ? INFINITY : l * kLog2e));
             if (!full) {
               int lo, hi;
               row_keys(p, doc, i, &lo, &hi);
