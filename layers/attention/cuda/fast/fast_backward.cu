@@ -238,8 +238,10 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// 3 CTAs per SM for the wgmma kernel at D = 64 (<= 168 registers): the element-wise work of
+// one CTA then overlaps the products of the others.
 template <int D, class M, bool W>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, W && D == 64 ? 3 : 1)
     dkv_kernel(Problem p, M mod0, const Tile* tiles, const bf16* dout, const float* lse,
                const float* delta, bf16* dk, bf16* dv) {
   constexpr int KD = D / 16, NQ = kBQ / 8, ND = D / 8;
