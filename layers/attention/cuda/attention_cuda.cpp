@@ -149,7 +149,7 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
   g.dk = Tensor::empty({r.t_k, r.kv_heads, r.head_dim}, q.dtype(), Device::cuda);
   g.dv = Tensor::empty({r.t_k, r.kv_heads, r.head_dim}, q.dtype(), Device::cuda);
   if (d.fast) {
-    const Tensor qt = device_tiles(gpu::fast::q_tiles(d.p, d.host_docs, gpu::fast::kBwdBlockQ));
+    const Tensor qt = device_tiles(gpu::fast::q_tiles(d.p, d.host_docs, gpu::fast::dq_block_q(d.p.head_dim)));
     const Tensor kt = device_tiles(gpu::fast::k_tiles(d.p, d.host_docs, gpu::fast::kBwdBlockK));
     gpu::fast::backward(d.p, d.mod, tiles_ptr(qt), qt.defined() ? int(qt.numel() / 2) : 0,
                         tiles_ptr(kt), kt.defined() ? int(kt.numel() / 2) : 0, d.q_padded,

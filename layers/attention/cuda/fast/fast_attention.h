@@ -14,7 +14,16 @@ namespace driftless::layers::gpu::fast {
 
 // Tile sizes the host schedule must be built with.
 constexpr int kFwdBlockQ = 128;  // query rows per forward CTA (fast_forward.cu: warps x rows)
-constexpr int kBwdBlockQ = 64;   // query rows per dQ CTA and per dK/dV inner step
+constexpr int kBwdBlockQ = 64;   // query rows per dK/dV inner step
+// Query rows per dQ CTA (fast_backward.cu: 16 a warp; two warpgroups at D = 64 share each
+// K/V tile).
+template <int D>
+struct DqRows {
+  static constexpr int value = D <= 64 ? 128 : 64;
+};
+inline int dq_block_q(int64_t head_dim) {
+  return head_dim <= 64 ? DqRows<64>::value : DqRows<128>::value;
+}
 constexpr int kBwdBlockK = 64;   // key rows per dK/dV CTA (4 warps x 16 rows)
 
 // One unit of work: `start` is a row offset inside document `doc` (q rows for the forward

@@ -58,17 +58,21 @@ __global__ void delta_kernel(int64_t rows, int64_t heads, int64_t t_q, const bf1
   }
 }
 
-// 4 CTAs per SM for the wgmma kernel at D = 64 (<= 128 registers), as dkv_kernel's 3.
+// DqRows<D> query rows per CTA, 16 per warp: at D = 64, 128 rows (8 warps, two
+// warpgroups) share every K/V tile load, which halves the K/V traffic that made the 64-row
+// kernel memory-bound (ncu on an H100: 2.6 TB/s, 11% L2 hits), with 2 CTAs per SM at <= 128
+// registers.
 template <int D, class M, bool W>
-__global__ void __launch_bounds__(kThreads, W && D == 64 ? 4 : 1)
+__global__ void __launch_bounds__(DqRows<D>::value * 2, W && D == 64 ? 2 : 1)
     dq_kernel(Problem p, M mod, const Tile* tiles, const bf16* dout, const float* lse,
               const float* delta, bf16* dq) {
   constexpr int KD = D / 16, NK = kBK / 8, ND = D / 8;
+  constexpr int kRows = DqRows<D>::value, kQThreads = kRows * 2;  // 16 rows (a warp) each
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = align_smem(smem_raw);
   const uint32_t sQ = smem_u32(smem);
-  const uint32_t sdO = sQ + kBQ * D * 2;
-  const uint32_t sK = sdO + kBQ * D * 2;     // 2 buffers of (kBK, D)
+  const uint32_t sdO = sQ + kRows * D * 2;
+  const uint32_t sK = sdO + kRows * D * 2;     // 2 buffers of (kBK, D)
   const uint32_t sV = sK + 2 * kBK * D * 2;  // 2 buffers of (kBK, D)
   const int64_t H = p.heads, Hkv = p.kv_heads;
   const int h = int(blockIdx.x % H);
@@ -76,7 +80,7 @@ __global__ void __launch_bounds__(kThreads, W && D == 64 ? 4 : 1)
   const int kh = int(h / (H / Hkv));
   const Doc doc = p.docs[tile.doc];
   const int q_len = int(doc.q_len), k_len = int(doc.k_len), i0 = tile.start;
-  const int nq = min(kBQ, q_len - i0);
+  const int nq = min(kRows, q_len - i0);
   mod.bind(h);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
 
@@ -113,12 +117,12 @@ __global__ void __launch_bounds__(kThreads, W && D == 64 ? 4 : 1)
   for (int n = 0; n < ND; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 
   if (n_tiles > 0) {
-    load_tile<kBQ, D, kThreads>(sQ, qg, H * D, nq);
-    load_tile<kBQ, D, kThreads>(sdO, dog, H * D, nq);
+    load_tile<kRows, D, kQThreads>(sQ, qg, H * D, nq);
+    load_tile<kRows, D, kQThreads>(sdO, dog, H * D, nq);
     auto load_kv = [&](int t) {
       const int j0 = j_begin + t * kBK, buf = t & 1;
-      load_tile<kBK, D, kThreads>(sK + buf * kBK * D * 2, kg + j0 * Hkv * D, Hkv * D, k_len - j0);
-      load_tile<kBK, D, kThreads>(sV + buf * kBK * D * 2, vg + j0 * Hkv * D, Hkv * D, k_len - j0);
+      load_tile<kBK, D, kQThreads>(sK + buf * kBK * D * 2, kg + j0 * Hkv * D, Hkv * D, k_len - j0);
+      load_tile<kBK, D, kQThreads>(sV + buf * kBK * D * 2, vg + j0 * Hkv * D, Hkv * D, k_len - j0);
     };
     load_kv(0);
     cp_async_commit();
@@ -151,19 +155,21 @@ __global__ void __launch_bounds__(kThreads, W && D == 64 ? 4 : 1)
           }
       };
       if constexpr (W) {
-        // Two halves of kBK / 2 keys, software-pipelined as in dkv_kernel.
+        // Two halves of kBK / 2 keys, software-pipelined as in dkv_kernel. Warpgroup w owns
+        // rows 64w .. 64w + 63.
         constexpr int NH = NK / 2, KH = kBK / 32;
+        const int r_wg = (warp >> 2) * 64;
         float s[2][NH][4], dp[2][NH][4];
         wg_fence();
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
-          const uint32_t kh_s = k_s + hf * (kBK / 2) * D * 2, vh_s = v_s + hf * (kBK / 2) * D * 2;
 #pragma unroll
           for (int kd = 0; kd < KD; ++kd)
-            wgmma_ss<0>(s[hf], wg_desc_k<D>(sQ, kd), wg_desc_k<D>(kh_s, kd), kd);
+            wgmma_ss<0>(s[hf], wg_desc_k<D>(sQ, kd, r_wg), wg_desc_k<D>(k_s, kd, hf * kBK / 2), kd);
 #pragma unroll
           for (int kd = 0; kd < KD; ++kd)
-            wgmma_ss<0>(dp[hf], wg_desc_k<D>(sdO, kd), wg_desc_k<D>(vh_s, kd), kd);
+            wgmma_ss<0>(dp[hf], wg_desc_k<D>(sdO, kd, r_wg), wg_desc_k<D>(v_s, kd, hf * kBK / 2),
+                        kd);
           wg_commit();
         }
         uint32_t a[2][KH][4], a_lo[2][KH][4];  // dS as bf16 head + tail (see above)
@@ -354,13 +360,12 @@ __global__ void __launch_bounds__(kThreads, W && D == 64 ? 3 : 1)
         wg_fence();
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
-          const uint32_t qh = q_s + hf * (kBQ / 2) * D * 2, doh = do_s + hf * (kBQ / 2) * D * 2;
 #pragma unroll
           for (int kd = 0; kd < KD; ++kd)
-            wgmma_ss<0>(st[hf], wg_desc_k<D>(sK, kd), wg_desc_k<D>(qh, kd), kd);
+            wgmma_ss<0>(st[hf], wg_desc_k<D>(sK, kd), wg_desc_k<D>(q_s, kd, hf * kBQ / 2), kd);
 #pragma unroll
           for (int kd = 0; kd < KD; ++kd)
-            wgmma_ss<0>(dpt[hf], wg_desc_k<D>(sV, kd), wg_desc_k<D>(doh, kd), kd);
+            wgmma_ss<0>(dpt[hf], wg_desc_k<D>(sV, kd), wg_desc_k<D>(do_s, kd, hf * kBQ / 2), kd);
           wg_commit();
         }
         uint32_t ap[2][KH][4], as[2][KH][4];
@@ -454,7 +459,7 @@ template <int D, class M, bool W>
 void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, const Tile* k_tiles,
             int n_k_tiles, const bf16* out, const bf16* dout, const float* lse, float* delta,
             bf16* dq, bf16* dk, bf16* dv) {
-  constexpr int kSmemQ = (2 * kBQ + 4 * kBK) * D * 2 + kSmemAlign;
+  constexpr int kSmemQ = (2 * DqRows<D>::value + 4 * kBK) * D * 2 + kSmemAlign;
   constexpr int kSmemKV = (2 * kBK + 4 * kBQ) * D * 2 + 4 * kBQ * 4 + kSmemAlign;
   static bool configured = false;
   if (!configured) {
@@ -466,7 +471,7 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
   delta_kernel<D><<<unsigned((rows + 127) / 128), 256>>>(rows, p.heads, p.t_q, out, dout, delta);
   DL_CUDA_LAUNCH_CHECK();
   if (n_q_tiles > 0) {
-    dq_kernel<D, M, W><<<unsigned(int64_t(n_q_tiles) * p.heads), kThreads, kSmemQ>>>(
+    dq_kernel<D, M, W><<<unsigned(int64_t(n_q_tiles) * p.heads), DqRows<D>::value * 2, kSmemQ>>>(
         p, mod, q_tiles, dout, lse, delta, dq);
     DL_CUDA_LAUNCH_CHECK();
   }

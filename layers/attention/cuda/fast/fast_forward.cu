@@ -170,10 +170,10 @@ __global__ void __launch_bounds__(Cfg<D, M>::kThreads)
         wg_fence();
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          const uint32_t q_mt = sQ + ((warp >> 2) * kMT + mt) * 64 * D * 2;
+          const int r_mt = ((warp >> 2) * kMT + mt) * 64;
 #pragma unroll
           for (int kd = 0; kd < KD; ++kd)
-            wgmma_ss<0>(s[mt], wg_desc_k<D>(q_mt, kd), wg_desc_k<D>(k_s, kd), kd);
+            wgmma_ss<0>(s[mt], wg_desc_k<D>(sQ, kd, r_mt), wg_desc_k<D>(k_s, kd), kd);
           wg_commit();
         }
         uint32_t a[kMT][kBK / 16][4];

@@ -22,19 +22,24 @@ namespace driftless::layers::gpu::fast {
 // swizzle; the tile 1024-byte aligned. SBO is the stride between 8-row groups (D * 16 bytes),
 // LBO the stride between 64-column atoms of an N-major operand (1024 bytes; K-major swizzled
 // operands ignore it).
-// K-major operand (the tile's rows are M or N, its columns K): k step kd of 16 columns.
 template <int D>
-__device__ __forceinline__ uint64_t wg_desc_k(uint32_t tile, int kd) {
-  const uint32_t addr = tile + (kd >> 2) * 1024 + (kd & 3) * 32;
+__device__ __forceinline__ uint64_t wg_desc(uint32_t addr) {
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1024 >> 4) << 16) |
          (uint64_t((D * 16) >> 4) << 32) | (uint64_t(1) << 62);
+}
+// The descriptors below add their byte offset (a compile-time constant once unrolled) to the
+// tile's descriptor: one 64-bit add, no carry out of the 14-bit address field since shared
+// addresses stay below 2^18.
+// K-major operand (the tile's rows are M or N, its columns K): rows from row0 (a multiple of
+// 8), k step kd of 16 columns.
+template <int D>
+__device__ __forceinline__ uint64_t wg_desc_k(uint32_t tile, int kd, int row0 = 0) {
+  return wg_desc<D>(tile) + uint64_t((row0 * D * 2 + (kd >> 2) * 1024 + (kd & 3) * 32) >> 4);
 }
 // N-major B operand (the tile's rows are K, its columns N): k step kk of 16 rows.
 template <int D>
 __device__ __forceinline__ uint64_t wg_desc_n(uint32_t tile, int kk) {
-  const uint32_t addr = tile + kk * 2 * (D * 16);
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1024 >> 4) << 16) |
-         (uint64_t((D * 16) >> 4) << 32) | (uint64_t(1) << 62);
+  return wg_desc<D>(tile) + uint64_t((kk * 2 * (D * 16)) >> 4);
 }
 
 // (Every instruction below is compiled only for sm_90a; elsewhere the W kernels are never
