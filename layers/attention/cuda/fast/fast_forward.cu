@@ -25,17 +25,18 @@ constexpr int kBQ = kFwdBlockQ;
 // at D = 128 with 2 m-tiles keep the scores (kMT x kBK / 2 floats a thread) small enough for
 // O (kMT x D / 2) to stay in registers. Softcap keeps 1 m-tile of 16 rows and 8 warps: its
 // tanhf needs the registers (measured on an H200: 2 m-tiles made its forward 28% slower).
-template <int D, class M>
+template <int D, class M, int V = 0>
 struct Cfg {
-  static constexpr int kMT = std::is_same_v<M, ModSoftcap> ? 1 : 2;
+  static constexpr int kMT = std::is_same_v<M, ModSoftcap> || V == 1 ? 1 : 2;
   static constexpr int kWarps = kBQ / (16 * kMT), kThreads = kWarps * 32;
   static constexpr int kBK = D <= 64 || kMT == 1 ? 64 : 32;
 };
 
-template <int D, class M, bool W>
-__global__ void __launch_bounds__(Cfg<D, M>::kThreads)
+template <int D, class M, bool W, int V>
+__global__ void __launch_bounds__(Cfg<D, M, V>::kThreads, V == 1 ? 2 : 1)
     forward_kernel(Problem p, M mod, const Tile* tiles, bf16* out, float* lse) {
-  constexpr int kMT = Cfg<D, M>::kMT, kThreads = Cfg<D, M>::kThreads, kBK = Cfg<D, M>::kBK;
+  using C = Cfg<D, M, V>;
+  constexpr int kMT = C::kMT, kThreads = C::kThreads, kBK = C::kBK;
   constexpr int KD = D / 16, NK = kBK / 8, ND = D / 8;
   // Q fragments stay in registers at D = 64 (or with one m-tile); at D = 128 with two they
   // would not fit beside O.
@@ -270,16 +271,16 @@ __global__ void fill_kernel(float* x, int64_t n, float value) {
     x[i] = value;
 }
 
-template <int D, class M, bool W>
+template <int D, class M, bool W, int V = 0>
 void launch(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, void* out, float* lse) {
-  constexpr int kSmem = (kBQ + 4 * Cfg<D, M>::kBK) * D * 2 + kSmemAlign;
+  constexpr int kSmem = (kBQ + 4 * Cfg<D, M, V>::kBK) * D * 2 + kSmemAlign;
   static bool configured = false;
   if (!configured) {
-    DL_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<D, M, W>,
+    DL_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<D, M, W, V>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     configured = true;
   }
-  forward_kernel<D, M, W><<<unsigned(int64_t(n_tiles) * p.heads), Cfg<D, M>::kThreads, kSmem>>>(
+  forward_kernel<D, M, W, V><<<unsigned(int64_t(n_tiles) * p.heads), Cfg<D, M, V>::kThreads, kSmem>>>(
       p, mod, tiles, static_cast<bf16*>(out), lse);
   DL_CUDA_LAUNCH_CHECK();
 }
@@ -323,13 +324,14 @@ void forward(const Problem& p, const Mod& mod, const Tile* tiles, int n_tiles, b
   }
   if (n_tiles == 0) return;
   const bool wg = use_wgmma();
+  static const bool v1 = std::getenv("DL_ATTN_FWD_V") && std::string(std::getenv("DL_ATTN_FWD_V")) == "1";  // EXPERIMENT
   dispatch_mod(p, mod, [&](auto m) {
     using Mf = decltype(m);
     if (p.head_dim == 64)
-      wg ? launch<64, Mf, true>(p, m, tiles, n_tiles, out, lse)
+      wg ? (v1 ? launch<64, Mf, true, 1>(p, m, tiles, n_tiles, out, lse) : launch<64, Mf, true>(p, m, tiles, n_tiles, out, lse))
          : launch<64, Mf, false>(p, m, tiles, n_tiles, out, lse);
     else
-      wg ? launch<128, Mf, true>(p, m, tiles, n_tiles, out, lse)
+      wg ? (v1 ? launch<128, Mf, true, 1>(p, m, tiles, n_tiles, out, lse) : launch<128, Mf, true>(p, m, tiles, n_tiles, out, lse))
          : launch<128, Mf, false>(p, m, tiles, n_tiles, out, lse);
   });
 }
