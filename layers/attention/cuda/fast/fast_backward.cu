@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, W && D == 64 ? 2 : 1)
             const int r = e >> 1, j = j0 + c0 + n * 8 + 2 * t4 + (e & 1);
             float dx;
             const float x = mod.x_dx(s[n][e], qpos[r], j, &dx);
-            float pr = exp2f(x - lse2[r]);
+            float pr = exp2_ftz(x - lse2[r]);
             if (!full && (j < lo[r] || j > hi[r])) pr = 0.f;
             dp[n][e] = pr * (dp[n][e] - dl[r]) * dx;
           }
@@ -331,7 +331,19 @@ __global__ void __launch_bounds__(kThreads, W && D == 64 ? 3 : 1)
       const bool full =
           q0 + kBQ <= q_len && j0 + kBK <= k_len && lo_b <= j0 && hi_a >= j0 + kBK - 1;
       // S^T, dP^T of (the warp's 16 keys) x (queries c0 ..) in place -> P^T, dS^T.
-      auto p_ds = [&](auto& st, auto& dpt, int c0) {
+      // lse (log2 units; +inf for a row that sees nothing: P = 0) and delta of this thread's
+      // query columns c0 + 8n + 2 t4 (+1), read from shared memory ahead of the products they
+      // follow (read at the use, their latency was the dK/dV kernel's main stall).
+      auto load_ld = [&](auto& l2, auto& dl2, int c0) {
+        constexpr int N = std::extent_v<std::remove_reference_t<decltype(l2)>>;
+#pragma unroll
+        for (int n = 0; n < N; ++n) {
+          l2[n] = *reinterpret_cast<const float2*>(L + c0 + n * 8 + 2 * t4);
+          dl2[n] = *reinterpret_cast<const float2*>(Dl + c0 + n * 8 + 2 * t4);
+        }
+      };
+      auto log2_lse = [](float l) { return l == -INFINITY ? INFINITY : l * kLog2e; };
+      auto p_ds = [&](auto& st, auto& dpt, int c0, const auto& l2, const auto& dl2) {
         constexpr int N = std::extent_v<std::remove_reference_t<decltype(st)>>;
 #pragma unroll
         for (int n = 0; n < N; ++n)
@@ -340,15 +352,14 @@ __global__ void __launch_bounds__(kThreads, W && D == 64 ? 3 : 1)
             const int c = c0 + n * 8 + 2 * t4 + (e & 1), i = q0 + c, j = jr[e >> 1];
             float dx;
             const float x = mod.x_dx(st[n][e], i + shift, j, &dx);
-            const float l = L[c];  // lse; -inf for a row that sees nothing: P = 0
-            float pr = exp2f(x - (l == -INFINITY ? INFINITY : l * kLog2e));
+            float pr = exp2_ftz(x - log2_lse((e & 1) ? l2[n].y : l2[n].x));
             if (!full) {
               int lo, hi;
               row_keys(p, doc, i, &lo, &hi);
               if (i >= q_len || j < lo || j > hi) pr = 0.f;
             }
             st[n][e] = pr;
-            dpt[n][e] = pr * (dpt[n][e] - Dl[c]) * dx;
+            dpt[n][e] = pr * (dpt[n][e] - ((e & 1) ? dl2[n].y : dl2[n].x)) * dx;
           }
       };
       if constexpr (W) {
@@ -371,10 +382,12 @@ __global__ void __launch_bounds__(kThreads, W && D == 64 ? 3 : 1)
         uint32_t ap[2][KH][4], as[2][KH][4];
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
+          float2 l2[NH], dl2[NH];
+          load_ld(l2, dl2, hf * (kBQ / 2));
           wg_wait<1>();  // this half's S^T, dP^T done (the other group may still run)
           wg_hold(st[hf]);
           wg_hold(dpt[hf]);
-          p_ds(st[hf], dpt[hf], hf * (kBQ / 2));
+          p_ds(st[hf], dpt[hf], hf * (kBQ / 2), l2, dl2);
 #pragma unroll
           for (int kk = 0; kk < KH; ++kk) {
             c_to_a(ap[hf][kk], st[hf][2 * kk], st[hf][2 * kk + 1]);
@@ -414,7 +427,9 @@ __global__ void __launch_bounds__(kThreads, W && D == 64 ? 3 : 1)
             mma_bf16(dpt[2 * np + 1], av, b[2], b[3]);
           }
         }
-        p_ds(st, dpt, 0);
+        float2 l2[NQ], dl2[NQ];
+        load_ld(l2, dl2, 0);
+        p_ds(st, dpt, 0, l2, dl2);
 #pragma unroll
         for (int kk = 0; kk < kBQ / 16; ++kk) {
           uint32_t ap[4], as[4];

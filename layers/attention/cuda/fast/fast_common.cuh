@@ -73,6 +73,15 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// 2^x by the MUFU approximation with subnormal results flushed to zero: one instruction where
+// exp2f adds a range check and two rescaling multiplies for subnormal results. Same value for
+// every normal result; a probability below 2^-126 of its row's maximum becomes 0.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Two C fragments (keys 16kk..16kk+15 of one 16-row block) as the A fragment of the next
 // product: the FlashAttention register reuse of P.
 __device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&c0)[4],

@@ -152,13 +152,13 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
           const float m_use = mx == -INFINITY ? 0.f : mx;
-          const float corr = exp2f(row_max[mt][r] - m_use);
+          const float corr = exp2_ftz(row_max[mt][r] - m_use);
           row_max[mt][r] = mx;
           float sum = 0.f;
 #pragma unroll
           for (int n = 0; n < NK; ++n) {
-            sm[n][2 * r] = exp2f(sm[n][2 * r] - m_use);
-            sm[n][2 * r + 1] = exp2f(sm[n][2 * r + 1] - m_use);
+            sm[n][2 * r] = exp2_ftz(sm[n][2 * r] - m_use);
+            sm[n][2 * r + 1] = exp2_ftz(sm[n][2 * r + 1] - m_use);
             sum += sm[n][2 * r] + sm[n][2 * r + 1];
           }
           row_sum[mt][r] = row_sum[mt][r] * corr + sum;
