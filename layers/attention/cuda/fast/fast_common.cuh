@@ -162,12 +162,19 @@ struct ModNone {
     return dot * scale_log2;
   }
 };
+// tanh(y) = 1 - 2 / (2^(2 y log2 e) + 1) from the ex2 and rcp approximations: about 6
+// instructions where tanhf takes ~20 with a branch (softcap's forward ran at a third of the
+// plain one's speed). Absolute error ~1e-7 (so the relative error grows as y -> 0, where the
+// capped score cap * tanh is near 0 too); exactly +-1 for large |y|.
+__device__ __forceinline__ float tanh_fast(float y) {
+  return 1.f - __fdividef(2.f, exp2_ftz(2.f * kLog2e * y) + 1.f);
+}
 struct ModSoftcap {  // cap * tanh(s / cap)
   float scale, cap;
   __device__ void bind(int) {}
-  __device__ float x(float dot, int, int) const { return cap * tanhf(dot * scale / cap) * kLog2e; }
+  __device__ float x(float dot, int, int) const { return cap * tanh_fast(dot * scale / cap) * kLog2e; }
   __device__ float x_dx(float dot, int, int, float* dx) const {
-    const float t = tanhf(dot * scale / cap);
+    const float t = tanh_fast(dot * scale / cap);
     *dx = 1.f - t * t;
     return cap * t * kLog2e;
   }
