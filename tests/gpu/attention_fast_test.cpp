@@ -5,6 +5,8 @@
 // CONVENTIONS.md, the (q, k) pairs of issue 9, zero-length documents, GQA 4:1 and MQA,
 // softcap, ALiBi, padding, sliding windows, head dims 64 and 128. Each CUDA call runs on
 // NaN-poisoned memory and twice: the two results must be bitwise equal. Skips without a GPU.
+// On a Hopper GPU with an sm_90a build this tests the wgmma kernels; ctest runs it a second
+// time with DL_ATTN_WGMMA=0 (attention_fast_mma_sync) for the mma.sync kernels.
 //
 // Error metric: max|t - r| / max|r| over the tensor. Bound: 2x the CPU bf16 path's error plus
 // 5e-4 (a quarter of bf16's half ulp, 2^-11): the tensor-core products take P and dS as bf16

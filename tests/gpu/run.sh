@@ -4,7 +4,7 @@
 # (configs/regress/gpu_vs_cpu.yaml: cuda f32 and bf16 against cpu f32), on a machine that
 # has a GPU. Logs go to ${OUT:-build-gpu}/gpu-tests.log, gpu-train.log, gpu-regress.log.
 # Environment: BUILD (build dir), CMAKE_ARGS (extra configure flags, e.g.
-# -DCMAKE_CUDA_ARCHITECTURES=90 to halve compile time), TARGETS (build only these targets,
+# -DCMAKE_CUDA_ARCHITECTURES=90a to halve compile time), TARGETS (build only these targets,
 # space-separated; default all).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
