@@ -5,8 +5,10 @@
 //                 16 keys, computes S^T and dP^T for every query head of the GQA group and
 //                 every 64-row query tile that sees the keys, and accumulates dV += P^T dO,
 //                 dK += dS^T Q in registers (the group's reduction happens in the CTA);
-//   dq_kernel     one CTA per (64-row query tile, head) recomputing P over the visible key
-//                 tiles: dQ += dS K.
+//   dq_kernel     one CTA per (query tile of DqRows<D> rows, head), 16 rows a warp,
+//                 recomputing P over the visible key tiles: dQ += dS K.
+// The products run as mma.sync per warp, or (W, sm_90a) as wgmma per warpgroup of 4 warps,
+// whose accumulator rows per warp are the same 16, in two software-pipelined halves per step.
 // dS = P * (dP - delta) * d value / d score; the softmax scale is applied once at the end.
 // dQ = dS K takes dS as a bf16 head plus tail (two products): dS of a row sums to ~0, so
 // dQ is a cancelling sum and one bf16 rounding of dS alone put its error at ~2x the CPU's.
