@@ -19,7 +19,7 @@ constexpr int kBwdBlockQ = 64;   // query rows per dK/dV inner step
 // K/V tile).
 template <int D>
 struct DqRows {
-  static constexpr int value = 128;
+  static constexpr int value = D <= 64 ? 128 : 64;
 };
 inline int dq_block_q(int64_t head_dim) {
   return head_dim <= 64 ? DqRows<64>::value : DqRows<128>::value;
