@@ -23,7 +23,7 @@ constexpr int kBQ = kFwdBlockQ;
 // per warp share every K and V fragment read from shared memory (2 halves that traffic per
 // product). Keys per tile: 32 at D = 128 with 2 m-tiles keep the scores (kMT x kBK / 2 floats
 // a thread) small enough for O (kMT x D / 2) to stay in registers. Softcap keeps 1 m-tile of
-// 16 rows and 8 warps: its tanhf needs the registers (measured on an H200: 2 m-tiles made its
+// 16 rows and 8 warps: its tanh needs the registers (measured on an H200: 2 m-tiles made its
 // forward 28% slower). wgmma (W): the warpgroup's product already shares its B reads across
 // 64 rows, so one m-tile per warp, two warpgroups and 64-key tiles; the registers that frees
 // give 2 CTAs (16 warps) per SM. Measured on an H100 against the 2-m-tile shape on the same
@@ -171,8 +171,10 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
       };
       float s[kMT][NK][4];
       if constexpr (W) {
-        // One wgmma group per m-tile, software-pipelined: the softmax of one m-tile runs while
-        // the tensor cores do the other's product (groups complete in order).
+        // One wgmma group per m-tile, software-pipelined when there are two (the softmax of
+        // one runs while the tensor cores do the other's product; groups complete in order).
+        // Cfg's wgmma shape has one m-tile per warp: there the overlap comes from the other
+        // warpgroup and the other CTA on the SM.
         wg_fence();
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
