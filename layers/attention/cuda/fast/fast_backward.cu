@@ -196,26 +196,7 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, W && D == 64 ? 2 : 1)
         wg_hold(acc);
       } else {
         float s[NK][4], dp[NK][4];
-#pragma unroll
-        for (int n = 0; n < NK; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.f;
-#pragma unroll
-        for (int kd = 0; kd < KD; ++kd) {
-          uint32_t aq[4], ado[4];
-          load_a<D>(aq, sQ, warp * 16, kd, lane);
-          load_a<D>(ado, sdO, warp * 16, kd, lane);
-#pragma unroll
-          for (int np = 0; np < NK / 2; ++np) {
-            uint32_t b[4];
-            load_b<D>(b, k_s, np * 16, kd, lane);
-            mma_bf16(s[2 * np], aq, b[0], b[1]);
-            mma_bf16(s[2 * np + 1], aq, b[2], b[3]);
-            load_b<D>(b, v_s, np * 16, kd, lane);
-            mma_bf16(dp[2 * np], ado, b[0], b[1]);
-            mma_bf16(dp[2 * np + 1], ado, b[2], b[3]);
-          }
-        }
+        mma_two_products<D, kBK>(s, dp, sQ, sdO, k_s, v_s, warp * 16, lane);
         ds(s, dp, 0);
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk) {
@@ -409,26 +390,7 @@ __global__ void __launch_bounds__(kThreads, W && D == 64 ? 3 : 1)
         wg_hold(dk_acc);
       } else {
         float st[NQ][4], dpt[NQ][4];  // (16 keys of the warp, kBQ queries)
-#pragma unroll
-        for (int n = 0; n < NQ; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) st[n][e] = dpt[n][e] = 0.f;
-#pragma unroll
-        for (int kd = 0; kd < KD; ++kd) {
-          uint32_t ak[4], av[4];
-          load_a<D>(ak, sK, warp * 16, kd, lane);
-          load_a<D>(av, sV, warp * 16, kd, lane);
-#pragma unroll
-          for (int np = 0; np < NQ / 2; ++np) {
-            uint32_t b[4];
-            load_b<D>(b, q_s, np * 16, kd, lane);
-            mma_bf16(st[2 * np], ak, b[0], b[1]);
-            mma_bf16(st[2 * np + 1], ak, b[2], b[3]);
-            load_b<D>(b, do_s, np * 16, kd, lane);
-            mma_bf16(dpt[2 * np], av, b[0], b[1]);
-            mma_bf16(dpt[2 * np + 1], av, b[2], b[3]);
-          }
-        }
+        mma_two_products<D, kBQ>(st, dpt, sK, sV, q_s, do_s, warp * 16, lane);
         float2 l2[NQ], dl2[NQ];
         load_ld(l2, dl2, 0);
         p_ds(st, dpt, 0, l2, dl2);

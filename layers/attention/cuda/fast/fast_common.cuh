@@ -151,6 +151,35 @@ __device__ __forceinline__ void load_b_trans(uint32_t (&b)[4], uint32_t tile, in
       b, tile_addr<D>(tile, k0 + (lane & 7) + (((lane >> 3) & 1) << 3), (n0 >> 3) + (lane >> 4)));
 }
 
+// The two products both backward kernels recompute on the mma.sync path, over k = D: s = A B^T
+// and dp = A2 B2^T for the warp's 16 rows r0.. of the row-major tiles a and a2, against the
+// N rows of the tiles b and b2 (the n index). Zeroes s and dp first.
+template <int D, int N>
+__device__ __forceinline__ void mma_two_products(float (&s)[N / 8][4], float (&dp)[N / 8][4],
+                                                 uint32_t a, uint32_t a2, uint32_t b,
+                                                 uint32_t b2, int r0, int lane) {
+#pragma unroll
+  for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.f;
+#pragma unroll
+  for (int kd = 0; kd < D / 16; ++kd) {
+    uint32_t fa[4], fa2[4];
+    load_a<D>(fa, a, r0, kd, lane);
+    load_a<D>(fa2, a2, r0, kd, lane);
+#pragma unroll
+    for (int np = 0; np < N / 16; ++np) {
+      uint32_t f[4];
+      load_b<D>(f, b, np * 16, kd, lane);
+      mma_bf16(s[2 * np], fa, f[0], f[1]);
+      mma_bf16(s[2 * np + 1], fa, f[2], f[3]);
+      load_b<D>(f, b2, np * 16, kd, lane);
+      mma_bf16(dp[2 * np], fa2, f[0], f[1]);
+      mma_bf16(dp[2 * np + 1], fa2, f[2], f[3]);
+    }
+  }
+}
+
 // Score modifiers bound to one head: x(dot) is the modified score in log2 units
 // (value(scale * dot) * log2 e, score_mod.h), x_dx also gives d value / d score.
 struct ModNone {
