@@ -214,8 +214,8 @@ Tensor Gpt::block(int64_t l, const Tensor& x, const std::vector<SliceInput>& sli
   Tensor r = ops::add(x, tap(a, layer_name(l, "attn"), o.sink, rows));
   Tensor m = ops::layer_norm(r, p(layer_name(l, "ln_2.weight")), p(layer_name(l, "ln_2.bias")));
   m = tap(m, layer_name(l, "ln_2"), o.sink, rows);
-  m = linear_gelu(m, p(layer_name(l, "mlp.c_fc.weight")), p(layer_name(l, "mlp.c_fc.bias")));
-  m = linear(m, p(layer_name(l, "mlp.c_proj.weight")), p(layer_name(l, "mlp.c_proj.bias")));
+  m = mlp(m, p(layer_name(l, "mlp.c_fc.weight")), p(layer_name(l, "mlp.c_fc.bias")),
+          p(layer_name(l, "mlp.c_proj.weight")), p(layer_name(l, "mlp.c_proj.bias")));
   m = ops::dropout(m, config_.dropout, random::derive(o.dropout_seed, 2 * l + 2), o.training);
   Tensor out = ops::add(r, tap(m, layer_name(l, "mlp"), o.sink, rows));
   return tap(out, layer_name(l, "out"), o.sink, rows);

@@ -1,8 +1,10 @@
-// Linear and Linear+GELU as one autograd node each. CPU: the generic matmul/add/gelu bodies.
-// cuda: one cuBLASLt GEMM with the bias (or bias and GELU, writing the pre-activation as
-// its auxiliary output) in the epilogue. Backward in both: dpre = gelu'(pre) g, then
-// dx = dpre W, dW = dpre^T x, db = sum_rows dpre. A DGELU epilogue does not pay here: it
-// would fuse gelu' into the GEMM that produces g, which belongs to the next node (c_proj).
+// Linear and Linear+GELU as one autograd node each, and the MLP (both) as one node on cuda
+// in bf16. CPU: the generic matmul/add/gelu bodies. cuda: one cuBLASLt GEMM with the bias
+// (or bias and GELU, writing the pre-activation as its auxiliary output) in the epilogue.
+// Backward: dpre = gelu'(pre) g, then dx = dpre W, dW = dpre^T x, db = sum_rows dpre; on
+// cuda dW and db go straight into the parameters' f32 gradients (BGRADB epilogue for db),
+// and the MLP node takes gelu' in the DGELU epilogue of the GEMM that produces g (which a
+// linear_gelu node cannot: that GEMM belongs to the next node, c_proj).
 #include "layers/linear.h"
 
 #include <memory>
@@ -36,14 +38,38 @@ Tensor affine(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return bias.defined() ? ops::add(y, bias) : y;
 }
 
-// {dx, dW, db} of y = x W^T + b from dy (N, out).
-std::vector<Tensor> affine_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                    bool has_bias) {
+// {dW, db} of y = x W^T + b from dy (N, out). On cuda they are added straight into the
+// f32 gradient storage of the weight and bias leaves when both have it (returned undefined
+// then: see autograd::accumulating_grad); otherwise computed and returned.
+std::vector<Tensor> param_grads(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                const Tensor& bias) {
   autograd::NoGradGuard no_grad;
-  Tensor dx = ops::matmul(dy, weight);                // (N, in)
+  const bool has_bias = bias.defined();
+  if (dy.device() == Device::cuda && dy.dtype() == x.dtype() &&
+      (dy.dtype() == DType::f32 || dy.dtype() == DType::bf16)) {
+    const Tensor dw = autograd::accumulating_grad(weight);
+    const Tensor db = has_bias ? autograd::accumulating_grad(bias) : Tensor();
+    if (dw.defined() && (!has_bias || db.defined())) {
+      ops::gpu::linear_param_grads(dy.contiguous(), x.contiguous(), dw, db);
+      return {Tensor(), Tensor()};
+    }
+  }
   Tensor dw = ops::matmul(dy, x, true, false);        // (out, in)
   Tensor db = has_bias ? ops::sum(dy, 0) : Tensor();  // (out)
-  return {dx, dw, db};
+  return {dw, db};
+}
+
+// {dx, dW, db} of y = x W^T + b from dy (N, out); w is the saved weight, weight and bias the
+// leaves (param_grads).
+std::vector<Tensor> affine_backward(const Tensor& dy, const Tensor& x, const Tensor& w,
+                                    const Tensor& weight, const Tensor& bias) {
+  Tensor dx;
+  {
+    autograd::NoGradGuard no_grad;
+    dx = ops::matmul(dy, w);  // (N, in)
+  }
+  std::vector<Tensor> p = param_grads(dy, x, weight, bias);
+  return {dx, p[0], p[1]};
 }
 
 }  // namespace
@@ -53,11 +79,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor y = affine(x, weight, bias);
   autograd::Context ctx;
   ctx.save_for_backward({x, weight});
-  const bool has_bias = bias.defined();
   return autograd::record(
       "linear", {x, weight, bias}, y, std::move(ctx),
-      [has_bias](autograd::Context& c, const std::vector<Tensor>& g) -> std::vector<Tensor> {
-        return affine_backward(g[0], c.saved_tensors()[0], c.saved_tensors()[1], has_bias);
+      [weight, bias](autograd::Context& c, const std::vector<Tensor>& g) -> std::vector<Tensor> {
+        return affine_backward(g[0], c.saved_tensors()[0], c.saved_tensors()[1], weight, bias);
       });
 }
 
@@ -92,10 +117,9 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   autograd::Context ctx;
   ctx.save_for_backward({x, weight, gelu_node ? Tensor() : pre});
   ctx.data() = gelu_node;
-  const bool has_bias = bias.defined();
   return autograd::record(
       "linear_gelu", {x, weight, bias}, y, std::move(ctx),
-      [has_bias](autograd::Context& c, const std::vector<Tensor>& g) -> std::vector<Tensor> {
+      [weight, bias](autograd::Context& c, const std::vector<Tensor>& g) -> std::vector<Tensor> {
         const auto& s = c.saved_tensors();
         auto node = std::any_cast<std::shared_ptr<autograd::Node>>(c.data());
         Tensor dpre;  // (N, out)
@@ -103,7 +127,42 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
           autograd::NoGradGuard no_grad;
           dpre = node ? node->apply({g[0]})[0] : ops::gpu::gelu_backward(g[0], s[2]);
         }
-        return affine_backward(dpre, s[0], s[1], has_bias);
+        return affine_backward(dpre, s[0], s[1], weight, bias);
+      });
+}
+
+Tensor mlp(const Tensor& x, const Tensor& w_fc, const Tensor& b_fc, const Tensor& w_proj,
+           const Tensor& b_proj) {
+  check_args("mlp", x, w_fc, b_fc);
+  if (x.device() != Device::cuda || x.dtype() != DType::bf16 || !b_fc.defined())
+    return linear(linear_gelu(x, w_fc, b_fc), w_proj, b_proj);
+  Tensor y, h, pre;
+  {
+    autograd::NoGradGuard no_grad;
+    std::vector<Tensor> r = ops::gpu::linear_gelu_forward(x.contiguous(), w_fc.contiguous(),
+                                                          b_fc.contiguous());
+    h = r[0];
+    pre = r[1];
+    check_args("mlp", h, w_proj, b_proj);
+    y = affine(h, w_proj, b_proj);
+  }
+  autograd::Context ctx;
+  ctx.save_for_backward({x, w_fc, pre, h, w_proj});
+  return autograd::record(
+      "mlp", {x, w_fc, b_fc, w_proj, b_proj}, y, std::move(ctx),
+      [w_fc, b_fc, w_proj, b_proj](autograd::Context& c,
+                                   const std::vector<Tensor>& g) -> std::vector<Tensor> {
+        const auto& s = c.saved_tensors();
+        const Tensor dy = g[0].contiguous();
+        Tensor dpre;  // (N, 4C) = (dy W_proj) * gelu'(pre)
+        {
+          autograd::NoGradGuard no_grad;
+          dpre = ops::gpu::linear_dgelu_input_grad(dy, s[4].contiguous(), s[2]);
+          if (!dpre.defined()) dpre = ops::gpu::gelu_backward(ops::matmul(dy, s[4]), s[2]);
+        }
+        std::vector<Tensor> proj = param_grads(dy, s[3], w_proj, b_proj);
+        std::vector<Tensor> fc = affine_backward(dpre, s[0], s[1], w_fc, b_fc);
+        return {fc[0], fc[1], fc[2], proj[0], proj[1]};
       });
 }
 

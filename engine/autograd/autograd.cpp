@@ -95,6 +95,15 @@ void accumulate(Tensor& slot, const Tensor& g) {
 }
 }  // namespace
 
+Tensor accumulating_grad(const Tensor& t) {
+  if (!t.defined() || !t.requires_grad() || t.grad_fn()) return Tensor();
+  Tensor g = t.grad();
+  if (!g.defined() || g.dtype() != DType::f32 || !g.is_contiguous() || g.shape() != t.shape() ||
+      g.device() != t.device())
+    return Tensor();
+  return g;
+}
+
 void backward(const Tensor& root, const Tensor& grad, const LeafDoneHook& on_leaf_done) {
   DL_CHECK(root.requires_grad(), "backward",
            "the tensor does not require grad (no input of its graph requires grad)");

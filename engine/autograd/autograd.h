@@ -105,6 +105,15 @@ std::vector<Tensor> record(std::string name, const std::vector<Tensor>& inputs,
 Tensor record(std::string name, const std::vector<Tensor>& inputs, const Tensor& output,
               Context ctx, BackwardFn fn);
 
+// The f32 gradient storage backward would add leaf t's gradient into, when it already
+// exists as a contiguous f32 tensor of t's shape (a parameter's view of the gradient slab);
+// undefined otherwise (t is not a leaf needing a gradient, or its .grad is missing, of
+// another dtype or strided). A backward function may add its gradient for t into it itself
+// (a weight-gradient GEMM with beta = 1 writes f32 straight into the slab, never rounding
+// the partial gradient to the compute dtype) and return an undefined gradient for t: the
+// same sum as the engine's accumulation, one pass instead of three.
+Tensor accumulating_grad(const Tensor& t);
+
 // Called once per leaf of the graph, right after the last gradient this backward pass
 // delivers to it has been accumulated into its .grad (data-parallel gradient buckets start
 // their reduction from here while the rest of the backward runs).

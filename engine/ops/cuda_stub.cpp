@@ -35,6 +35,12 @@ Tensor linear_forward(const Tensor&, const Tensor&, const Tensor&) {
 std::vector<Tensor> linear_gelu_forward(const Tensor&, const Tensor&, const Tensor&) {
   no_cuda("linear_gelu");
 }
+void linear_param_grads(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  no_cuda("linear");
+}
+Tensor linear_dgelu_input_grad(const Tensor&, const Tensor&, const Tensor&) {
+  no_cuda("mlp");
+}
 Tensor binary(Binary, const Tensor&, const Tensor&, const Shape&) {
   no_cuda("elementwise");
 }

@@ -16,6 +16,7 @@
 #include "engine/core/allocator.h"
 #include "engine/core/device_ops.h"
 #include "engine/ops/cuda/cublaslt.h"
+#include "engine/ops/ops.h"
 #include "layers/linear.h"
 #include "layers/lm_loss.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -27,7 +28,7 @@ namespace {
 // tensor. The CPU runs f32 for f32 and bf16 (on the same bf16-rounded inputs), f64 for f64.
 // f32: 1e-5, as matmul and cross_entropy in ops_cuda_test: GEMM and softmax sums in fp32
 //   in another order than Eigen / the CPU's double (~sqrt(K) ulp of the scale).
-// bf16 linear, linear_gelu: the output is rounded to bf16 once (2^-9), the cotangent and
+// bf16 linear, linear_gelu, mlp: the output is rounded to bf16 once (2^-9), the cotangent and
 //   the saved pre-activation are bf16 too, so a gradient passes ~4 roundings: 1.6e-2.
 // bf16 lm_loss: the loss is fp32 from fp32 logits (bf16 operands, exact products, fp32
 //   accumulation and output): as close as f32, 1e-5, which would fail by far if the logits
@@ -199,6 +200,90 @@ TEST(FusedCuda, EpiloguesRunAtGptShapes) {
     EXPECT_EQ(ops::gpu::lt_matmul_count(ops::gpu::LtEpilogue::gelu_aux_bias),
               gelu_before + (dt == DType::bf16 ? 1 : 0));
   }
+}
+
+// Parameters whose f32 gradient storage exists before backward (the model's gradient slab):
+// every floating input but the first gets an f32 .grad of random values first. The cuda
+// backward must add into that storage (same buffer, f32 kept) and the sum minus the preset
+// values must match the CPU gradient within param_tol; the first input's gradient as usual.
+void check_into_f32_grads(const std::string& op, const std::string& name, const Fn& fn,
+                          const std::vector<Tensor>& in, DType dt, double param_tol) {
+  SCOPED_TRACE(op + " " + name + " into f32 grads " + dtype_name(dt));
+  std::vector<Tensor> cpu_in, gpu_leaves, preset;
+  for (const Tensor& t : in) {
+    Tensor rounded = t.to(dt);
+    cpu_in.push_back(rounded.to(DType::f32));
+    Tensor leaf = rounded.to(Device::cuda).set_requires_grad(true);
+    if (!gpu_leaves.empty()) {
+      preset.push_back(Tensor::randn(t.shape(), testing::fresh_seed("fused_cuda"), DType::f32));
+      leaf.set_grad(preset.back().to(Device::cuda));
+    }
+    gpu_leaves.push_back(leaf);
+  }
+  Tensor probe;
+  {
+    autograd::NoGradGuard no_grad;
+    probe = fn(cpu_in);
+  }
+  Tensor cot = Tensor::randn(probe.shape(), testing::fresh_seed("fused_cuda"), DType::f64).to(dt);
+  Result ref = run(fn, cpu_in, cot.to(DType::f32));
+  std::vector<const void*> storage;
+  for (size_t i = 1; i < gpu_leaves.size(); ++i) storage.push_back(gpu_leaves[i].grad().raw_data());
+  testing::poison_cache();
+  autograd::backward(fn(gpu_leaves), cot.to(Device::cuda));
+  const double dx_err = max_err(gpu_leaves[0].grad(), ref.grads[0]);
+  EXPECT_TRUE(dx_err <= tolerance(op, dt).grad) << "dx: max error " << dx_err;
+  for (size_t i = 1; i < gpu_leaves.size(); ++i) {
+    const Tensor g = gpu_leaves[i].grad();
+    ASSERT_EQ(g.dtype(), DType::f32) << "d" << i;
+    EXPECT_EQ(g.raw_data(), storage[i - 1]) << "d" << i << ": the gradient storage was replaced";
+    const Tensor added = ops::sub(g.to(Device::cpu).to(DType::f64), preset[i - 1].to(DType::f64));
+    const double e = max_err(added, ref.grads[i]);
+    std::printf("[fused_cuda] %-11s %-4s %-24s d%zu    max_err %.3g (tol %.3g, into f32 grads)\n",
+                op.c_str(), dtype_name(dt), name.c_str(), i, e, param_tol);
+    EXPECT_TRUE(e <= param_tol) << "d" << i << ": max error " << e << " > " << param_tol;
+  }
+}
+
+// A Linear's weight and bias gradients go straight into f32 storage, not through the
+// compute dtype: in bf16 too they are as close to the CPU's f32 as an f32 sum (1e-5; a
+// bf16-rounded dW would miss by ~4e-3). At GPT shapes the bias gradient rides in the
+// weight-gradient GEMM (BGRADB epilogue).
+TEST(FusedCuda, LinearGradsIntoF32Storage) {
+  DL_REQUIRE_GPU();
+  for (DType dt : {DType::f32, DType::bf16})
+    for (Dims d : kLinearDims)
+      check_into_f32_grads(
+          "linear", shape_str({d.n, d.in, d.out}),
+          [](const auto& x) { return linear(x[0], x[1], x[2]); },
+          {rnd({d.n, d.in}), rnd({d.out, d.in}, 0.3), rnd({d.out})}, dt, 1e-5);
+  const int64_t before = ops::gpu::lt_matmul_count(ops::gpu::LtEpilogue::bgrad_a);
+  check_into_f32_grads(
+      "linear", "gpt-like 256x128x512", [](const auto& x) { return linear(x[0], x[1], x[2]); },
+      {rnd({256, 128}), rnd({512, 128}, 0.1), rnd({512})}, DType::bf16, 1e-5);
+  EXPECT_EQ(ops::gpu::lt_matmul_count(ops::gpu::LtEpilogue::bgrad_a), before + 1);
+}
+
+// The MLP node (one node in bf16 on cuda, DGELU in the epilogue) against the CPU's two
+// nodes, at every shape, with and without f32 gradient storage for its parameters.
+TEST(FusedCuda, Mlp) {
+  DL_REQUIRE_GPU();
+  auto fn = [](const auto& x) { return mlp(x[0], x[1], x[2], x[3], x[4]); };
+  for (DType dt : {DType::f32, DType::bf16})
+    for (Dims d : kLinearDims) {
+      const std::vector<Tensor> in{rnd({d.n, d.in}), rnd({d.out, d.in}, 0.3), rnd({d.out}),
+                                   rnd({d.in, d.out}, 0.3), rnd({d.in})};
+      const std::string tag = shape_str({d.n, d.in, d.out});
+      check("mlp", tag, fn, in, dt, dt);
+      check_into_f32_grads("mlp", tag, fn, in, dt, tolerance("mlp", dt).grad);
+    }
+  // At a GPT-like shape the DGELU epilogue runs (bf16).
+  const int64_t before = ops::gpu::lt_matmul_count(ops::gpu::LtEpilogue::dgelu);
+  check_into_f32_grads("mlp", "gpt-like 256x128x512", fn,
+                       {rnd({256, 128}), rnd({512, 128}, 0.1), rnd({512}), rnd({128, 512}, 0.1),
+                        rnd({128})},
+                       DType::bf16, tolerance("mlp", DType::bf16).grad);
+  EXPECT_EQ(ops::gpu::lt_matmul_count(ops::gpu::LtEpilogue::dgelu), before + 1);
 }
 
 Tensor labels_for(int64_t t, int64_t v) {

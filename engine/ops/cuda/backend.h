@@ -33,6 +33,16 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias)
 // the GELU_AUX_BIAS epilogue writes both where cuBLASLt has an algorithm (out % 8 == 0);
 // otherwise linear_forward then the gelu kernel.
 std::vector<Tensor> linear_gelu_forward(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// A Linear's parameter gradients added straight into f32 storage: dw (out, in) += dy^T x and,
+// when db is defined, db (out) += the column sums of dy (in the product's BGRADB epilogue
+// where cuBLASLt has an algorithm, else a separate sum). dy (N, out) and x (N, in) are
+// contiguous and share a dtype (f32 or bf16); dw and db are contiguous f32.
+void linear_param_grads(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db);
+// dpre (N, in) = (dy w) * gelu_tanh'(pre), the input gradient of a Linear (w (out, in))
+// whose input was gelu(pre), as one bf16 GEMM with the DGELU epilogue; undefined when that
+// is not available (not bf16, in % 8 != 0, or cuBLASLt has no algorithm), for the caller's
+// unfused path. pre is the pre-activation linear_gelu_forward returned.
+Tensor linear_dgelu_input_grad(const Tensor& dy, const Tensor& w, const Tensor& pre);
 
 enum class Binary { add, sub, mul };
 // a, b broadcast to out_shape (any strides).

@@ -74,7 +74,7 @@ void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const
   DL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof(v)));
 }
 
-std::array<std::atomic<int64_t>, 3> run_counts{};
+std::array<std::atomic<int64_t>, kLtEpilogues> run_counts{};
 
 using AlgoKey = std::tuple<int, int, int, int64_t, int64_t, int64_t, bool, bool, bool, int,
                            uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, int64_t, int64_t,
@@ -88,7 +88,8 @@ bool lt_matmul(const LtMatmul& p) {
   if (k == 0) return false;  // the caller's path writes the zeros (or leaves d when accumulating)
   for (int64_t v : {m, n, k, p.ra, p.ca, p.rb, p.cb, p.lda, p.ldb, p.ldd})
     if (v > INT_MAX) return false;
-  if (p.epilogue == LtEpilogue::gelu_aux_bias && n % 8 != 0) return false;  // aux ld rule
+  const bool has_aux = p.epilogue == LtEpilogue::gelu_aux_bias || p.epilogue == LtEpilogue::dgelu;
+  if (has_aux && n % 8 != 0) return false;  // aux ld rule
   int device = 0;
   DL_CUDA_CHECK(cudaGetDevice(&device));
   const cudaDataType_t ab = cuda_type(p.ab), out = cuda_type(p.out);
@@ -100,12 +101,17 @@ bool lt_matmul(const LtMatmul& p) {
   cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
   if (p.epilogue == LtEpilogue::bias) epi = CUBLASLT_EPILOGUE_BIAS;
   if (p.epilogue == LtEpilogue::gelu_aux_bias) epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  // Our a is cuBLAS's B (see the top of the file): its sums over k are BGRADB's.
+  if (p.epilogue == LtEpilogue::bgrad_a) epi = CUBLASLT_EPILOGUE_BGRADB;
+  if (p.epilogue == LtEpilogue::dgelu) epi = CUBLASLT_EPILOGUE_DGELU;
   set_attr(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(epi));
-  if (p.epilogue != LtEpilogue::none) {
+  const bool has_bias = p.epilogue == LtEpilogue::bias || p.epilogue == LtEpilogue::gelu_aux_bias ||
+                        p.epilogue == LtEpilogue::bgrad_a;
+  if (has_bias) {
     set_attr(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
     set_attr(desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(out));
   }
-  if (p.epilogue == LtEpilogue::gelu_aux_bias) {
+  if (has_aux) {
     set_attr(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.aux);
     set_attr(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t(n));
     set_attr(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, int32_t(out));
@@ -123,9 +129,8 @@ bool lt_matmul(const LtMatmul& p) {
   const uint32_t al_a = std::min(alignment(p.b), stride_alignment(ldb * sz_ab)),
                  al_b = std::min(alignment(p.a), stride_alignment(lda * sz_ab)),
                  al_d = std::min(alignment(p.d), stride_alignment(ldd * sz_out));
-  const uint32_t al_x = p.epilogue == LtEpilogue::none
-                            ? 256
-                            : std::min(alignment(p.bias), p.aux ? alignment(p.aux) : 256u);
+  const uint32_t al_x = std::min(has_bias ? alignment(p.bias) : 256u,
+                                 has_aux ? alignment(p.aux) : 256u);
   const AlgoKey key{device,       int(p.ab),       int(p.out), m,    n,    k,    p.ta, p.tb,
                     p.accumulate, int(p.epilogue), al_a,       al_b, al_d, al_d, al_x,
                     lda,          ldb,             ldd};

@@ -12,11 +12,17 @@ enum class LtEpilogue {
   none,
   bias,           // out = a b + bias (bias broadcast over rows)
   gelu_aux_bias,  // aux = a b + bias; out = gelu_tanh(aux). n must be a multiple of 8.
+  bgrad_a,        // out = a b, and bias (m) = the row sums of op(a) over the contraction:
+                  // a Linear's bias gradient in its weight-gradient product (cuBLAS BGRADB)
+  dgelu,          // out = (a b) * gelu_tanh'(aux), aux (m, n) the pre-activation that
+                  // gelu_aux_bias wrote. n must be a multiple of 8.
 };
+constexpr int kLtEpilogues = 5;
 
 // Row-major out (m, n) = op(a) op(b) [+ out], a stored (ra, ca), b stored (rb, cb), rows
 // contiguous (lda/ldb/ldd apart, default packed), no batch. a and b share `ab` (f32 or bf16); out, bias (n) and aux (m, n) are
-// `out` (f32 or bf16). CUBLAS_COMPUTE_32F for both: fp32 accumulation, no TF32.
+// `out` (f32 or bf16); bgrad_a writes its bias (it does not accumulate into it, even with
+// `accumulate`). CUBLAS_COMPUTE_32F for both: fp32 accumulation, no TF32.
 struct LtMatmul {
   DType ab = DType::f32;
   DType out = DType::f32;
@@ -30,7 +36,7 @@ struct LtMatmul {
   int64_t lda = 0, ldb = 0, ldd = 0;  // row strides in elements when wider than stored; 0: contiguous
   bool accumulate = false;  // d += product (beta = 1) instead of d = product
   LtEpilogue epilogue = LtEpilogue::none;
-  const void* bias = nullptr;
+  const void* bias = nullptr;  // bgrad_a: written (m values of type `out`)
   void* aux = nullptr;
 };
 

@@ -179,4 +179,51 @@ std::vector<Tensor> linear_gelu_forward(const Tensor& x, const Tensor& w, const 
   return {unary(Unary::gelu, pre, pre.shape()), pre};
 }
 
+void linear_param_grads(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) {
+  const int64_t rows = dy.size(0), out = dy.size(1), in = x.size(1);
+  DL_CHECK(dy.is_contiguous() && x.is_contiguous() && x.size(0) == rows && dy.dtype() == x.dtype() &&
+               (dy.dtype() == DType::f32 || dy.dtype() == DType::bf16),
+           "linear", "parameter gradients take contiguous dy and x of one dtype, f32 or bf16");
+  DL_CHECK(dw.dtype() == DType::f32 && dw.is_contiguous() && dw.shape() == Shape({out, in}) &&
+               (!db.defined() || (db.dtype() == DType::f32 && db.shape() == Shape({out}))),
+           "linear", "parameter gradients accumulate into contiguous f32 dw (out, in) and db (out)");
+  if (rows == 0 || dw.numel() == 0) return;
+  if (db.defined()) {
+    Tensor part = Tensor::empty({out}, DType::f32, Device::cuda);
+    LtMatmul p;
+    p.ab = dy.dtype();
+    p.out = DType::f32;
+    p.a = dy.raw_data(), p.ra = rows, p.ca = out, p.ta = true;
+    p.b = x.raw_data(), p.rb = rows, p.cb = in;
+    p.d = dw.raw_data();
+    p.accumulate = true;
+    p.epilogue = LtEpilogue::bgrad_a;
+    p.bias = part.raw_data();
+    if (lt_matmul(p)) {
+      db.add_(part);
+      return;
+    }
+  }
+  gemm_f32_out(dy.dtype(), dy.raw_data(), rows, out, true, x.raw_data(), rows, in, false,
+               dw.raw_data(), true);
+  if (db.defined()) db.add_(sum_to(dy, {out}).to(DType::f32));
+}
+
+Tensor linear_dgelu_input_grad(const Tensor& dy, const Tensor& w, const Tensor& pre) {
+  const int64_t rows = dy.size(0), out = w.size(0), in = w.size(1);
+  if (dy.dtype() != DType::bf16 || w.dtype() != DType::bf16 || pre.dtype() != DType::bf16 ||
+      !dy.is_contiguous() || !w.is_contiguous() || !pre.is_contiguous() || rows * in * out == 0 ||
+      pre.shape() != Shape{rows, in} || dy.size(1) != out)
+    return Tensor();
+  Tensor dpre = Tensor::empty({rows, in}, DType::bf16, Device::cuda);
+  LtMatmul p;
+  p.ab = p.out = DType::bf16;
+  p.a = dy.raw_data(), p.ra = rows, p.ca = out;
+  p.b = w.raw_data(), p.rb = out, p.cb = in;
+  p.d = dpre.raw_data();
+  p.epilogue = LtEpilogue::dgelu;
+  p.aux = pre.raw_data();
+  return lt_matmul(p) ? dpre : Tensor();
+}
+
 }  // namespace driftless::ops::gpu
