@@ -207,22 +207,40 @@ Tensor Gpt::hidden(const std::vector<SliceInput>& slice, const ForwardOptions& o
 
 Tensor Gpt::block(int64_t l, const Tensor& x, const std::vector<SliceInput>& slice,
                   const ForwardOptions& o, const std::vector<RowBlock>& rows) {
+  // Without taps and dropout the residual sums ride in the output projections' GEMMs (one
+  // rounding, no add pass); with either, the branch outputs exist on their own.
+  const bool fused_residual = !o.sink && (!o.training || config_.dropout == 0);
   Tensor h = ops::layer_norm(x, p(layer_name(l, "ln_1.weight")), p(layer_name(l, "ln_1.bias")));
   h = tap(h, layer_name(l, "ln_1"), o.sink, rows);
-  Tensor a = self_attention(l, h, slice, o, rows);
-  a = ops::dropout(a, config_.dropout, random::derive(o.dropout_seed, 2 * l + 1), o.training);
-  Tensor r = ops::add(x, tap(a, layer_name(l, "attn"), o.sink, rows));
+  Tensor r;
+  if (fused_residual) {
+    r = self_attention(l, h, slice, o, rows, x);
+  } else {
+    Tensor a = self_attention(l, h, slice, o, rows);
+    a = ops::dropout(a, config_.dropout, random::derive(o.dropout_seed, 2 * l + 1), o.training);
+    r = ops::add(x, tap(a, layer_name(l, "attn"), o.sink, rows));
+  }
   Tensor m = ops::layer_norm(r, p(layer_name(l, "ln_2.weight")), p(layer_name(l, "ln_2.bias")));
   m = tap(m, layer_name(l, "ln_2"), o.sink, rows);
-  m = mlp(m, p(layer_name(l, "mlp.c_fc.weight")), p(layer_name(l, "mlp.c_fc.bias")),
-          p(layer_name(l, "mlp.c_proj.weight")), p(layer_name(l, "mlp.c_proj.bias")));
-  m = ops::dropout(m, config_.dropout, random::derive(o.dropout_seed, 2 * l + 2), o.training);
-  Tensor out = ops::add(r, tap(m, layer_name(l, "mlp"), o.sink, rows));
+  auto mlp_of = [&](const Tensor& in, const Tensor& residual) {
+    return mlp(in, p(layer_name(l, "mlp.c_fc.weight")), p(layer_name(l, "mlp.c_fc.bias")),
+               p(layer_name(l, "mlp.c_proj.weight")), p(layer_name(l, "mlp.c_proj.bias")),
+               residual);
+  };
+  Tensor out;
+  if (fused_residual) {
+    out = mlp_of(m, r);
+  } else {
+    m = mlp_of(m, Tensor());
+    m = ops::dropout(m, config_.dropout, random::derive(o.dropout_seed, 2 * l + 2), o.training);
+    out = ops::add(r, tap(m, layer_name(l, "mlp"), o.sink, rows));
+  }
   return tap(out, layer_name(l, "out"), o.sink, rows);
 }
 
 Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<SliceInput>& slice,
-                           const ForwardOptions& o, const std::vector<RowBlock>& rows) {
+                           const ForwardOptions& o, const std::vector<RowBlock>& rows,
+                           const Tensor& residual) {
   const int64_t H = config_.n_head, Hkv = config_.kv_heads(), D = config_.head_dim();
   Tensor qkv = linear(x, p(layer_name(l, "attn.c_attn.weight")),
                       p(layer_name(l, "attn.c_attn.bias")));  // (T, (H + 2 Hkv) D)
@@ -282,7 +300,8 @@ Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<SliceIn
   Tensor y = attention(q, k_all, v_all, spec);  // (T, H, D)
   y = ops::reshape(y, {T, H * D});
   y = tap(y, layer_name(l, "attn.core"), o.sink, rows);
-  return linear(y, p(layer_name(l, "attn.c_proj.weight")), p(layer_name(l, "attn.c_proj.bias")));
+  return linear(y, p(layer_name(l, "attn.c_proj.weight")), p(layer_name(l, "attn.c_proj.bias")),
+                residual);
 }
 
 Tensor Gpt::logits(const std::vector<SliceInput>& slice, const ForwardOptions& o) {

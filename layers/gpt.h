@@ -76,8 +76,11 @@ class Gpt {
                 std::vector<RowBlock>& rows);
   Tensor block(int64_t layer, const Tensor& x, const std::vector<SliceInput>& slice,
                const ForwardOptions& options, const std::vector<RowBlock>& rows);
+  // The attention branch of a block; with `residual` defined, residual + the branch, the
+  // sum in the output projection's node (linear's residual).
   Tensor self_attention(int64_t layer, const Tensor& x, const std::vector<SliceInput>& slice,
-                        const ForwardOptions& options, const std::vector<RowBlock>& rows);
+                        const ForwardOptions& options, const std::vector<RowBlock>& rows,
+                        const Tensor& residual = Tensor());
   const Tensor& p(const std::string& name) const { return slab_[name]; }
 
   GptConfig config_;

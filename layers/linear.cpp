@@ -28,14 +28,18 @@ void check_args(const char* op, const Tensor& x, const Tensor& weight, const Ten
            "x, weight and bias must be on one device");
 }
 
-// x W^T + b without recording; the cuda body fuses the bias into the GEMM.
-Tensor affine(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+// x W^T + b [+ residual] without recording; the cuda body fuses the bias (and the residual)
+// into the GEMM.
+Tensor affine(const Tensor& x, const Tensor& weight, const Tensor& bias,
+              const Tensor& residual = Tensor()) {
   autograd::NoGradGuard no_grad;
   if (x.device() == Device::cuda)
     return ops::gpu::linear_forward(x.contiguous(), weight.contiguous(),
-                                    bias.defined() ? bias.contiguous() : Tensor());
+                                    bias.defined() ? bias.contiguous() : Tensor(),
+                                    residual.defined() ? residual.contiguous() : Tensor());
   Tensor y = ops::matmul(x, weight, false, true);  // (N, out)
-  return bias.defined() ? ops::add(y, bias) : y;
+  if (bias.defined()) y = ops::add(y, bias);
+  return residual.defined() ? ops::add(y, residual) : y;
 }
 
 // {dW, db} of y = x W^T + b from dy (N, out). On cuda they are added straight into the
@@ -74,15 +78,25 @@ std::vector<Tensor> affine_backward(const Tensor& dy, const Tensor& x, const Ten
 
 }  // namespace
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual) {
   check_args("linear", x, weight, bias);
-  Tensor y = affine(x, weight, bias);
+  DL_CHECK(!residual.defined() || (residual.shape() == Shape({x.size(0), weight.size(0)}) &&
+                                   residual.dtype() == x.dtype() &&
+                                   residual.device() == x.device()),
+           "linear", "residual " << shape_str(residual.shape()) << " must be ("
+                                 << x.size(0) << ", " << weight.size(0) << ") like the output");
+  Tensor y = affine(x, weight, bias, residual);
   autograd::Context ctx;
   ctx.save_for_backward({x, weight});
+  const bool has_residual = residual.defined();
   return autograd::record(
-      "linear", {x, weight, bias}, y, std::move(ctx),
-      [weight, bias](autograd::Context& c, const std::vector<Tensor>& g) -> std::vector<Tensor> {
-        return affine_backward(g[0], c.saved_tensors()[0], c.saved_tensors()[1], weight, bias);
+      "linear", {x, weight, bias, residual}, y, std::move(ctx),
+      [weight, bias, has_residual](autograd::Context& c,
+                                   const std::vector<Tensor>& g) -> std::vector<Tensor> {
+        std::vector<Tensor> r =
+            affine_backward(g[0], c.saved_tensors()[0], c.saved_tensors()[1], weight, bias);
+        r.push_back(has_residual ? g[0] : Tensor());  // d residual = dy
+        return r;
       });
 }
 
@@ -132,10 +146,15 @@ Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 }
 
 Tensor mlp(const Tensor& x, const Tensor& w_fc, const Tensor& b_fc, const Tensor& w_proj,
-           const Tensor& b_proj) {
+           const Tensor& b_proj, const Tensor& residual) {
   check_args("mlp", x, w_fc, b_fc);
   if (x.device() != Device::cuda || x.dtype() != DType::bf16 || !b_fc.defined())
-    return linear(linear_gelu(x, w_fc, b_fc), w_proj, b_proj);
+    return linear(linear_gelu(x, w_fc, b_fc), w_proj, b_proj, residual);
+  DL_CHECK(!residual.defined() || (residual.shape() == Shape({x.size(0), w_proj.size(0)}) &&
+                                   residual.dtype() == x.dtype() &&
+                                   residual.device() == x.device()),
+           "mlp", "residual " << shape_str(residual.shape()) << " must be (" << x.size(0) << ", "
+                              << w_proj.size(0) << ") like the output");
   Tensor y, h, pre;
   {
     autograd::NoGradGuard no_grad;
@@ -144,14 +163,15 @@ Tensor mlp(const Tensor& x, const Tensor& w_fc, const Tensor& b_fc, const Tensor
     h = r[0];
     pre = r[1];
     check_args("mlp", h, w_proj, b_proj);
-    y = affine(h, w_proj, b_proj);
+    y = affine(h, w_proj, b_proj, residual);
   }
   autograd::Context ctx;
   ctx.save_for_backward({x, w_fc, pre, h, w_proj});
+  const bool has_residual = residual.defined();
   return autograd::record(
-      "mlp", {x, w_fc, b_fc, w_proj, b_proj}, y, std::move(ctx),
-      [w_fc, b_fc, w_proj, b_proj](autograd::Context& c,
-                                   const std::vector<Tensor>& g) -> std::vector<Tensor> {
+      "mlp", {x, w_fc, b_fc, w_proj, b_proj, residual}, y, std::move(ctx),
+      [w_fc, b_fc, w_proj, b_proj, has_residual](
+          autograd::Context& c, const std::vector<Tensor>& g) -> std::vector<Tensor> {
         const auto& s = c.saved_tensors();
         const Tensor dy = g[0].contiguous();
         Tensor dpre;  // (N, 4C) = (dy W_proj) * gelu'(pre)
@@ -162,7 +182,7 @@ Tensor mlp(const Tensor& x, const Tensor& w_fc, const Tensor& b_fc, const Tensor
         }
         std::vector<Tensor> proj = param_grads(dy, s[3], w_proj, b_proj);
         std::vector<Tensor> fc = affine_backward(dpre, s[0], s[1], w_fc, b_fc);
-        return {fc[0], fc[1], fc[2], proj[0], proj[1]};
+        return {fc[0], fc[1], fc[2], proj[0], proj[1], has_residual ? g[0] : Tensor()};
       });
 }
 

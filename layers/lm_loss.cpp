@@ -79,6 +79,25 @@ Tensor chunked_cuda(const Tensor& x, const Tensor& w, const std::vector<int64_t>
   Tensor targets = Tensor::from_vector(labels).to(Device::cuda);  // (T) i64
   Tensor scale = Tensor::full({}, loss_scale, DType::f32, Device::cuda);
   Tensor total = Tensor::zeros({}, DType::f32, Device::cuda);
+  // dlogits of up to kLmLossGradChunks chunks side by side (bf16: 4 x 640 rows of GPT-2 is
+  // 257 MB), so one dx and one dW product cover them all: dW is (V, C) f32 read and written
+  // by every accumulating product (308 MB for GPT-2), which per 640-row chunk cost more than
+  // the product itself.
+  const bool want_grads = gr.dx.defined() || gr.dw.defined();
+  const int64_t group_rows = std::min(t_rows, rows * kLmLossGradChunks);
+  Tensor dgroup = want_grads ? Tensor::empty({group_rows, ld}, dt, Device::cuda) : Tensor();
+  int64_t g0 = 0;  // first row of the group being filled
+  auto flush = [&](int64_t end) {
+    const int64_t n = end - g0;
+    if (n == 0) return;
+    if (gr.dx.defined())
+      gpu::gemm_f32_out(dt, dgroup.raw_data(), n, v, false, w.raw_data(), v, c, false,
+                        gr.dx.narrow(0, g0, n).raw_data(), false, ld);
+    if (gr.dw.defined())
+      gpu::gemm_f32_out(dt, dgroup.raw_data(), n, v, true, x.narrow(0, g0, n).raw_data(), n, c,
+                        false, gr.dw.raw_data(), true, ld);
+    g0 = end;
+  };
   for (int64_t r0 = 0; r0 < t_rows; r0 += rows) {
     const int64_t n = std::min(rows, t_rows - r0);
     Tensor xr = x.narrow(0, r0, n);                                   // (n, C)
@@ -87,22 +106,17 @@ Tensor chunked_cuda(const Tensor& x, const Tensor& w, const std::vector<int64_t>
     Tensor logits = Tensor::empty({n, ld}, DType::f32, Device::cuda).narrow(1, 0, v);  // (n, V)
     gpu::gemm_f32_out(dt, xr.raw_data(), n, c, false, w.raw_data(), v, c, true, logits.raw_data(),
                       false, 0, 0, ld);
-    if (!gr.dx.defined() && !gr.dw.defined()) {
+    if (!want_grads) {
       total = gpu::binary(gpu::Binary::add, total, gpu::cross_entropy_forward(logits, tr, mr)[0], {});
       continue;
     }
     // The loss and dlogits in one pass over the logits; dlogits straight in the GEMM
-    // operand's dtype (n, V), rows ld apart.
-    std::vector<Tensor> fb = gpu::cross_entropy_forward_backward(scale, logits, tr, mr, dt);
+    // operand's dtype, into the group's rows (ld apart).
+    Tensor into = dgroup.narrow(0, r0 - g0, n).narrow(1, 0, v);
+    std::vector<Tensor> fb = gpu::cross_entropy_forward_backward(scale, logits, tr, mr, dt, into);
     total = gpu::binary(gpu::Binary::add, total, fb[0], {});
-    Tensor d = fb[1];
     logits = Tensor();  // the chunk's logits are dead: the allocator may reuse them
-    if (gr.dx.defined())
-      gpu::gemm_f32_out(dt, d.raw_data(), n, v, false, w.raw_data(), v, c, false,
-                        gr.dx.narrow(0, r0, n).raw_data(), false, ld);
-    if (gr.dw.defined())
-      gpu::gemm_f32_out(dt, d.raw_data(), n, v, true, xr.raw_data(), n, c, false, gr.dw.raw_data(),
-                        true, ld);
+    if (r0 + n - g0 == group_rows || r0 + n == t_rows) flush(r0 + n);
   }
   return gpu::unary(gpu::Unary::scale, total, {}, loss_scale);
 }

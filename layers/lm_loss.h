@@ -8,12 +8,17 @@
 
 namespace driftless::layers {
 
-// Byte budget of one chunk of fp32 logits (chunk_rows x V x 4). While a chunk is live, its
-// gradient (same size) and, for bf16, a bf16 copy of that gradient (half) exist beside it:
-// the transient peak is about 2.5 x the budget, 320 MiB, instead of T x V x 4 twice
-// (1.6 GB each for 8k tokens of GPT-2's 50257). 128 MiB is 640 rows of GPT-2, enough for
-// every GEMM of a chunk to fill an H100.
+// Byte budget of one chunk of fp32 logits (chunk_rows x V x 4). On cuda the chunk's
+// dlogits go, in the operand dtype, into a buffer of kLmLossGradChunks chunks (bf16: 4 x
+// half the budget): the transient peak is about 3 x the budget, 384 MiB, instead of T x V x
+// 4 twice (1.6 GB each for 8k tokens of GPT-2's 50257). 128 MiB is 640 rows of GPT-2,
+// enough for the logits product of a chunk to fill an H100.
 constexpr int64_t kLmLossChunkBytes = int64_t(128) << 20;
+
+// Chunks whose dlogits (in the operand dtype) are kept side by side on cuda so that one dx
+// and one dW product cover them: the (V, C) f32 dW that every accumulating product reads
+// and writes (308 MB of traffic for GPT-2) is paid once per 4 chunks, not per chunk.
+constexpr int64_t kLmLossGradChunks = 4;
 
 // Rows per chunk for a vocabulary of v: as many as fit the budget (a multiple of 64 when
 // that is at least 64), at least 1.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include "engine/core/device_ops.h"
@@ -211,8 +212,42 @@ Tensor Tensor::view(const Shape& target) const {
   return make_view(sh, contiguous_strides(sh), offset());
 }
 
+namespace {
+// Strides that make `to` a view of a tensor of shape `from` with strides `st` (the same
+// elements in row-major order), or nothing when no view can: each run of dims that is
+// contiguous with itself in memory must map onto whole dims of `to` (PyTorch's rule).
+std::optional<Shape> view_strides(const Shape& from, const Shape& st, const Shape& to) {
+  int64_t numel = 1;
+  for (int64_t d : from) numel *= d;
+  if (numel == 0 || from.empty()) return contiguous_strides(to);
+  Shape out(to.size(), 1);
+  int64_t view_d = int64_t(to.size()) - 1, base = st.back(), run = 1, view_run = 1;
+  for (int64_t d = int64_t(from.size()) - 1; d >= 0; --d) {
+    run *= from[size_t(d)];
+    if (d == 0 || (from[size_t(d - 1)] != 1 && st[size_t(d - 1)] != run * base)) {
+      while (view_d >= 0 && (view_run < run || to[size_t(view_d)] == 1)) {
+        out[size_t(view_d)] = view_run * base;
+        view_run *= to[size_t(view_d)];
+        --view_d;
+      }
+      if (view_run != run) return std::nullopt;
+      if (d > 0) {
+        base = st[size_t(d - 1)];
+        run = view_run = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return out;
+}
+}  // namespace
+
 Tensor Tensor::reshape(const Shape& target) const {
-  return is_contiguous() ? view(target) : contiguous().view(target);
+  if (is_contiguous()) return view(target);
+  const Shape sh = infer_shape(target, numel(), shape());
+  if (std::optional<Shape> st = view_strides(shape(), strides(), sh))
+    return make_view(sh, *st, offset());
+  return contiguous().view(sh);
 }
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {

@@ -29,7 +29,7 @@ bool lt_matmul(const LtMatmul&) {
 int64_t lt_matmul_count(LtEpilogue) {
   return 0;
 }
-Tensor linear_forward(const Tensor&, const Tensor&, const Tensor&) {
+Tensor linear_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   no_cuda("linear");
 }
 std::vector<Tensor> linear_gelu_forward(const Tensor&, const Tensor&, const Tensor&) {
@@ -78,7 +78,8 @@ std::vector<Tensor> cross_entropy_backward(const Tensor&, const Tensor&, const T
   no_cuda("cross_entropy");
 }
 std::vector<Tensor> cross_entropy_forward_backward(const Tensor&, const Tensor&, const Tensor&,
-                                                   const Tensor&, std::optional<DType>) {
+                                                   const Tensor&, std::optional<DType>,
+                                                   const Tensor&) {
   no_cuda("cross_entropy");
 }
 Tensor embedding_forward(const Tensor&, const std::vector<int64_t>&, const Shape&) {

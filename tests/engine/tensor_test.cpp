@@ -89,6 +89,33 @@ TEST(Tensor, ViewReshapeSelectSqueeze) {
   expect_error([&] { (void)t.squeeze(0); }, "[squeeze]");
 }
 
+// reshape of a non-contiguous tensor is a view whenever each contiguous run of its dims maps
+// onto whole new dims (a column block of a wider matrix split into heads), a copy otherwise.
+TEST(Tensor, ReshapeOfStridedViews) {
+  Tensor t = iota({4, 12});
+  Tensor cols = t.narrow(1, 3, 6);  // (4, 6), rows 12 apart
+  Tensor heads = cols.reshape({4, 2, 3});
+  EXPECT_TRUE(heads.shares_storage(t));
+  EXPECT_EQ(heads.strides(), (Shape{12, 3, 1}));
+  Tensor back = heads.reshape({4, 6});
+  EXPECT_TRUE(back.shares_storage(t));
+  EXPECT_EQ(back.strides(), (Shape{12, 1}));
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t j = 0; j < 6; ++j) {
+      EXPECT_EQ(heads.at({i, j / 3, j % 3}), t.at({i, 3 + j}));
+      EXPECT_EQ(back.at({i, j}), t.at({i, 3 + j}));
+    }
+  // Merging the rows of a column block would need one stride for two runs: a copy.
+  Tensor flat = cols.reshape({24});
+  EXPECT_FALSE(flat.shares_storage(t));
+  EXPECT_EQ(flat.at({7}), t.at({1, 4}));
+  // Size-1 dims anywhere, and an empty tensor.
+  Tensor ones = cols.reshape({1, 4, 1, 6, 1});
+  EXPECT_TRUE(ones.shares_storage(t));
+  EXPECT_EQ(ones.at({0, 2, 0, 5, 0}), t.at({2, 8}));
+  EXPECT_EQ(iota({0, 4}).transpose(0, 1).reshape({2, 0, 2}).shape(), (Shape{2, 0, 2}));
+}
+
 TEST(Tensor, ConversionRoundTripsAndBf16Rounding) {
   Tensor t = Tensor::from_vector(std::vector<double>{1.0, -2.5, 1.0 + 1.0 / 256, 3.0e38});
   Tensor b = t.to(DType::bf16);

@@ -260,5 +260,40 @@ TEST(AttentionFast, Bf16WithinTwiceTheCpuBf16Error) {
         kNames[i], worst_err[i], worst_ratio[i], worst_plain[i]);
 }
 
+// q, k and v as row views of wider tensors, as the model passes them (q: a column block of
+// the fused QKV product; k and v: components of the K/V buffer's (T, 2, H_kv, D) rows). The
+// kernels read such rows in place (16-byte aligned row strides) or from a packed copy (odd
+// strides); either way the results must be the bits of the packed call.
+TEST(AttentionFast, StridedInputsGiveThePackedBits) {
+  DL_REQUIRE_GPU();
+  uint64_t seed = 4242;
+  for (const Case& c : cases()) {
+    if (c.name != "gqa4_d64" && c.name != "padding_d128" && c.name != "softcap30_d64" &&
+        c.name != "len1023_d64")
+      continue;
+    SCOPED_TRACE(c.name);
+    const Problem p = make(c, seed += 10);
+    const Result packed = run(p, DType::bf16, Device::cuda);
+    const int64_t tq = p.q.size(0), tk = p.k.size(0), D = c.head_dim;
+    for (int64_t extra : {int64_t(8), int64_t(3)}) {  // aligned rows; rows 3 elements off
+      SCOPED_TRACE("extra " + std::to_string(extra));
+      Tensor wide = Tensor::zeros({tq, (c.heads + 1) * D + extra}, DType::bf16, Device::cuda);
+      Tensor q = wide.narrow(1, D, c.heads * D).reshape({tq, c.heads, D});
+      q.copy_(p.q.to(Device::cuda, DType::bf16));
+      Tensor kv = Tensor::zeros({tk, 2, c.kv_heads, D}, DType::bf16, Device::cuda);
+      Tensor k = kv.select(1, 0), v = kv.select(1, 1);
+      k.copy_(p.k.to(Device::cuda, DType::bf16));
+      v.copy_(p.v.to(Device::cuda, DType::bf16));
+      EXPECT_FALSE(q.is_contiguous());
+      Tensor dout = p.dout.to(Device::cuda, DType::bf16);
+      AttentionOutputs f = layers::attention_forward(q, k, v, p.spec);
+      AttentionGrads g = layers::attention_backward(q, k, v, p.spec, f.out, f.lse, dout);
+      const Tensor got[5] = {f.out, f.lse, g.dq, g.dk, g.dv};
+      for (int i = 0; i < 5; ++i)
+        EXPECT_TRUE(same_bits(got[i].to(Device::cpu), packed.t[i])) << kNames[i];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace driftless

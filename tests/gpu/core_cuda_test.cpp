@@ -3,6 +3,8 @@
 // the caching allocator reuses blocks. Skips when no GPU is present.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "engine/core/device_ops.h"
 #include "engine/core/tensor.h"
 #ifdef DRIFTLESS_HAVE_CUDA
@@ -96,6 +98,17 @@ TEST(CoreCuda, FillAndAccumulate) {
   EXPECT_EQ(v[9], e.to_vector<float>()[9]);
   for (int i = 10; i < 15; ++i) EXPECT_EQ(v[i], 0.0f);
   EXPECT_EQ(v[15], e.to_vector<float>()[15]);
+  // Accumulation of linear runs goes in 16-byte units plus an element-wise tail; runs that
+  // start off a 16-byte boundary go element-wise. Each dtype, the CPU's bits.
+  for (DType dt : {DType::f32, DType::bf16, DType::f64})
+    for (int64_t start : {0, 1}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " start " + std::to_string(start));
+      Tensor a = Tensor::randn({1037}, 21).to(dt), b = Tensor::randn({1037}, 22).to(dt);
+      Tensor ga = a.to(Device::cuda);
+      ga.narrow(0, start, 1037 - start).add_(b.to(Device::cuda).narrow(0, start, 1037 - start));
+      a.narrow(0, start, 1037 - start).add_(b.narrow(0, start, 1037 - start));
+      EXPECT_EQ(ga.to_vector<double>(), a.to_vector<double>());
+    }
 }
 
 #ifdef DRIFTLESS_HAVE_CUDA

@@ -175,7 +175,27 @@ void check_layer(const std::string& op, Layer layer) {
 
 TEST(FusedCuda, LinearWithBias) {
   DL_REQUIRE_GPU();
-  check_layer("linear", linear);
+  check_layer("linear", [](const Tensor& x, const Tensor& w, const Tensor& b) {
+    return linear(x, w, b);
+  });
+}
+
+// The residual in linear's node (cuBLASLt's C operand at aligned shapes, a separate add
+// otherwise), and in the MLP's: the output and every gradient, the residual's included.
+TEST(FusedCuda, LinearAndMlpWithResidual) {
+  DL_REQUIRE_GPU();
+  for (DType dt : {DType::f32, DType::bf16})
+    for (Dims d : kLinearDims) {
+      const std::string tag = shape_str({d.n, d.in, d.out}) + " residual";
+      check(
+          "linear", tag, [](const auto& x) { return linear(x[0], x[1], x[2], x[3]); },
+          {rnd({d.n, d.in}), rnd({d.out, d.in}, 0.3), rnd({d.out}), rnd({d.n, d.out})}, dt, dt);
+      check(
+          "mlp", tag, [](const auto& x) { return mlp(x[0], x[1], x[2], x[3], x[4], x[5]); },
+          {rnd({d.n, d.in}), rnd({d.out, d.in}, 0.3), rnd({d.out}), rnd({d.in, d.out}, 0.3),
+           rnd({d.in}), rnd({d.n, d.in})},
+          dt, dt);
+    }
 }
 
 TEST(FusedCuda, LinearGelu) {

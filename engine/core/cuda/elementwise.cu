@@ -4,7 +4,8 @@
 // contiguous with each other merged), so a contiguous tensor is one linear run. Then:
 // - same-dtype copies of two linear runs are one cudaMemcpyAsync, zero fills of one a
 //   cudaMemsetAsync;
-// - same-dtype strided copies whose rows are whole 16-byte units move a unit per thread;
+// - same-dtype strided copies whose rows are whole 16-byte units move a unit per thread,
+//   and so do accumulations of two aligned linear runs;
 // - kernels index linear runs directly, and strided views in 32-bit arithmetic whenever
 //   every offset fits (64-bit division is emulated and many times slower);
 // - offsets come from strided_offset.cuh, which reads the views' arrays in place.
@@ -75,6 +76,21 @@ __global__ void fill_kernel(StridedView dst, double value, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     store<D>(dst.data, offset_at<M>(dst, i), value);
+}
+
+// dst += src over linear runs in 16-byte units (both 16-byte aligned): each thread adds a
+// unit of elements with the same per-element arithmetic as add_kernel (the same bits).
+template <class D>
+__global__ void add_units_kernel(void* dst, const void* src, int64_t units) {
+  constexpr int kPer = 16 / int(sizeof(D));
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < units;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    uint4 a = static_cast<const uint4*>(dst)[i];
+    const uint4 b = static_cast<const uint4*>(src)[i];
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) store<D>(&a, e, load<D>(&a, e) + load<D>(&b, e));
+    static_cast<uint4*>(dst)[i] = a;
+  }
 }
 
 template <class D, int M>
@@ -210,10 +226,30 @@ void launch_fill(const StridedView& dst_in, double value, int64_t numel) {
   DL_CUDA_LAUNCH_CHECK();
 }
 
-void launch_add(const StridedView& dst_in, const StridedView& src_in, int64_t numel) {
+void launch_add(const StridedView& dst_in, const StridedView& src_in, int64_t numel_in) {
+  int64_t numel = numel_in;
   if (numel == 0) return;
-  const StridedView dst = coalesced(dst_in), src = coalesced(src_in);
+  StridedView dst = coalesced(dst_in), src = coalesced(src_in);
   const int mode = mode_of({&dst, &src}, numel);
+  const int64_t per = 16 / int64_t(dtype_size(dst.dtype));
+  if (mode == kLinear && per > 1 && reinterpret_cast<uintptr_t>(dst.data) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(src.data) % 16 == 0) {
+    // Contiguous accumulation (gradient sums) in 16-byte units, the tail element-wise.
+    const int64_t units = numel / per;
+    visit_dtype(dst.dtype, [&](auto zd) {
+      using D = decltype(zd);
+      if constexpr (sizeof(D) < 16)
+        add_units_kernel<D><<<blocks_for(units), 256>>>(dst.data, src.data, units);
+    });
+    DL_CUDA_LAUNCH_CHECK();
+    const int64_t done = units * per, tail = numel - done;
+    if (tail == 0) return;
+    const size_t skip = size_t(done) * dtype_size(dst.dtype);
+    dst.data = static_cast<char*>(dst.data) + skip;
+    src.data = static_cast<char*>(src.data) + skip;
+    dst.shape[0] = src.shape[0] = tail;
+    numel = tail;
+  }
   visit_dtype(dst.dtype, [&](auto zd) {
     with_mode(mode, [&](auto m) {
       add_kernel<decltype(zd), decltype(m)::value><<<blocks_for(numel), 256>>>(dst, src, numel);

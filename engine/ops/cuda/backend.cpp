@@ -217,7 +217,8 @@ Tensor softmax_backward(const Tensor& g_in, const Tensor& y, int64_t d, bool log
 namespace {
 // {loss, lse}, and dlogits when go is defined (cross_entropy_forward_backward).
 std::vector<Tensor> cross_entropy_rows(const Tensor& logits, const Tensor& targets,
-                                       const Tensor& mask, const Tensor& go, DType grad_dtype) {
+                                       const Tensor& mask, const Tensor& go, DType grad_dtype,
+                                       const Tensor& into = Tensor()) {
   const int64_t n = logits.size(0), v = logits.size(1), ld = row_stride("cross_entropy", logits);
   const DType acc = acc_dtype(logits.dtype());
   Tensor lse = empty_like_shape({n}, acc);
@@ -227,7 +228,16 @@ std::vector<Tensor> cross_entropy_rows(const Tensor& logits, const Tensor& targe
   if (go.defined()) {
     g = go.to(Device::cuda, logits.dtype()).contiguous();
     // dlogits in the logits' row layout (a padded ld keeps the GEMMs that read it aligned).
-    dlogits = empty_like_shape({n, ld}, grad_dtype).narrow(1, 0, v);
+    if (into.defined()) {
+      DL_CHECK(into.device() == Device::cuda && into.dtype() == grad_dtype &&
+                   into.shape() == logits.shape() && into.strides()[1] == 1 &&
+                   (n <= 1 || into.strides()[0] == ld),
+               "cross_entropy", "dlogits must go into " << shape_str(logits.shape()) << " "
+                   << dtype_name(grad_dtype) << " with the logits' row stride " << ld);
+      dlogits = into;
+    } else {
+      dlogits = empty_like_shape({n, ld}, grad_dtype).narrow(1, 0, v);
+    }
   }
   if (n == 0) {
     loss.zero_();
@@ -253,9 +263,10 @@ std::vector<Tensor> cross_entropy_forward(const Tensor& logits, const Tensor& ta
 
 std::vector<Tensor> cross_entropy_forward_backward(const Tensor& go, const Tensor& logits,
                                                    const Tensor& targets, const Tensor& mask,
-                                                   std::optional<DType> grad_dtype) {
+                                                   std::optional<DType> grad_dtype,
+                                                   const Tensor& into) {
   std::vector<Tensor> r =
-      cross_entropy_rows(logits, targets, mask, go, grad_dtype.value_or(logits.dtype()));
+      cross_entropy_rows(logits, targets, mask, go, grad_dtype.value_or(logits.dtype()), into);
   return {r[0], r[2]};
 }
 

@@ -27,8 +27,10 @@ void gemm_f32_out(DType ab, const void* a, int64_t ra, int64_t ca, bool ta, cons
                   int64_t rb, int64_t cb, bool tb, void* c, bool accumulate, int64_t lda = 0,
                   int64_t ldb = 0, int64_t ldc = 0);
 // x (N, in), weight (out, in), bias (out) or undefined, contiguous, one dtype -> x w^T + b
-// (N, out); the bias is added in cuBLASLt's epilogue where it has an algorithm.
-Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias);
+// (N, out) [+ residual (N, out), contiguous, same dtype]; the bias is added in cuBLASLt's
+// epilogue and the residual as its C operand (beta = 1) where it has an algorithm.
+Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      const Tensor& residual = Tensor());
 // Same arguments -> {gelu(x w^T + b), x w^T + b} (both (N, out)): in bf16 one GEMM with
 // the GELU_AUX_BIAS epilogue writes both where cuBLASLt has an algorithm (out % 8 == 0);
 // otherwise linear_forward then the gelu kernel.
@@ -80,10 +82,13 @@ std::vector<Tensor> cross_entropy_backward(const Tensor& go, const Tensor& logit
                                            std::optional<DType> grad_dtype = std::nullopt);
 
 // Both at once: {loss (), dlogits} as cross_entropy_forward and cross_entropy_backward
-// (without dmask) would give them, the logits read in one kernel instead of two.
+// (without dmask) would give them, the logits read in one kernel instead of two. dlogits
+// go into `into` when it is defined: (N, V) of grad_dtype with the logits' row stride (a
+// slice of a caller's larger buffer), which is then what is returned.
 std::vector<Tensor> cross_entropy_forward_backward(const Tensor& go, const Tensor& logits,
                                                    const Tensor& targets, const Tensor& mask,
-                                                   std::optional<DType> grad_dtype = std::nullopt);
+                                                   std::optional<DType> grad_dtype = std::nullopt,
+                                                   const Tensor& into = Tensor());
 
 // weight (V, C) contiguous; ids (host values, validated) -> (ids_shape..., C).
 Tensor embedding_forward(const Tensor& weight, const std::vector<int64_t>& ids,

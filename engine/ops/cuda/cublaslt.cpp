@@ -128,11 +128,12 @@ bool lt_matmul(const LtMatmul& p) {
   const int64_t sz_ab = int64_t(dtype_size(p.ab)), sz_out = int64_t(dtype_size(p.out));
   const uint32_t al_a = std::min(alignment(p.b), stride_alignment(ldb * sz_ab)),
                  al_b = std::min(alignment(p.a), stride_alignment(lda * sz_ab)),
-                 al_d = std::min(alignment(p.d), stride_alignment(ldd * sz_out));
+                 al_d = std::min(alignment(p.d), stride_alignment(ldd * sz_out)),
+                 al_c = p.c ? std::min(alignment(p.c), stride_alignment(ldd * sz_out)) : al_d;
   const uint32_t al_x = std::min(has_bias ? alignment(p.bias) : 256u,
                                  has_aux ? alignment(p.aux) : 256u);
   const AlgoKey key{device,       int(p.ab),       int(p.out), m,    n,    k,    p.ta, p.tb,
-                    p.accumulate, int(p.epilogue), al_a,       al_b, al_d, al_d, al_x,
+                    p.accumulate, int(p.epilogue), al_a,       al_b, al_c, al_d, al_x,
                     lda,          ldb,             ldd};
   static std::map<AlgoKey, std::optional<cublasLtMatmulAlgo_t>> cache;
   std::optional<cublasLtMatmulAlgo_t> algo;
@@ -153,7 +154,7 @@ bool lt_matmul(const LtMatmul& p) {
     const std::array<std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t>, 4> aligns{{
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, al_a},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, al_b},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, al_d},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, al_c},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al_d},
     }};
     for (const auto& [attr, v] : aligns)
@@ -170,7 +171,7 @@ bool lt_matmul(const LtMatmul& p) {
   }
   const float alpha = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
   DL_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), desc.d, &alpha, p.b, la.l, p.a, lb.l, &beta,
-                                 p.d, ld.l, p.d, ld.l, &*algo, gemm_workspace(),
+                                 p.c ? p.c : p.d, ld.l, p.d, ld.l, &*algo, gemm_workspace(),
                                  kGemmWorkspaceBytes, cuda::compute_stream()));
   ++run_counts[size_t(p.epilogue)];
   return true;

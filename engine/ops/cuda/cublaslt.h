@@ -34,7 +34,8 @@ struct LtMatmul {
   bool tb = false;
   void* d = nullptr;
   int64_t lda = 0, ldb = 0, ldd = 0;  // row strides in elements when wider than stored; 0: contiguous
-  bool accumulate = false;  // d += product (beta = 1) instead of d = product
+  bool accumulate = false;  // d = product + c (beta = 1) instead of d = product
+  const void* c = nullptr;  // accumulate's addend, laid out like d (ldd, `out`); null: d itself
   LtEpilogue epilogue = LtEpilogue::none;
   const void* bias = nullptr;  // bgrad_a: written (m values of type `out`)
   void* aux = nullptr;

@@ -145,20 +145,31 @@ void gemm_f32_out(DType ab, const void* a, int64_t ra, int64_t ca, bool ta, cons
     }
 }
 
-Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias) {
+Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
+                      const Tensor& residual) {
   check_linear(x, w, bias);
   const int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
+  DL_CHECK(!residual.defined() || (residual.is_contiguous() && residual.dtype() == x.dtype() &&
+                                   residual.shape() == Shape({rows, out})),
+           "linear", "the residual must be contiguous (" << rows << ", " << out << ") "
+                                                         << dtype_name(x.dtype()));
   Tensor y = Tensor::empty({rows, out}, x.dtype(), Device::cuda);  // (N, out)
   if (y.numel() == 0) return y;
   if (bias.defined() && in > 0 && x.dtype() != DType::f64) {
-    if (lt_matmul(linear_problem(x, w, bias, y, LtEpilogue::bias))) return y;
+    LtMatmul p = linear_problem(x, w, bias, y, LtEpilogue::bias);
+    if (residual.defined()) {
+      p.accumulate = true;
+      p.c = residual.raw_data();
+    }
+    if (lt_matmul(p)) return y;
   }
   if (in == 0)
     y.zero_();
   else
     gemm(x.dtype(), x.raw_data(), rows, in, false, 0, w.raw_data(), out, in, true, 0, y.raw_data(),
          1);
-  return bias.defined() ? binary(Binary::add, y, bias, y.shape()) : y;
+  if (bias.defined()) y = binary(Binary::add, y, bias, y.shape());
+  return residual.defined() ? binary(Binary::add, y, residual, y.shape()) : y;
 }
 
 std::vector<Tensor> linear_gelu_forward(const Tensor& x, const Tensor& w, const Tensor& bias) {

@@ -139,9 +139,12 @@ __device__ MaxSum<A> block_merge(MaxSum<A> v) {
 
 // Max and sum of exp(x - max) over row[0, v) by the block, merged in a fixed order: f32 rows
 // that are 16-byte aligned are read as float4 (thread i takes packs i, i + blockDim, ...,
-// then the v % 4 last elements one by one). One compiled body (noinline) for every kernel
-// that calls it: the forward-only cross-entropy and the fused one with bf16 dlogits are
-// different instantiations, and their lse must be the same bits.
+// four loads in flight before any is used, then the v % 4 last elements one by one). A row
+// is a few hundred KB and only a few hundred rows (blocks) run at once, so one load in
+// flight per thread left the row waiting on memory latency: the loads are unrolled. One
+// compiled body (noinline) for every kernel that calls it: the forward-only cross-entropy
+// and the fused one with bf16 dlogits are different instantiations, and their lse must be
+// the same bits.
 template <class T>
 __device__ __noinline__ MaxSum<acc_t<T>> row_max_sum(const T* row, int64_t v) {
   using A = acc_t<T>;
@@ -157,12 +160,28 @@ __device__ __noinline__ MaxSum<acc_t<T>> row_max_sum(const T* row, int64_t v) {
   int64_t j0 = 0;
   if constexpr (std::is_same_v<T, float>) {
     if (reinterpret_cast<uintptr_t>(row) % 16 == 0) {
-      const int64_t n4 = v / 4;
+      // Four values at once: one rescale per pack at most (none when the pack is all -inf).
+      auto add4 = [&ms](float4 q) {
+        const float m4 = fmaxf(fmaxf(q.x, q.y), fmaxf(q.z, q.w));
+        if (m4 == -INFINITY) return;
+        if (m4 > ms.m) {
+          ms.s = ms.s * exp_acc(ms.m - m4);
+          ms.m = m4;
+        }
+        ms.s += (exp_acc(q.x - ms.m) + exp_acc(q.y - ms.m)) +
+                (exp_acc(q.z - ms.m) + exp_acc(q.w - ms.m));
+      };
+      const int64_t n4 = v / 4, step = blockDim.x;
       const float4* r4 = reinterpret_cast<const float4*>(row);
-      for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
-        const float4 q = r4[j];
-        add(q.x), add(q.y), add(q.z), add(q.w);
+      int64_t j = threadIdx.x;
+      for (; j + 3 * step < n4; j += 4 * step) {
+        float4 q[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) q[u] = r4[j + u * step];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) add4(q[u]);
       }
+      for (; j < n4; j += step) add4(r4[j]);
       j0 = n4 * 4;
     }
   }
@@ -177,9 +196,24 @@ __device__ __forceinline__ A dlogit(A x, A l, A w, bool target) {
   return target ? p - w : p;
 }
 
-// dlogits of one row by the block (f32 rows that are 16-byte aligned read as float4), for the
-// fused and the separate kernels alike: one compiled body (noinline), so the compiler cannot
-// contract the arithmetic differently in the two kernels and both write the same bits.
+// Four dlogits stored at once (d is 4-element aligned): one 16- or 8-byte store.
+template <class G>
+__device__ __forceinline__ void store4(G* d, float a, float b, float c, float e) {
+  if constexpr (std::is_same_v<G, float>) {
+    *reinterpret_cast<float4*>(d) = make_float4(a, b, c, e);
+  } else {
+    union {
+      G g[4];
+      uint2 u;
+    } pack{{from_acc<G>(a), from_acc<G>(b), from_acc<G>(c), from_acc<G>(e)}};
+    *reinterpret_cast<uint2*>(d) = pack.u;
+  }
+}
+
+// dlogits of one row by the block (f32 rows that are 16-byte aligned read as float4, four
+// loads in flight per thread as in row_max_sum), for the fused and the separate kernels
+// alike: one compiled body (noinline), so the compiler cannot contract the arithmetic
+// differently in the two kernels and both write the same bits.
 template <class T, class G>
 __device__ __noinline__ void dlogits_row(const T* row, G* drow, int64_t v, acc_t<T> l, acc_t<T> w,
                                          int64_t t) {
@@ -187,17 +221,22 @@ __device__ __noinline__ void dlogits_row(const T* row, G* drow, int64_t v, acc_t
   if constexpr (std::is_same_v<T, float>) {
     if (reinterpret_cast<uintptr_t>(row) % 16 == 0 &&
         reinterpret_cast<uintptr_t>(drow) % (4 * sizeof(G)) == 0) {
-      const int64_t n4 = v / 4;
+      const int64_t n4 = v / 4, step = blockDim.x;
       const float4* r4 = reinterpret_cast<const float4*>(row);
-      for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
-        const float4 q = r4[j];
+      auto put = [&](const float4& q, int64_t j) {
         const int64_t e = 4 * j;
-        G* d = drow + e;
-        d[0] = from_acc<G>(dlogit(q.x, l, w, e == t));
-        d[1] = from_acc<G>(dlogit(q.y, l, w, e + 1 == t));
-        d[2] = from_acc<G>(dlogit(q.z, l, w, e + 2 == t));
-        d[3] = from_acc<G>(dlogit(q.w, l, w, e + 3 == t));
+        store4(drow + e, dlogit(q.x, l, w, e == t), dlogit(q.y, l, w, e + 1 == t),
+               dlogit(q.z, l, w, e + 2 == t), dlogit(q.w, l, w, e + 3 == t));
+      };
+      int64_t j = threadIdx.x;
+      for (; j + 3 * step < n4; j += 4 * step) {
+        float4 q[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) q[u] = r4[j + u * step];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) put(q[u], j + u * step);
       }
+      for (; j < n4; j += step) put(r4[j], j);
       j0 = n4 * 4;
     }
   }

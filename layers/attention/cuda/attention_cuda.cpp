@@ -55,9 +55,18 @@ DeviceProblem make_device_problem(const ResolvedAttention& r, const Tensor& q, c
            "the relative-position score modifier is not on cuda yet (use cpu)");
   DeviceProblem d;
   d.fast = q.dtype() == DType::bf16 && (r.head_dim == 64 || r.head_dim == 128);
-  d.q = q.contiguous();
-  d.k = k.contiguous();
-  d.v = v.contiguous();
+  // The fast kernels read q/k/v rows ld elements apart in place (a (T, H, D) view of the
+  // fused QKV product, or of the K/V buffer) when heads are packed within a row and rows
+  // stay 16-byte aligned for cp.async; anything else, and the reference kernels, get a
+  // packed copy (below, once the fast path is decided).
+  auto in_place = [&](const Tensor& t) {
+    const Shape& st = t.strides();
+    return d.fast && t.dim() == 3 && st[2] == 1 && st[1] == r.head_dim && st[0] % 8 == 0 &&
+           st[0] >= t.size(1) * r.head_dim && reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0;
+  };
+  d.q = in_place(q) ? q : q.contiguous();
+  d.k = in_place(k) ? k : k.contiguous();
+  d.v = in_place(v) ? v : v.contiguous();
   std::vector<int64_t> docs;
   // The per-row document maps only the reference kernels read.
   std::vector<int32_t> q_doc(d.fast ? 0 : size_t(r.t_q), -1), k_doc(d.fast ? 0 : size_t(r.t_k), -1);
@@ -114,6 +123,14 @@ DeviceProblem make_device_problem(const ResolvedAttention& r, const Tensor& q, c
     d.mod.alibi_slopes = d.slopes.data<float>();
   }
   d.fast = d.fast && gpu::fast::supported(d.p, d.mod);
+  if (d.fast) {
+    p.q_ld = d.q.strides()[0];
+    p.k_ld = d.k.strides()[0];
+    p.v_ld = d.v.strides()[0];
+  } else {
+    d.q = d.q.contiguous(), d.k = d.k.contiguous(), d.v = d.v.contiguous();
+    p.q = d.q.raw_data(), p.k = d.k.raw_data(), p.v = d.v.raw_data();
+  }
   return d;
 }
 

@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, W && D == 64 ? 2 : 1)
   const uint32_t sdO = sQ + kRows * D * 2;
   const uint32_t sK = sdO + kRows * D * 2;     // 2 buffers of (kBK, D)
   const uint32_t sV = sK + 2 * kBK * D * 2;  // 2 buffers of (kBK, D)
-  const int64_t H = p.heads, Hkv = p.kv_heads;
+  const int64_t H = p.heads, Hkv = p.kv_heads, qld = q_row(p), kld = k_row(p), vld = v_row(p);
   const int h = int(blockIdx.x % H);
   const Tile tile = tiles[blockIdx.x / H];
   const int kh = int(h / (H / Hkv));
@@ -107,10 +107,10 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, W && D == 64 ? 2 : 1)
     qpos[r] = i0 + row + k_len - q_len;
   }
 
-  const bf16* qg = static_cast<const bf16*>(p.q) + ((doc.q_offset + i0) * H + h) * D;
+  const bf16* qg = static_cast<const bf16*>(p.q) + (doc.q_offset + i0) * qld + h * D;
   const bf16* dog = dout + ((doc.q_offset + i0) * H + h) * D;
-  const bf16* kg = static_cast<const bf16*>(p.k) + (doc.k_offset * Hkv + kh) * D;
-  const bf16* vg = static_cast<const bf16*>(p.v) + (doc.k_offset * Hkv + kh) * D;
+  const bf16* kg = static_cast<const bf16*>(p.k) + doc.k_offset * kld + kh * D;
+  const bf16* vg = static_cast<const bf16*>(p.v) + doc.k_offset * vld + kh * D;
   const int j_begin = lo_first > 0 ? (lo_first / kBK) * kBK : 0;
   const int n_tiles = hi_last >= lo_first ? (hi_last - j_begin) / kBK + 1 : 0;
 
@@ -119,12 +119,12 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, W && D == 64 ? 2 : 1)
   for (int n = 0; n < ND; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 
   if (n_tiles > 0) {
-    load_tile<kRows, D, kQThreads>(sQ, qg, H * D, nq);
+    load_tile<kRows, D, kQThreads>(sQ, qg, qld, nq);
     load_tile<kRows, D, kQThreads>(sdO, dog, H * D, nq);
     auto load_kv = [&](int t) {
       const int j0 = j_begin + t * kBK, buf = t & 1;
-      load_tile<kBK, D, kQThreads>(sK + buf * kBK * D * 2, kg + j0 * Hkv * D, Hkv * D, k_len - j0);
-      load_tile<kBK, D, kQThreads>(sV + buf * kBK * D * 2, vg + j0 * Hkv * D, Hkv * D, k_len - j0);
+      load_tile<kBK, D, kQThreads>(sK + buf * kBK * D * 2, kg + j0 * kld, kld, k_len - j0);
+      load_tile<kBK, D, kQThreads>(sV + buf * kBK * D * 2, vg + j0 * vld, vld, k_len - j0);
     };
     load_kv(0);
     cp_async_commit();
@@ -243,7 +243,8 @@ __global__ void __launch_bounds__(kThreads, W && D == 64 ? 3 : 1)
   const uint32_t sdO = sQ + 2 * kBQ * D * 2;  // 2 buffers of (kBQ, D)
   float* sL = reinterpret_cast<float*>(smem + (2 * kBK + 4 * kBQ) * D * 2);  // 2 x kBQ
   float* sD = sL + 2 * kBQ;                                                  // 2 x kBQ
-  const int64_t H = p.heads, Hkv = p.kv_heads, group = H / Hkv;
+  const int64_t H = p.heads, Hkv = p.kv_heads, group = H / Hkv, qld = q_row(p), kld = k_row(p),
+                vld = v_row(p);
   const int kh = int(blockIdx.x % Hkv);
   const Tile tile = tiles[blockIdx.x / Hkv];
   const Doc doc = p.docs[tile.doc];
@@ -260,8 +261,8 @@ __global__ void __launch_bounds__(kThreads, W && D == 64 ? 3 : 1)
   const int n_qt = i_end >= i_begin ? (i_end - i_begin) / kBQ + 1 : 0;
   const int n_steps = int(group) * n_qt;
 
-  const bf16* kg = static_cast<const bf16*>(p.k) + ((doc.k_offset + j0) * Hkv + kh) * D;
-  const bf16* vg = static_cast<const bf16*>(p.v) + ((doc.k_offset + j0) * Hkv + kh) * D;
+  const bf16* kg = static_cast<const bf16*>(p.k) + (doc.k_offset + j0) * kld + kh * D;
+  const bf16* vg = static_cast<const bf16*>(p.v) + (doc.k_offset + j0) * vld + kh * D;
   float dk_acc[ND][4], dv_acc[ND][4];
 #pragma unroll
   for (int n = 0; n < ND; ++n)
@@ -269,15 +270,16 @@ __global__ void __launch_bounds__(kThreads, W && D == 64 ? 3 : 1)
     for (int e = 0; e < 4; ++e) dk_acc[n][e] = dv_acc[n][e] = 0.f;
 
   if (n_steps > 0) {
-    load_tile<kBK, D, kThreads>(sK, kg, Hkv * D, nk);
-    load_tile<kBK, D, kThreads>(sV, vg, Hkv * D, nk);
+    load_tile<kBK, D, kThreads>(sK, kg, kld, nk);
+    load_tile<kBK, D, kThreads>(sV, vg, vld, nk);
     // Step s: query head kh * group + s / n_qt, query rows i_begin + (s % n_qt) * kBQ.
     auto load_q = [&](int s) {
       const int h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ, buf = s & 1;
       const int n = min(kBQ, q_len - q0);
       const int64_t off = ((doc.q_offset + q0) * H + h) * D;
-      load_tile<kBQ, D, kThreads>(sQ + buf * kBQ * D * 2, static_cast<const bf16*>(p.q) + off,
-                                  H * D, n);
+      load_tile<kBQ, D, kThreads>(sQ + buf * kBQ * D * 2,
+                                  static_cast<const bf16*>(p.q) + (doc.q_offset + q0) * qld + h * D,
+                                  qld, n);
       load_tile<kBQ, D, kThreads>(sdO + buf * kBQ * D * 2, dout + off, H * D, n);
       // lse and delta of the rows through cp.async as well (plain loads here stalled every
       // step on their latency); zeros past the document, whose P the mask zeroes.

@@ -13,6 +13,17 @@
 
 namespace driftless::layers::gpu::fast {
 
+// Row strides of q, k and v in elements (Problem::q_ld ...; 0 means packed rows).
+__device__ __forceinline__ int64_t q_row(const Problem& p) {
+  return p.q_ld > 0 ? p.q_ld : p.heads * p.head_dim;
+}
+__device__ __forceinline__ int64_t k_row(const Problem& p) {
+  return p.k_ld > 0 ? p.k_ld : p.kv_heads * p.head_dim;
+}
+__device__ __forceinline__ int64_t v_row(const Problem& p) {
+  return p.v_ld > 0 ? p.v_ld : p.kv_heads * p.head_dim;
+}
+
 using bf16 = __nv_bfloat16;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;

@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sK = sQ + kBQ * D * 2;      // 2 buffers of (kBK, D)
   const uint32_t sV = sK + 2 * kBK * D * 2;  // 2 buffers of (kBK, D)
-  const int64_t H = p.heads, Hkv = p.kv_heads;
+  const int64_t H = p.heads, Hkv = p.kv_heads, qld = q_row(p), kld = k_row(p), vld = v_row(p);
   const int h = int(blockIdx.x % H);
   const Tile tile = tiles[blockIdx.x / H];
   const int kh = int(h / (H / Hkv));
@@ -83,9 +83,9 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
       qpos[mt][r] = i0 + row + k_len - q_len;
     }
 
-  const bf16* qg = static_cast<const bf16*>(p.q) + ((doc.q_offset + i0) * H + h) * D;
-  const bf16* kg = static_cast<const bf16*>(p.k) + (doc.k_offset * Hkv + kh) * D;
-  const bf16* vg = static_cast<const bf16*>(p.v) + (doc.k_offset * Hkv + kh) * D;
+  const bf16* qg = static_cast<const bf16*>(p.q) + (doc.q_offset + i0) * qld + h * D;
+  const bf16* kg = static_cast<const bf16*>(p.k) + doc.k_offset * kld + kh * D;
+  const bf16* vg = static_cast<const bf16*>(p.v) + doc.k_offset * vld + kh * D;
   const int j_begin = lo_first > 0 ? (lo_first / kBK) * kBK : 0;
   const int n_tiles = hi_last >= lo_first ? (hi_last - j_begin) / kBK + 1 : 0;
 
@@ -101,11 +101,11 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
     for (int r = 0; r < 2; ++r) row_max[mt][r] = -INFINITY, row_sum[mt][r] = 0.f;
 
   if (n_tiles > 0) {
-    load_tile<kBQ, D, kThreads>(sQ, qg, H * D, nq);
+    load_tile<kBQ, D, kThreads>(sQ, qg, qld, nq);
     auto load_kv = [&](int t) {
       const int j0 = j_begin + t * kBK, buf = t & 1;
-      load_tile<kBK, D, kThreads>(sK + buf * kBK * D * 2, kg + j0 * Hkv * D, Hkv * D, k_len - j0);
-      load_tile<kBK, D, kThreads>(sV + buf * kBK * D * 2, vg + j0 * Hkv * D, Hkv * D, k_len - j0);
+      load_tile<kBK, D, kThreads>(sK + buf * kBK * D * 2, kg + j0 * kld, kld, k_len - j0);
+      load_tile<kBK, D, kThreads>(sV + buf * kBK * D * 2, vg + j0 * vld, vld, k_len - j0);
     };
     load_kv(0);
     cp_async_commit();
