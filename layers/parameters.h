@@ -33,6 +33,8 @@ class ParameterSlab {
 
   const Tensor& params() const { return params_; }  // (numel) f32
   const Tensor& grads() const { return grads_; }    // (numel) f32
+  // (numel) in the compute dtype when it is not f32 (the rounded copy), else undefined.
+  const Tensor& compute() const { return compute_; }
   int64_t numel() const { return numel_; }
   const std::vector<Parameter>& parameters() const { return parameters_; }
   const Parameter& get(const std::string& name) const;

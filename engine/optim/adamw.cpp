@@ -94,10 +94,20 @@ float* AdamW::shard_pointer(const Tensor& t, const char* what) const {
   return t.data<float>();
 }
 
-void AdamW::step(const Tensor& params, const Tensor& grads, double lr) {
+void AdamW::step(const Tensor& params, const Tensor& grads, double lr, double grad_scale,
+                 const Tensor& compute) {
   DL_CHECK(std::isfinite(lr) && lr >= 0, kOp, "expected a finite lr >= 0, got " << lr);
   float* p = shard_pointer(params, "params");
   const float* g = shard_pointer(grads, "grads");
+  uint16_t* c = nullptr;
+  if (compute.defined()) {
+    DL_CHECK(compute.dtype() == DType::bf16 && compute.dim() == 1 && compute.is_contiguous() &&
+                 compute.device() == device_ && compute.numel() == params.numel(),
+             kOp, "expected compute as 1-D contiguous bf16 of the params' " << params.numel()
+                      << " elements on " << device_name(device_));
+    c = static_cast<uint16_t*>(compute.raw_data()) +
+        (compute.numel() == slab_numel_ ? shard_begin_ : 0);
+  }
   const int64_t t = state_.step + 1;
   AdamWKernelArgs args;
   args.lr = float(lr);
@@ -108,6 +118,7 @@ void AdamW::step(const Tensor& params, const Tensor& grads, double lr) {
   args.one_minus_beta2 = float(1.0 - config_.beta2);
   args.bias_correction1 = float(1.0 - std::pow(config_.beta1, double(t)));
   args.bias_correction2 = float(1.0 - std::pow(config_.beta2, double(t)));
+  args.grad_scale = float(grad_scale);
   float* m = state_.m.data<float>();
   float* v = state_.v.data<float>();
   for (const Run& r : runs_) {
@@ -116,6 +127,7 @@ void AdamW::step(const Tensor& params, const Tensor& grads, double lr) {
     args.grads = g + off;
     args.m = m + off;
     args.v = v + off;
+    args.compute = c ? c + off : nullptr;
     args.n = r.end - r.begin;
     args.weight_decay = r.decay ? float(config_.weight_decay) : 0.0f;
     adamw_update(device_, args);

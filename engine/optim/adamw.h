@@ -51,7 +51,11 @@ class AdamW {
   //   p <- p - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
   // params and grads are 1-D contiguous f32 on the optimizer's device, each either the
   // whole slab (slab_numel elements) or just the shard (shard_end - shard_begin).
-  void step(const Tensor& params, const Tensor& grads, double lr);
+  // grad_scale multiplies the gradients as they are read (the clipping factor, rounded to
+  // f32), and a defined `compute` (the bf16 compute slab, or its shard: as params) receives
+  // the updated parameters rounded to bf16, both in the same pass over the elements.
+  void step(const Tensor& params, const Tensor& grads, double lr, double grad_scale = 1.0,
+            const Tensor& compute = Tensor());
   void step(const Tensor& params, const Tensor& grads) { step(params, grads, config_.lr); }
 
   const AdamWConfig& config() const { return config_; }

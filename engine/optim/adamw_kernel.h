@@ -21,6 +21,12 @@ struct AdamWKernelArgs {
   float lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
   float one_minus_beta1 = 1, one_minus_beta2 = 1;  // rounded from double, like the rest
   float bias_correction1 = 1, bias_correction2 = 1;
+  // Folded into the same pass: g is read as g * grad_scale (the gradient clipping factor,
+  // f32 multiply as the separate scale_grads does), and with `compute` the updated p is also
+  // written there rounded to bf16 (round to nearest even: the bits Tensor::copy_ writes),
+  // which saves the passes of scale_grads and ParameterSlab::sync_compute.
+  float grad_scale = 1;
+  uint16_t* compute = nullptr;  // bf16 bits, n elements, or null
 };
 
 // Dispatch point: runs the body for `device` (cuda throws in a build without CUDA).

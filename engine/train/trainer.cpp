@@ -243,9 +243,15 @@ StepStats Trainer::train_step(int64_t step) {
   st.tokens = config_.batch.sequences * config_.batch.sequence_length;
   st.flops = step_flops(config_.model, batch);
   st.grad_norm = std::sqrt(norm_sq);
-  if (config_.optimizer.grad_clip > 0)
-    optim::scale_grads(update_grads,
-                       optim::clip_coefficient(st.grad_norm, config_.optimizer.grad_clip));
+  // The clipping factor rides in the optimizer's pass over the gradients, unless the tensor
+  // log is to record the clipped gradients themselves.
+  double clip = config_.optimizer.grad_clip > 0
+                    ? optim::clip_coefficient(st.grad_norm, config_.optimizer.grad_clip)
+                    : 1.0;
+  if (logger && clip != 1.0) {
+    optim::scale_grads(update_grads, clip);
+    clip = 1.0;
+  }
   st.lr = optim::learning_rate(schedule_, step);
   if (logger) {
     if (zero1()) all_gather_slab(grads, update_grads);  // whole gradients for the log
@@ -254,11 +260,15 @@ StepStats Trainer::train_step(int64_t step) {
   }
   if (std::isfinite(st.grad_norm)) {
     const Tensor& params = model_->slab().params();
-    optimizer_->step(params, update_grads, st.lr);
+    // Without ZeRO-1 the optimizer also writes the bf16 compute copy in its pass; with it,
+    // the other ranks' shards arrive in f32 and the copy is made after the gather.
+    const Tensor& compute = model_->slab().compute();
+    const bool fused_sync = compute.defined() && compute.dtype() == DType::bf16 && !zero1();
+    optimizer_->step(params, update_grads, st.lr, clip, fused_sync ? compute : Tensor());
     if (zero1())
       all_gather_slab(params, params.narrow(0, optimizer_->shard_begin(),
                                             optimizer_->shard_end() - optimizer_->shard_begin()));
-    model_->slab().sync_compute();
+    if (!fused_sync) model_->slab().sync_compute();
   } else if (is_root()) {
     log() << "step " << step << ": gradient norm is " << st.grad_norm << "; update skipped\n";
   }

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "engine/optim/adamw.h"
+#include "engine/optim/clip.h"
 
 namespace driftless::optim {
 namespace {
@@ -121,6 +122,31 @@ TEST(AdamW, ShardsMatchWholeSlab) {
   m_lo.insert(m_lo.end(), m_hi.begin(), m_hi.end());
   EXPECT_EQ(m, m_lo);
   EXPECT_EQ(hi.state().m.numel(), n - k);
+}
+
+// The fused pass (gradient scale, bf16 compute copy) gives the bits of the separate passes:
+// scale_grads (p *= float(c)), the step, and the slab's rounding copy.
+TEST(AdamW, ScaleAndComputeCopyMatchSeparatePasses) {
+  const int64_t n = 1000;
+  std::vector<ParamRange> ranges = {{"a", 0, 300, true}, {"b", 300, n, false}};
+  AdamWConfig cfg{.lr = 1e-2, .weight_decay = 0.1};
+  AdamW fused(cfg, ranges, n), separate(cfg, ranges, n);
+  Tensor p_fused = Tensor::randn({n}, 3), p_sep = p_fused.clone();
+  Tensor compute = Tensor::zeros({n}, DType::bf16);
+  for (int s = 0; s < 3; ++s) {
+    const double c = 0.3 + 0.2 * s;
+    Tensor g = Tensor::randn({n}, 200 + s);
+    fused.step(p_fused, g, 1e-2, c, compute);
+    Tensor gs = g.clone();
+    scale_grads(gs, c);
+    separate.step(p_sep, gs, 1e-2);
+    EXPECT_EQ(p_fused.to_vector<float>(), p_sep.to_vector<float>()) << "step " << s;
+    EXPECT_EQ(compute.to_vector<float>(), p_sep.to(DType::bf16).to_vector<float>()) << "step " << s;
+  }
+  // A compute slab of another size or dtype is refused.
+  EXPECT_THROW(fused.step(p_fused, Tensor::randn({n}, 9), 1e-2, 1.0, Tensor::zeros({n - 1}, DType::bf16)),
+               Error);
+  EXPECT_THROW(fused.step(p_fused, Tensor::randn({n}, 9), 1e-2, 1.0, Tensor::zeros({n})), Error);
 }
 
 // A run resumed from state() continues exactly as the uninterrupted one.

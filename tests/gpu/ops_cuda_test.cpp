@@ -498,6 +498,28 @@ TEST(OpsCuda, AdamWMatchesCpuBitwise) {
   EXPECT_EQ(gpu.state().v.to_vector<float>(), cpu.state().v.to_vector<float>());
 }
 
+// The fused pass (clipping factor and bf16 compute copy) on cuda: the bits of the CPU's
+// fused pass, which the CPU test proves equal to the separate scale, step and copy.
+TEST(OpsCuda, AdamWWithScaleAndComputeCopyMatchesCpuBitwise) {
+  DL_REQUIRE_GPU();
+  const int64_t n = 70001;
+  optim::AdamWConfig cfg;
+  cfg.weight_decay = 0.1;
+  std::vector<optim::ParamRange> ranges = {{"decayed", 0, 40000, true}, {"plain", 40000, n, false}};
+  optim::AdamW cpu(cfg, ranges, n, Device::cpu), gpu(cfg, ranges, n, Device::cuda);
+  Tensor p_cpu = Tensor::randn({n}, testing::fresh_seed("ops_cuda"));
+  Tensor p_gpu = p_cpu.to(Device::cuda);
+  Tensor c_cpu = Tensor::zeros({n}, DType::bf16), c_gpu = Tensor::zeros({n}, DType::bf16, Device::cuda);
+  for (int step = 0; step < 3; ++step) {
+    Tensor g = Tensor::randn({n}, testing::fresh_seed("ops_cuda"), DType::f32, 0.0, 1e-2);
+    cpu.step(p_cpu, g, 1e-3, 0.37 + 0.1 * step, c_cpu);
+    gpu.step(p_gpu, g.to(Device::cuda), 1e-3, 0.37 + 0.1 * step, c_gpu);
+  }
+  EXPECT_EQ(p_gpu.to_vector<float>(), p_cpu.to_vector<float>());
+  EXPECT_EQ(c_gpu.to_vector<float>(), c_cpu.to_vector<float>());
+  EXPECT_EQ(gpu.state().m.to_vector<float>(), cpu.state().m.to_vector<float>());
+}
+
 TEST(OpsCuda, ClipGradNorm) {
   DL_REQUIRE_GPU();
   for (int64_t n : {int64_t(1), int64_t(129), int64_t(3) << 20}) {

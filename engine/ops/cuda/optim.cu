@@ -11,7 +11,7 @@ namespace {
 __global__ void adamw_kernel(AdamWKernelArgs a, float decay) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < a.n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const float g = a.grads[i];
+    const float g = __fmul_rn(a.grads[i], a.grad_scale);
     const float m = __fadd_rn(__fmul_rn(a.beta1, a.m[i]), __fmul_rn(a.one_minus_beta1, g));
     const float v =
         __fadd_rn(__fmul_rn(a.beta2, a.v[i]), __fmul_rn(__fmul_rn(a.one_minus_beta2, g), g));
@@ -20,7 +20,9 @@ __global__ void adamw_kernel(AdamWKernelArgs a, float decay) {
     const float m_hat = __fdiv_rn(m, a.bias_correction1);
     const float v_hat = __fdiv_rn(v, a.bias_correction2);
     const float step = __fmul_rn(a.lr, __fdiv_rn(m_hat, __fadd_rn(__fsqrt_rn(v_hat), a.eps)));
-    a.params[i] = __fsub_rn(__fmul_rn(a.params[i], decay), step);
+    const float p = __fsub_rn(__fmul_rn(a.params[i], decay), step);
+    a.params[i] = p;
+    if (a.compute) a.compute[i] = __bfloat16_as_ushort(__float2bfloat16_rn(p));
   }
 }
 

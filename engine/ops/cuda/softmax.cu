@@ -3,7 +3,10 @@
 // one block) per line; lines with a stride use one thread per line, so reads stay
 // coalesced. Reductions are fixed-order shuffles: bitwise reproducible.
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <type_traits>
+#include <utility>
 
 #include "engine/ops/cuda/common.cuh"
 
@@ -96,7 +99,10 @@ __global__ void softmax_backward_strided_kernel(const T* g, const T* y, T* dx, i
   softmax_backward_line<T, false>(g + base, y + base, dx + base, n, inner, 0, log);
 }
 
-constexpr int kCeBlock = 256;
+// Threads per cross-entropy row (one block per row). 1024: a GPT-2 row (50257 f32) is 12
+// float4 loads per thread, and with the row cached in shared memory (below) one block per
+// SM still keeps enough loads in flight.
+constexpr int kCeBlock = 1024;
 
 // (max, sum of exp(x - max)) pairs merged in one pass over a row (online softmax).
 template <class A>
@@ -144,9 +150,11 @@ __device__ MaxSum<A> block_merge(MaxSum<A> v) {
 // flight per thread left the row waiting on memory latency: the loads are unrolled. One
 // compiled body (noinline) for every kernel that calls it: the forward-only cross-entropy
 // and the fused one with bf16 dlogits are different instantiations, and their lse must be
-// the same bits.
+// the same bits. With `cache` (shared memory, f32 aligned rows), each thread also keeps the
+// packs it read there, for dlogits_row to read back instead of the row (each thread its own
+// packs: the same index sequence in both functions, so no barrier is needed).
 template <class T>
-__device__ __noinline__ MaxSum<acc_t<T>> row_max_sum(const T* row, int64_t v) {
+__device__ __noinline__ MaxSum<acc_t<T>> row_max_sum(const T* row, int64_t v, float4* cache) {
   using A = acc_t<T>;
   MaxSum<A> ms{A(-INFINITY), A(0)};
   auto add = [&ms](A x) {
@@ -179,9 +187,16 @@ __device__ __noinline__ MaxSum<acc_t<T>> row_max_sum(const T* row, int64_t v) {
 #pragma unroll
         for (int u = 0; u < 4; ++u) q[u] = r4[j + u * step];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) add4(q[u]);
+        for (int u = 0; u < 4; ++u) {
+          add4(q[u]);
+          if (cache) cache[j + u * step] = q[u];
+        }
       }
-      for (; j < n4; j += step) add4(r4[j]);
+      for (; j < n4; j += step) {
+        const float4 q = r4[j];
+        add4(q);
+        if (cache) cache[j] = q;
+      }
       j0 = n4 * 4;
     }
   }
@@ -216,13 +231,13 @@ __device__ __forceinline__ void store4(G* d, float a, float b, float c, float e)
 // differently in the two kernels and both write the same bits.
 template <class T, class G>
 __device__ __noinline__ void dlogits_row(const T* row, G* drow, int64_t v, acc_t<T> l, acc_t<T> w,
-                                         int64_t t) {
+                                         int64_t t, const float4* cache) {
   int64_t j0 = 0;
   if constexpr (std::is_same_v<T, float>) {
     if (reinterpret_cast<uintptr_t>(row) % 16 == 0 &&
         reinterpret_cast<uintptr_t>(drow) % (4 * sizeof(G)) == 0) {
       const int64_t n4 = v / 4, step = blockDim.x;
-      const float4* r4 = reinterpret_cast<const float4*>(row);
+      const float4* r4 = cache ? cache : reinterpret_cast<const float4*>(row);
       auto put = [&](const float4& q, int64_t j) {
         const int64_t e = 4 * j;
         store4(drow + e, dlogit(q.x, l, w, e == t), dlogit(q.y, l, w, e + 1 == t),
@@ -249,14 +264,20 @@ __device__ __noinline__ void dlogits_row(const T* row, G* drow, int64_t v, acc_t
 // GEMM operand), the backward too, from the upstream gradient *go: a second pass over the
 // row, which the block has just read (mostly an L2 hit), instead of a kernel reading the
 // logits again from memory. Same lse and the same dlogits bits as the separate kernels.
+// cache_row: the row is kept in dynamic shared memory between the two passes (f32 rows that
+// fit), so the logits are read from memory once: a chunk of rows in flight is larger than
+// L2, and the second pass missed it.
 template <class T, class G>
-__global__ void cross_entropy_forward_kernel(const T* logits, const int64_t* targets, const T* mask,
-                                             acc_t<T>* lse, acc_t<T>* row_loss, int64_t v,
-                                             int64_t ld, const T* go, G* dlogits) {
+__global__ void __launch_bounds__(kCeBlock)
+    cross_entropy_forward_kernel(const T* logits, const int64_t* targets, const T* mask,
+                                 acc_t<T>* lse, acc_t<T>* row_loss, int64_t v, int64_t ld,
+                                 const T* go, G* dlogits, bool cache_row) {
   using A = acc_t<T>;
+  extern __shared__ float4 row_cache[];
   const int64_t r = blockIdx.x;
   const T* row = logits + r * ld;
-  const MaxSum<A> ms = row_max_sum(row, v);
+  float4* cache = cache_row ? row_cache : nullptr;
+  const MaxSum<A> ms = row_max_sum(row, v, cache);
   const A l = ms.m + log_acc(ms.s);
   const A wm = mask ? to_acc(mask[r]) : A(1);
   const int64_t t = targets[r];
@@ -265,12 +286,12 @@ __global__ void cross_entropy_forward_kernel(const T* logits, const int64_t* tar
     row_loss[r] = wm != A(0) ? wm * (l - to_acc(row[t])) : A(0);
   }
   if (!dlogits) return;
-  dlogits_row(row, dlogits + r * ld, v, l, to_acc(*go) * wm, t);
+  dlogits_row(row, dlogits + r * ld, v, l, to_acc(*go) * wm, t, cache);
 }
 
 // dlogits of type G: the logits' type, or bf16 straight for a bf16 GEMM operand.
 template <class T, class G>
-__global__ void cross_entropy_backward_kernel(const T* go_ptr, const T* logits,
+__global__ void __launch_bounds__(kCeBlock) cross_entropy_backward_kernel(const T* go_ptr, const T* logits,
                                               const int64_t* targets, const T* mask,
                                               const acc_t<T>* lse, G* dlogits, T* dmask, int64_t v,
                                               int64_t ld) {
@@ -281,8 +302,30 @@ __global__ void cross_entropy_backward_kernel(const T* go_ptr, const T* logits,
   const A l = lse[r];
   const int64_t t = targets[r];
   const T* row = logits + r * ld;
-  dlogits_row(row, dlogits + r * ld, v, l, w, t);
+  dlogits_row(row, dlogits + r * ld, v, l, w, t, static_cast<const float4*>(nullptr));
   if (dmask && threadIdx.x == 0) dmask[r] = from_acc<T>(go * (l - to_acc(row[t])));
+}
+
+// The dynamic shared memory a cross-entropy kernel may cache a row in: the device's opt-in
+// maximum per block, granted to the kernel once (per instantiation and device).
+template <class K>
+size_t row_cache_limit(K* kernel) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, size_t> granted;
+  int device = 0;
+  DL_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mu);
+  auto key = std::make_pair(reinterpret_cast<const void*>(kernel), device);
+  auto it = granted.find(key);
+  if (it != granted.end()) return it->second;
+  int optin = 0;
+  DL_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  // Leave room for the block reduction's static arrays.
+  const size_t limit = optin > 1024 ? size_t(optin) - 1024 : 0;
+  DL_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(limit)));
+  granted[key] = limit;
+  return limit;
 }
 
 }  // namespace
@@ -330,9 +373,16 @@ void launch_cross_entropy_forward(DType dtype, const void* logits, const int64_t
     using A = acc_t<T>;
     auto with = [&](auto g) {
       using G = decltype(g);
-      cross_entropy_forward_kernel<T, G><<<unsigned(n), kCeBlock>>>(
+      auto kernel = cross_entropy_forward_kernel<T, G>;
+      // With dlogits, an aligned f32 row that fits in shared memory is cached there.
+      const size_t bytes = size_t(v / 4) * sizeof(float4);
+      const bool cache = std::is_same_v<T, float> && dlogits &&
+                         reinterpret_cast<uintptr_t>(logits) % 16 == 0 && ld % 4 == 0 &&
+                         bytes > 0 && bytes <= row_cache_limit(kernel);
+      kernel<<<unsigned(n), kCeBlock, cache ? bytes : 0>>>(
           static_cast<const T*>(logits), targets, static_cast<const T*>(mask), static_cast<A*>(lse),
-          static_cast<A*>(row_loss), v, ld, static_cast<const T*>(go), static_cast<G*>(dlogits));
+          static_cast<A*>(row_loss), v, ld, static_cast<const T*>(go), static_cast<G*>(dlogits),
+          cache);
     };
     if (!dlogits || grad_dtype == dtype) return with(T{});
     DL_CHECK((grad_dtype == DType::bf16 && std::is_same_v<T, float>), "cross_entropy",
