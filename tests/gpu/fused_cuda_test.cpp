@@ -233,12 +233,7 @@ void check_into_f32_grads(const std::string& op, const std::string& name, const 
   for (const Tensor& t : in) {
     Tensor rounded = t.to(dt);
     cpu_in.push_back(rounded.to(DType::f32));
-    Tensor leaf = rounded.to(Device::cuda).set_requires_grad(true);
-    if (!gpu_leaves.empty()) {
-      preset.push_back(Tensor::randn(t.shape(), testing::fresh_seed("fused_cuda"), DType::f32));
-      leaf.set_grad(preset.back().to(Device::cuda));
-    }
-    gpu_leaves.push_back(leaf);
+    gpu_leaves.push_back(rounded.to(Device::cuda).set_requires_grad(true));
   }
   Tensor probe;
   {
@@ -247,6 +242,17 @@ void check_into_f32_grads(const std::string& op, const std::string& name, const 
   }
   Tensor cot = Tensor::randn(probe.shape(), testing::fresh_seed("fused_cuda"), DType::f64).to(dt);
   Result ref = run(fn, cpu_in, cot.to(DType::f32));
+  // Preset values of the gradient's own scale, so the f32 rounding of preset + gradient
+  // stays an f32 rounding of the gradient.
+  for (size_t i = 1; i < gpu_leaves.size(); ++i) {
+    std::vector<double> r = ref.grads[i].to_vector<double>();
+    double ss = 0;
+    for (double v : r) ss += v * v;
+    const double rms = std::sqrt(ss / double(std::max<size_t>(r.size(), 1))) + 1e-6;
+    preset.push_back(
+        Tensor::randn(in[i].shape(), testing::fresh_seed("fused_cuda"), DType::f32, 0.0, rms));
+    gpu_leaves[i].set_grad(preset.back().to(Device::cuda));
+  }
   std::vector<const void*> storage;
   for (size_t i = 1; i < gpu_leaves.size(); ++i) storage.push_back(gpu_leaves[i].grad().raw_data());
   testing::poison_cache();

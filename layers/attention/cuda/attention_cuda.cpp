@@ -56,12 +56,13 @@ DeviceProblem make_device_problem(const ResolvedAttention& r, const Tensor& q, c
   DeviceProblem d;
   d.fast = q.dtype() == DType::bf16 && (r.head_dim == 64 || r.head_dim == 128);
   // The fast kernels read q/k/v rows ld elements apart in place (a (T, H, D) view of the
-  // fused QKV product, or of the K/V buffer) when heads are packed within a row and rows
-  // stay 16-byte aligned for cp.async; anything else, and the reference kernels, get a
-  // packed copy (below, once the fast path is decided).
+  // fused QKV product, or of the K/V buffer) when heads are packed within a row and the row
+  // stride is a whole number of heads (rows stay 16-byte aligned for cp.async); anything
+  // else, and the reference kernels, get a packed copy (below, once the fast path is decided).
   auto in_place = [&](const Tensor& t) {
     const Shape& st = t.strides();
-    return d.fast && t.dim() == 3 && st[2] == 1 && st[1] == r.head_dim && st[0] % 8 == 0 &&
+    return d.fast && t.dim() == 3 && st[2] == 1 && st[1] == r.head_dim && st[0] % r.head_dim == 0 &&
+           st[0] / r.head_dim <= INT16_MAX &&
            st[0] >= t.size(1) * r.head_dim && reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0;
   };
   d.q = in_place(q) ? q : q.contiguous();
@@ -124,9 +125,9 @@ DeviceProblem make_device_problem(const ResolvedAttention& r, const Tensor& q, c
   }
   d.fast = d.fast && gpu::fast::supported(d.p, d.mod);
   if (d.fast) {
-    p.q_ld = d.q.strides()[0];
-    p.k_ld = d.k.strides()[0];
-    p.v_ld = d.v.strides()[0];
+    p.q_row_heads = int16_t(d.q.strides()[0] / r.head_dim);
+    p.k_row_heads = int16_t(d.k.strides()[0] / r.head_dim);
+    p.v_row_heads = int16_t(d.v.strides()[0] / r.head_dim);
   } else {
     d.q = d.q.contiguous(), d.k = d.k.contiguous(), d.v = d.v.contiguous();
     p.q = d.q.raw_data(), p.k = d.k.raw_data(), p.v = d.v.raw_data();

@@ -17,14 +17,17 @@ struct Problem {
   const void* k = nullptr;  // (T_k, H_kv, D)
   const void* v = nullptr;  // (T_k, H_kv, D)
   bool bf16 = false;
+  // Row strides of q, k and v counted in heads (a row of q is q_row_heads * head_dim
+  // elements; heads stay head_dim apart); 0: packed (H and H_kv). Only the fast kernels
+  // (fast/) read rows of wider tensors (q of the fused QKV product, K/V of the K/V buffer)
+  // in place; the reference kernels take packed rows. 16-bit, in the padding after bf16:
+  // the struct is a kernel parameter, and growing it past 120 bytes made nvcc address it
+  // through a pointer and slowed the forward and dQ kernels by 25%.
+  int16_t q_row_heads = 0, k_row_heads = 0, v_row_heads = 0;
   const Doc* docs = nullptr;       // (N) device
   const int32_t* q_doc = nullptr;  // (T_q) device: document of each q row, -1 for padding
   const int32_t* k_doc = nullptr;  // (T_k) device: document of each k row, -1 for padding
   int64_t t_q = 0, t_k = 0, heads = 0, kv_heads = 0, head_dim = 0;
-  // Row strides of q, k and v in elements (heads stay head_dim apart); 0: packed (H D and
-  // H_kv D). Only the fast kernels (fast/) read rows of wider tensors (q of the fused QKV
-  // product, K/V of the K/V buffer) in place; the reference kernels take packed rows.
-  int64_t q_ld = 0, k_ld = 0, v_ld = 0;
   float scale = 1.0f;
   bool causal = false;
   int64_t window_left = -1, window_right = -1;

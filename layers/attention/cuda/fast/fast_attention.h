@@ -45,6 +45,10 @@ bool use_wgmma();
 std::vector<Tile> q_tiles(const Problem& p, const std::vector<Doc>& docs, int block_q);
 std::vector<Tile> k_tiles(const Problem& p, const std::vector<Doc>& docs, int block_k);
 
+// p with its row strides filled in (Problem::q_row_heads = H, k/v_row_heads = H_kv where 0:
+// packed rows). The launchers below apply it; the kernels read the strides as given.
+Problem with_row_strides(const Problem& p);
+
 // tiles: device arrays. `padded`: some q (or k) rows belong to no document; those are
 // zero-filled first (out 0, lse -inf; dq/dk/dv 0). Every launch goes to the default stream.
 void forward(const Problem& p, const Mod& mod, const Tile* tiles, int n_tiles, bool padded,

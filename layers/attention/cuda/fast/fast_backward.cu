@@ -76,7 +76,8 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, W && D == 64 ? 2 : 1)
   const uint32_t sdO = sQ + kRows * D * 2;
   const uint32_t sK = sdO + kRows * D * 2;     // 2 buffers of (kBK, D)
   const uint32_t sV = sK + 2 * kBK * D * 2;  // 2 buffers of (kBK, D)
-  const int64_t H = p.heads, Hkv = p.kv_heads, qld = q_row(p), kld = k_row(p), vld = v_row(p);
+  const int64_t H = p.heads, Hkv = p.kv_heads, QH = q_heads(p), KH = k_heads(p),
+                VH = v_heads(p);
   const int h = int(blockIdx.x % H);
   const Tile tile = tiles[blockIdx.x / H];
   const int kh = int(h / (H / Hkv));
@@ -107,10 +108,10 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, W && D == 64 ? 2 : 1)
     qpos[r] = i0 + row + k_len - q_len;
   }
 
-  const bf16* qg = static_cast<const bf16*>(p.q) + (doc.q_offset + i0) * qld + h * D;
+  const bf16* qg = static_cast<const bf16*>(p.q) + ((doc.q_offset + i0) * QH + h) * D;
   const bf16* dog = dout + ((doc.q_offset + i0) * H + h) * D;
-  const bf16* kg = static_cast<const bf16*>(p.k) + doc.k_offset * kld + kh * D;
-  const bf16* vg = static_cast<const bf16*>(p.v) + doc.k_offset * vld + kh * D;
+  const bf16* kg = static_cast<const bf16*>(p.k) + (doc.k_offset * KH + kh) * D;
+  const bf16* vg = static_cast<const bf16*>(p.v) + (doc.k_offset * VH + kh) * D;
   const int j_begin = lo_first > 0 ? (lo_first / kBK) * kBK : 0;
   const int n_tiles = hi_last >= lo_first ? (hi_last - j_begin) / kBK + 1 : 0;
 
@@ -119,12 +120,12 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, W && D == 64 ? 2 : 1)
   for (int n = 0; n < ND; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 
   if (n_tiles > 0) {
-    load_tile<kRows, D, kQThreads>(sQ, qg, qld, nq);
+    load_tile<kRows, D, kQThreads>(sQ, qg, QH * D, nq);
     load_tile<kRows, D, kQThreads>(sdO, dog, H * D, nq);
     auto load_kv = [&](int t) {
       const int j0 = j_begin + t * kBK, buf = t & 1;
-      load_tile<kBK, D, kQThreads>(sK + buf * kBK * D * 2, kg + j0 * kld, kld, k_len - j0);
-      load_tile<kBK, D, kQThreads>(sV + buf * kBK * D * 2, vg + j0 * vld, vld, k_len - j0);
+      load_tile<kBK, D, kQThreads>(sK + buf * kBK * D * 2, kg + j0 * KH * D, KH * D, k_len - j0);
+      load_tile<kBK, D, kQThreads>(sV + buf * kBK * D * 2, vg + j0 * VH * D, VH * D, k_len - j0);
     };
     load_kv(0);
     cp_async_commit();
@@ -243,8 +244,8 @@ __global__ void __launch_bounds__(kThreads, W && D == 64 ? 3 : 1)
   const uint32_t sdO = sQ + 2 * kBQ * D * 2;  // 2 buffers of (kBQ, D)
   float* sL = reinterpret_cast<float*>(smem + (2 * kBK + 4 * kBQ) * D * 2);  // 2 x kBQ
   float* sD = sL + 2 * kBQ;                                                  // 2 x kBQ
-  const int64_t H = p.heads, Hkv = p.kv_heads, group = H / Hkv, qld = q_row(p), kld = k_row(p),
-                vld = v_row(p);
+  const int64_t H = p.heads, Hkv = p.kv_heads, group = H / Hkv, QH = q_heads(p),
+                KH = k_heads(p), VH = v_heads(p);
   const int kh = int(blockIdx.x % Hkv);
   const Tile tile = tiles[blockIdx.x / Hkv];
   const Doc doc = p.docs[tile.doc];
@@ -261,8 +262,8 @@ __global__ void __launch_bounds__(kThreads, W && D == 64 ? 3 : 1)
   const int n_qt = i_end >= i_begin ? (i_end - i_begin) / kBQ + 1 : 0;
   const int n_steps = int(group) * n_qt;
 
-  const bf16* kg = static_cast<const bf16*>(p.k) + (doc.k_offset + j0) * kld + kh * D;
-  const bf16* vg = static_cast<const bf16*>(p.v) + (doc.k_offset + j0) * vld + kh * D;
+  const bf16* kg = static_cast<const bf16*>(p.k) + ((doc.k_offset + j0) * KH + kh) * D;
+  const bf16* vg = static_cast<const bf16*>(p.v) + ((doc.k_offset + j0) * VH + kh) * D;
   float dk_acc[ND][4], dv_acc[ND][4];
 #pragma unroll
   for (int n = 0; n < ND; ++n)
@@ -270,16 +271,16 @@ __global__ void __launch_bounds__(kThreads, W && D == 64 ? 3 : 1)
     for (int e = 0; e < 4; ++e) dk_acc[n][e] = dv_acc[n][e] = 0.f;
 
   if (n_steps > 0) {
-    load_tile<kBK, D, kThreads>(sK, kg, kld, nk);
-    load_tile<kBK, D, kThreads>(sV, vg, vld, nk);
+    load_tile<kBK, D, kThreads>(sK, kg, KH * D, nk);
+    load_tile<kBK, D, kThreads>(sV, vg, VH * D, nk);
     // Step s: query head kh * group + s / n_qt, query rows i_begin + (s % n_qt) * kBQ.
     auto load_q = [&](int s) {
       const int h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ, buf = s & 1;
       const int n = min(kBQ, q_len - q0);
       const int64_t off = ((doc.q_offset + q0) * H + h) * D;
       load_tile<kBQ, D, kThreads>(sQ + buf * kBQ * D * 2,
-                                  static_cast<const bf16*>(p.q) + (doc.q_offset + q0) * qld + h * D,
-                                  qld, n);
+                                  static_cast<const bf16*>(p.q) + ((doc.q_offset + q0) * QH + h) * D,
+                                  QH * D, n);
       load_tile<kBQ, D, kThreads>(sdO + buf * kBQ * D * 2, dout + off, H * D, n);
       // lse and delta of the rows through cp.async as well (plain loads here stalled every
       // step on their latency); zeros past the document, whose P the mask zeroes.
@@ -465,9 +466,10 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
 
 }  // namespace
 
-void backward(const Problem& p, const Mod& mod, const Tile* q_tiles, int n_q_tiles,
+void backward(const Problem& problem, const Mod& mod, const Tile* q_tiles, int n_q_tiles,
               const Tile* k_tiles, int n_k_tiles, bool q_padded, bool k_padded, const void* out,
               const void* dout, const float* lse, float* delta, void* dq, void* dk, void* dv) {
+  const Problem p = with_row_strides(problem);
   const size_t q_bytes = size_t(p.t_q * p.heads * p.head_dim) * 2;
   const size_t k_bytes = size_t(p.t_k * p.kv_heads * p.head_dim) * 2;
   if (q_padded && q_bytes > 0) DL_CUDA_CHECK(cudaMemsetAsync(dq, 0, q_bytes));

@@ -13,16 +13,11 @@
 
 namespace driftless::layers::gpu::fast {
 
-// Row strides of q, k and v in elements (Problem::q_ld ...; 0 means packed rows).
-__device__ __forceinline__ int64_t q_row(const Problem& p) {
-  return p.q_ld > 0 ? p.q_ld : p.heads * p.head_dim;
-}
-__device__ __forceinline__ int64_t k_row(const Problem& p) {
-  return p.k_ld > 0 ? p.k_ld : p.kv_heads * p.head_dim;
-}
-__device__ __forceinline__ int64_t v_row(const Problem& p) {
-  return p.v_ld > 0 ? p.v_ld : p.kv_heads * p.head_dim;
-}
+// Row strides of q, k and v counted in heads (Problem::q_row_heads ...; the launchers fill
+// them through with_row_strides, so 0 never reaches a kernel).
+__device__ __forceinline__ int64_t q_heads(const Problem& p) { return p.q_row_heads; }
+__device__ __forceinline__ int64_t k_heads(const Problem& p) { return p.k_row_heads; }
+__device__ __forceinline__ int64_t v_heads(const Problem& p) { return p.v_row_heads; }
 
 using bf16 = __nv_bfloat16;
 constexpr float kLog2e = 1.4426950408889634f;

@@ -52,7 +52,8 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sK = sQ + kBQ * D * 2;      // 2 buffers of (kBK, D)
   const uint32_t sV = sK + 2 * kBK * D * 2;  // 2 buffers of (kBK, D)
-  const int64_t H = p.heads, Hkv = p.kv_heads, qld = q_row(p), kld = k_row(p), vld = v_row(p);
+  const int64_t H = p.heads, Hkv = p.kv_heads, QH = q_heads(p), KH = k_heads(p),
+                VH = v_heads(p);
   const int h = int(blockIdx.x % H);
   const Tile tile = tiles[blockIdx.x / H];
   const int kh = int(h / (H / Hkv));
@@ -83,9 +84,9 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
       qpos[mt][r] = i0 + row + k_len - q_len;
     }
 
-  const bf16* qg = static_cast<const bf16*>(p.q) + (doc.q_offset + i0) * qld + h * D;
-  const bf16* kg = static_cast<const bf16*>(p.k) + doc.k_offset * kld + kh * D;
-  const bf16* vg = static_cast<const bf16*>(p.v) + doc.k_offset * vld + kh * D;
+  const bf16* qg = static_cast<const bf16*>(p.q) + ((doc.q_offset + i0) * QH + h) * D;
+  const bf16* kg = static_cast<const bf16*>(p.k) + (doc.k_offset * KH + kh) * D;
+  const bf16* vg = static_cast<const bf16*>(p.v) + (doc.k_offset * VH + kh) * D;
   const int j_begin = lo_first > 0 ? (lo_first / kBK) * kBK : 0;
   const int n_tiles = hi_last >= lo_first ? (hi_last - j_begin) / kBK + 1 : 0;
 
@@ -101,11 +102,11 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
     for (int r = 0; r < 2; ++r) row_max[mt][r] = -INFINITY, row_sum[mt][r] = 0.f;
 
   if (n_tiles > 0) {
-    load_tile<kBQ, D, kThreads>(sQ, qg, qld, nq);
+    load_tile<kBQ, D, kThreads>(sQ, qg, QH * D, nq);
     auto load_kv = [&](int t) {
       const int j0 = j_begin + t * kBK, buf = t & 1;
-      load_tile<kBK, D, kThreads>(sK + buf * kBK * D * 2, kg + j0 * kld, kld, k_len - j0);
-      load_tile<kBK, D, kThreads>(sV + buf * kBK * D * 2, vg + j0 * vld, vld, k_len - j0);
+      load_tile<kBK, D, kThreads>(sK + buf * kBK * D * 2, kg + j0 * KH * D, KH * D, k_len - j0);
+      load_tile<kBK, D, kThreads>(sV + buf * kBK * D * 2, vg + j0 * VH * D, VH * D, k_len - j0);
     };
     load_kv(0);
     cp_async_commit();
@@ -322,8 +323,9 @@ bool supported(const Problem& p, const Mod& mod) {
          (mod.kind == ModKind::none || mod.kind == ModKind::softcap || mod.kind == ModKind::alibi);
 }
 
-void forward(const Problem& p, const Mod& mod, const Tile* tiles, int n_tiles, bool padded,
+void forward(const Problem& problem, const Mod& mod, const Tile* tiles, int n_tiles, bool padded,
              void* out, float* lse) {
+  const Problem p = with_row_strides(problem);
   if (p.t_q == 0 || p.heads == 0) return;
   if (padded) {
     DL_CUDA_CHECK(cudaMemsetAsync(out, 0, size_t(p.t_q * p.heads * p.head_dim) * 2));

@@ -3,8 +3,10 @@
 // are not left for the tail of the grid. Sorted stably, so the schedule (and with it
 // nothing numeric: each output is reduced by one CTA in a fixed order) is deterministic.
 #include <algorithm>
+#include <cstdint>
 
 #include "layers/attention/cuda/fast/fast_attention.h"
+#include "engine/core/error.h"
 #include "layers/attention/mask.h"
 
 namespace driftless::layers::gpu::fast {
@@ -26,6 +28,19 @@ std::vector<Tile> sorted(std::vector<Weighted> w) {
 }
 
 }  // namespace
+
+Problem with_row_strides(const Problem& p) {
+  Problem r = p;
+  if (r.q_row_heads == 0) r.q_row_heads = int16_t(r.heads);
+  if (r.k_row_heads == 0) r.k_row_heads = int16_t(r.kv_heads);
+  if (r.v_row_heads == 0) r.v_row_heads = int16_t(r.kv_heads);
+  DL_CHECK(r.heads <= INT16_MAX && r.q_row_heads >= r.heads && r.k_row_heads >= r.kv_heads &&
+               r.v_row_heads >= r.kv_heads,
+           "attention", "rows of " << r.q_row_heads << " / " << r.k_row_heads << " / "
+                                   << r.v_row_heads << " heads cannot hold " << r.heads << " / "
+                                   << r.kv_heads << " heads");
+  return r;
+}
 
 std::vector<Tile> q_tiles(const Problem& p, const std::vector<Doc>& docs, int block_q) {
   std::vector<Weighted> w;
