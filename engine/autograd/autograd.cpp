@@ -88,9 +88,7 @@ void accumulate(Tensor& slot, const Tensor& g) {
   } else {
     // Never add into the slot's tensor in place: it may be the caller's seed, or the same
     // tensor an op returned for two inputs (add's backward), so sum into a fresh one.
-    Tensor sum = slot.clone();
-    sum.add_(g.dtype() == slot.dtype() ? g : g.to(slot.dtype()));
-    slot = sum;
+    slot = slot.plus(g.dtype() == slot.dtype() ? g : g.to(slot.dtype()));
   }
 }
 }  // namespace

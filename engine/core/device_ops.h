@@ -16,6 +16,9 @@ Allocator& allocator();
 void copy(const Tensor& dst, const Tensor& src);
 void fill(const Tensor& dst, double value);
 void add_(const Tensor& dst, const Tensor& src);
+// dst = a + b for contiguous, 16-byte aligned tensors of one dtype whose size is whole
+// 16-byte units; false (nothing done) otherwise.
+bool add_units(const Tensor& dst, const Tensor& a, const Tensor& b);
 void synchronize();
 MemoryStats memory_stats();  // the caching allocator's counters
 void reset_peak_memory();

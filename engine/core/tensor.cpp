@@ -364,6 +364,19 @@ void Tensor::fill_(double value) const {
   });
 }
 
+Tensor Tensor::plus(const Tensor& src) const {
+  DL_CHECK(shape() == src.shape() && dtype() == src.dtype() && device() == src.device(), "plus",
+           "cannot add " << shape_str(src.shape()) << " " << dtype_name(src.dtype()) << " to "
+                         << shape_str(shape()) << " " << dtype_name(dtype()));
+  if (device() != Device::cpu) {
+    Tensor out = Tensor::empty(shape(), dtype(), device());
+    if (cuda::add_units(out, *this, src)) return out;
+  }
+  Tensor out = clone();
+  out.add_(src);
+  return out;
+}
+
 void Tensor::add_(const Tensor& src) const {
   DL_CHECK(shape() == src.shape() && dtype() == src.dtype() && device() == src.device(), "add_",
            "cannot add " << shape_str(src.shape()) << " " << dtype_name(src.dtype()) << " into "

@@ -109,6 +109,9 @@ class Tensor {
   void zero_() const { fill_(0.0); }
   // this += src (same shape and dtype); used for gradient accumulation.
   void add_(const Tensor& src) const;
+  // A fresh contiguous this + src (same shape, dtype and device): clone() then add_(src),
+  // the same bits, in one pass on cuda (gradient sums of two consumers).
+  Tensor plus(const Tensor& src) const;
 
   bool shares_storage(const Tensor& other) const {
     return defined() && other.defined() && impl_->storage == other.impl_->storage;

@@ -60,7 +60,7 @@ std::vector<Tensor> layer_norm_forward(const Tensor&, const Tensor&, const Tenso
   no_cuda("layer_norm");
 }
 std::vector<Tensor> layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                        const Tensor&, bool, bool) {
+                                        const Tensor&, bool, bool, const Tensor&, const Tensor&) {
   no_cuda("layer_norm");
 }
 Tensor softmax_forward(const Tensor&, int64_t, bool) {

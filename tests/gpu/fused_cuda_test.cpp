@@ -290,6 +290,18 @@ TEST(FusedCuda, LinearGradsIntoF32Storage) {
   EXPECT_EQ(ops::gpu::lt_matmul_count(ops::gpu::LtEpilogue::bgrad_a), before + 1);
 }
 
+// Layer norm's weight and bias gradients go straight into f32 storage from the column sums
+// (f32 accumulators): within 1e-4 of the CPU's in bf16 too (a bf16-rounded sum misses by
+// ~4e-3), at a GPT width (the 16-byte row kernel) and an odd one.
+TEST(FusedCuda, LayerNormGradsIntoF32Storage) {
+  DL_REQUIRE_GPU();
+  auto fn = [](const auto& x) { return ops::layer_norm(x[0], x[1], x[2], 1e-5); };
+  for (DType dt : {DType::f32, DType::bf16})
+    for (auto [rows, c] : {std::pair<int64_t, int64_t>{300, 768}, {37, 45}})
+      check_into_f32_grads("layer_norm", shape_str({rows, c}), fn,
+                           {rnd({rows, c}), rnd({c}, 0.5), rnd({c}, 0.1)}, dt, 1e-4);
+}
+
 // The MLP node (one node in bf16 on cuda, DGELU in the epilogue) against the CPU's two
 // nodes, at every shape, with and without f32 gradient storage for its parameters.
 TEST(FusedCuda, Mlp) {

@@ -78,4 +78,13 @@ void add_(const Tensor& dst, const Tensor& src) {
   launch_add(view_of(dst), view_of(src), dst.numel());
 }
 
+bool add_units(const Tensor& dst, const Tensor& a, const Tensor& b) {
+  for (const Tensor* t : {&dst, &a, &b})
+    if (!t->is_contiguous() || reinterpret_cast<uintptr_t>(t->raw_data()) % 16 != 0) return false;
+  const int64_t bytes = dst.numel() * int64_t(dtype_size(dst.dtype()));
+  if (bytes % 16 != 0 || dtype_size(dst.dtype()) > 8) return false;
+  launch_add3(view_of(dst), view_of(a), view_of(b), bytes / 16);
+  return true;
+}
+
 }  // namespace driftless::cuda

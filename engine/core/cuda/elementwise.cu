@@ -93,6 +93,19 @@ __global__ void add_units_kernel(void* dst, const void* src, int64_t units) {
   }
 }
 
+template <class D>
+__global__ void add3_units_kernel(void* dst, const void* a, const void* b, int64_t units) {
+  constexpr int kPer = 16 / int(sizeof(D));
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < units;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    uint4 x = static_cast<const uint4*>(a)[i];
+    const uint4 y = static_cast<const uint4*>(b)[i];
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) store<D>(&x, e, load<D>(&x, e) + load<D>(&y, e));
+    static_cast<uint4*>(dst)[i] = x;
+  }
+}
+
 template <class D, int M>
 __global__ void add_kernel(StridedView dst, StridedView src, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
@@ -254,6 +267,17 @@ void launch_add(const StridedView& dst_in, const StridedView& src_in, int64_t nu
     with_mode(mode, [&](auto m) {
       add_kernel<decltype(zd), decltype(m)::value><<<blocks_for(numel), 256>>>(dst, src, numel);
     });
+  });
+  DL_CUDA_LAUNCH_CHECK();
+}
+
+void launch_add3(const StridedView& dst, const StridedView& a, const StridedView& b,
+                 int64_t units) {
+  if (units == 0) return;
+  visit_dtype(dst.dtype, [&](auto zd) {
+    using D = decltype(zd);
+    if constexpr (sizeof(D) < 16)
+      add3_units_kernel<D><<<blocks_for(units), 256>>>(dst.data, a.data, b.data, units);
   });
   DL_CUDA_LAUNCH_CHECK();
 }

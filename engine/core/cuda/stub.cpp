@@ -17,6 +17,7 @@ Allocator& allocator() { no_cuda("cuda.alloc"); }
 void copy(const Tensor&, const Tensor&) { no_cuda("cuda.copy"); }
 void fill(const Tensor&, double) { no_cuda("cuda.fill"); }
 void add_(const Tensor&, const Tensor&) { no_cuda("cuda.add_"); }
+bool add_units(const Tensor&, const Tensor&, const Tensor&) { no_cuda("cuda.add_units"); }
 void synchronize() {}
 MemoryStats memory_stats() { return {}; }
 void reset_peak_memory() {}

@@ -174,18 +174,26 @@ std::vector<Tensor> layer_norm_forward(const Tensor& x, const Tensor& w, const T
 
 std::vector<Tensor> layer_norm_backward(const Tensor& g_in, const Tensor& x, const Tensor& w,
                                         const Tensor& mean, const Tensor& rstd, bool want_w,
-                                        bool want_b) {
+                                        bool want_b, const Tensor& dw_into,
+                                        const Tensor& db_into) {
   Tensor g = g_in.contiguous();
   const int64_t c = x.size(-1), rows = c == 0 ? 0 : x.numel() / c;
   Tensor dx = empty_like_shape(x.shape(), x.dtype());
-  Tensor dw = want_w ? empty_like_shape({c}, x.dtype()) : Tensor();
-  Tensor db = want_b ? empty_like_shape({c}, x.dtype()) : Tensor();
+  // Accumulate into the given f32 storage only when every wanted gradient has some.
+  const bool into = acc_dtype(x.dtype()) == DType::f32 && (want_w || want_b) &&
+                    (!want_w || dw_into.defined()) && (!want_b || db_into.defined());
+  for (const Tensor* t : {&dw_into, &db_into})
+    DL_CHECK(!into || !t->defined() ||
+                 (t->dtype() == DType::f32 && t->is_contiguous() && t->shape() == Shape({c})),
+             "layer_norm", "gradients accumulate into contiguous f32 (" << c << ")");
+  Tensor dw = want_w ? (into ? dw_into : empty_like_shape({c}, x.dtype())) : Tensor();
+  Tensor db = want_b ? (into ? db_into : empty_like_shape({c}, x.dtype())) : Tensor();
   const int64_t chunks = layer_norm_chunks(rows);
   DL_CHECK(chunks <= 65535, "layer_norm", "too many rows (" << rows << ") for the cuda backward");
   Tensor scratch;
   if (want_w || want_b)
     scratch = empty_like_shape({std::max<int64_t>(2 * chunks * c, 1)}, acc_dtype(x.dtype()));
-  if (rows == 0) {
+  if (rows == 0 && !into) {
     if (dw.defined()) dw.zero_();
     if (db.defined()) db.zero_();
   }
@@ -193,7 +201,8 @@ std::vector<Tensor> layer_norm_backward(const Tensor& g_in, const Tensor& x, con
                              w.defined() ? w.raw_data() : nullptr, mean.raw_data(), rstd.raw_data(),
                              dx.raw_data(), dw.defined() ? dw.raw_data() : nullptr,
                              db.defined() ? db.raw_data() : nullptr,
-                             scratch.defined() ? scratch.raw_data() : nullptr, rows, c);
+                             scratch.defined() ? scratch.raw_data() : nullptr, rows, c, into);
+  if (into) return {dx, Tensor(), Tensor()};
   return {dx, dw, db};
 }
 

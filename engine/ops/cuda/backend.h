@@ -61,10 +61,13 @@ Tensor sum_to(const Tensor& x, const Shape& shape, double factor = 1.0);
 // {out, mean, rstd}; mean and rstd are f32 (f64 for f64) of shape (rows).
 std::vector<Tensor> layer_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b,
                                        double eps);
-// {dx, dweight or undefined, dbias or undefined}
+// {dx, dweight or undefined, dbias or undefined}. With dw_into / db_into (f32 (C), the
+// parameters' gradient storage; bf16 or f32 x) the weight and bias gradients are added there
+// instead, and returned undefined.
 std::vector<Tensor> layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& w,
                                         const Tensor& mean, const Tensor& rstd, bool want_w,
-                                        bool want_b);
+                                        bool want_b, const Tensor& dw_into = Tensor(),
+                                        const Tensor& db_into = Tensor());
 
 Tensor softmax_forward(const Tensor& x, int64_t dim, bool log);
 Tensor softmax_backward(const Tensor& g, const Tensor& y, int64_t dim, bool log);

@@ -63,7 +63,8 @@ void launch_layer_norm_forward(DType dtype, const void* x, const void* w, const 
 int64_t layer_norm_chunks(int64_t rows);
 void launch_layer_norm_backward(DType dtype, const void* g, const void* x, const void* w,
                                 const void* mean, const void* rstd, void* dx, void* dw, void* db,
-                                void* scratch, int64_t rows, int64_t c);
+                                void* scratch, int64_t rows, int64_t c,
+                                bool accumulate = false);
 
 // Softmax lines: x is contiguous (outer, n, inner), lines run along n with stride inner.
 void launch_softmax_forward(DType dtype, const void* x, void* y, int64_t outer, int64_t n,

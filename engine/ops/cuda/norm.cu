@@ -108,12 +108,20 @@ __global__ void layer_norm_dwb_partial_kernel(const T* g, const T* x, const acc_
 }
 
 // Pass 2: sum the chunks of each column (col_sums: a fixed order).
+// With `accumulate` (T's accumulator is f32) dw and db are f32 gradient storage that the sums
+// are added to: a parameter's slab gradient, without a rounding to T and a separate add.
 template <class T>
-__global__ void layer_norm_dwb_final_kernel(const acc_t<T>* part_w, const acc_t<T>* part_b, T* dw,
-                                            T* db, int64_t chunks, int64_t c) {
+__global__ void layer_norm_dwb_final_kernel(const acc_t<T>* part_w, const acc_t<T>* part_b, void* dw,
+                                            void* db, int64_t chunks, int64_t c, bool accumulate) {
   using A = acc_t<T>;
-  if (dw) col_sums(part_w, chunks, c, [&](int64_t col, A v) { dw[col] = from_acc<T>(v); });
-  if (db) col_sums(part_b, chunks, c, [&](int64_t col, A v) { db[col] = from_acc<T>(v); });
+  auto put = [&](void* out, int64_t col, A v) {
+    if (accumulate)
+      static_cast<float*>(out)[col] += float(v);
+    else
+      static_cast<T*>(out)[col] = from_acc<T>(v);
+  };
+  if (dw) col_sums(part_w, chunks, c, [&](int64_t col, A v) { put(dw, col, v); });
+  if (db) col_sums(part_b, chunks, c, [&](int64_t col, A v) { put(db, col, v); });
 }
 
 // Rows of c = NP * 32 * V elements (V = 16 / sizeof(T)), 16-byte aligned (GPT widths: 768 =
@@ -287,7 +295,7 @@ int64_t layer_norm_chunks(int64_t rows) {
 
 void launch_layer_norm_backward(DType dtype, const void* g, const void* x, const void* w,
                                 const void* mean, const void* rstd, void* dx, void* dw, void* db,
-                                void* scratch, int64_t rows, int64_t c) {
+                                void* scratch, int64_t rows, int64_t c, bool accumulate) {
   if (rows == 0) return;
   dispatch_float("layer_norm", dtype, [&](auto z) {
     using T = decltype(z);
@@ -318,8 +326,10 @@ void launch_layer_norm_backward(DType dtype, const void* g, const void* x, const
     const dim3 grid(unsigned((c + 255) / 256), unsigned(chunks));
     layer_norm_dwb_partial_kernel<T><<<grid, 256>>>(pg, px, pm, pr, part_w, part_b, rows, c);
     DL_CUDA_LAUNCH_CHECK();
-    layer_norm_dwb_final_kernel<T><<<col_sum_blocks(c), kColSumThreads>>>(
-        part_w, part_b, static_cast<T*>(dw), static_cast<T*>(db), chunks, c);
+    DL_CHECK((!accumulate || std::is_same_v<A, float>), "layer_norm",
+             "accumulating f32 gradients needs an f32 accumulator");
+    layer_norm_dwb_final_kernel<T><<<col_sum_blocks(c), kColSumThreads>>>(part_w, part_b, dw, db,
+                                                                          chunks, c, accumulate);
     DL_CUDA_LAUNCH_CHECK();
   });
 }
