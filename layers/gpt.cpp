@@ -1,6 +1,7 @@
 // GPT-2 forward as a handful of autograd nodes per block (DESIGN.md "Granularity").
 #include "layers/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 
@@ -268,8 +269,20 @@ Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<SliceIn
   AttentionSpec spec = merge_specs(specs, k_rows);
   KvBuffer& buffer = kv_buffers_[size_t(l)];
   Tensor k_all, v_all;  // (sum of K extents, H_kv, D)
-  if (whole_sequences(slice, buffer.kv().size(1)) && !any_kv_fault &&
-      (!o.exchange || o.exchange->ranks() == 1)) {
+  const bool one_rank = !any_kv_fault && (!o.exchange || o.exchange->ranks() == 1);
+  // Whole sequences (one micro-sequence, one rank): each sequence's K extent is its own rows.
+  const bool own_rows_only = std::all_of(slice.begin(), slice.end(), [](const SliceInput& s) {
+    const data::ModelInput& in = *s.input;
+    return in.micro_sequences == 1 && in.sdp_size == 1 && in.first_document_begin == 0 &&
+           in.sequence_k_past == 0 && in.sequence_k_end == in.sequence_length &&
+           in.num_queries() == in.sequence_length;
+  });
+  if (o.kv_direct && one_rank && own_rows_only) {
+    // Each sequence's K extent is its own rows: k and v as they come (rows of the QKV
+    // product; the attention kernels read them in place).
+    k_all = k;
+    v_all = v;
+  } else if (one_rank && buffer.kv().defined() && whole_sequences(slice, buffer.kv().size(1))) {
     // Whole sequences in adjacent slots (no micro-sequences, no SDP): their K/V rows are one
     // run of the buffer, written and read with one copy each.
     const int64_t n = int64_t(slice.size()), run = n * buffer.kv().size(1);

@@ -43,6 +43,13 @@ struct ForwardOptions {
   // SDP: exchange whole chunks of K/V instead of only the rows other ranks read
   // (ModelInput::exchange_rows); distributed.kv_exchange: full.
   bool full_kv_exchange = false;
+  // Slices of whole sequences on one rank (one micro-sequence) read their K/V straight
+  // from the QKV product instead of through the K/V buffer, which would only be a copy (the
+  // trainer then allocates none). Bitwise the same results: the buffer copy is exact and
+  // the sole slice's K/V gradient bypasses the buffer anyway. Other slices take the buffer
+  // whatever the flag; the caller sets it only when no later call reads the buffer's rows
+  // (generation's decode steps read the prompt's K/V there, so it leaves it off).
+  bool kv_direct = false;
   uint64_t dropout_seed = 0;
 };
 

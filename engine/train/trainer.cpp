@@ -91,8 +91,14 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   model_ = std::make_unique<layers::Gpt>(
       config.model, device_, config.precision.compute == "bf16" ? DType::bf16 : DType::f32);
   model_->init(uint64_t(config.training.seed));
+  // One micro-sequence on one rank: every slice is whole sequences whose K/V nobody else
+  // reads, so attention takes them straight from the QKV product (ForwardOptions::kv_direct)
+  // and the K/V buffers (bf16 K/V and f32 gradients: 1.8 GB for GPT-2 124M at 16 x 1024)
+  // are not allocated. Fault-injection runs keep the buffers (their faults live there).
+  kv_direct_ = layout_.micro_sequences == 1 && layout_.sequence_data_parallel == 1 &&
+               options.faults == nullptr;
   const int64_t slots = config.batch.sequences / layout_.data_parallel / layout_.depth_first;
-  model_->prepare_buffers(slots, config.batch.sequence_length);
+  if (!kv_direct_) model_->prepare_buffers(slots, config.batch.sequence_length);
 
   std::vector<optim::ParamRange> ranges;
   for (const auto& p : model_->slab().parameters())
@@ -177,6 +183,7 @@ StepStats Trainer::train_step(int64_t step) {
   // Several forwards before their backwards: the loss must not hold a dW per forward.
   fo.recompute_loss = layout_.micro_sequences > 1 || layout_.breadth_first > 1;
   fo.full_kv_exchange = config_.distributed.kv_exchange == "full";
+  fo.kv_direct = kv_direct_;
 
   const int64_t m = layout_.micro_sequences;
   const data::SliceSpec base{0, int32_t(m), int32_t(layout_.sdp_rank()),
@@ -307,6 +314,7 @@ double Trainer::evaluate() {
                                                    int32_t(config_.data.pad_documents_to));
       layers::ForwardOptions fo;
       fo.training = false;
+      fo.kv_direct = true;  // whole sequences, no exchange: no buffer needed
       loss += model_->loss({{&in, 0, s}}, 1.0, fo).item();
     }
   }

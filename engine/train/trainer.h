@@ -84,6 +84,7 @@ class Trainer {
   std::unique_ptr<optim::AdamW> optimizer_;
   optim::LrSchedule schedule_;
   int64_t next_step_ = 0;
+  bool kv_direct_ = false;  // attention reads K/V from the QKV product, no K/V buffers
   Tensor zero_buffer_;  // ZeRO-1: (P * n) padded slab for the collectives
   std::unique_ptr<GradientBuckets> buckets_;  // with more than one rank (all-reduce or ZeRO-1)
   double peak_flops_ = 0;  // per GPU, for MFU; 0: unknown

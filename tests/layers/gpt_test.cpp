@@ -40,7 +40,8 @@ data::PackedSequence packed(const std::vector<int32_t>& lengths, int64_t vocab, 
 
 // Gradient slab after a full step over `seqs` cut into m micro-sequences.
 std::vector<float> gradients(Gpt& model, const std::vector<data::PackedSequence>& seqs, int m,
-                             const ModelFaults* faults = nullptr, bool reversed_slots = false) {
+                             const ModelFaults* faults = nullptr, bool reversed_slots = false,
+                             bool kv_direct = false) {
   const int64_t S = int64_t(seqs[0].tokens.size());
   model.slab().zero_grads();
   model.prepare_buffers(int64_t(seqs.size()), S);
@@ -51,6 +52,7 @@ std::vector<float> gradients(Gpt& model, const std::vector<data::PackedSequence>
   std::vector<Tensor> losses;
   ForwardOptions o;
   o.faults = faults;
+  o.kv_direct = kv_direct;
   for (int i = 0; i < m; ++i) {
     std::vector<SliceInput> slice;
     for (size_t b = 0; b < seqs.size(); ++b)
@@ -111,6 +113,20 @@ TEST(Gpt, WholeSequencesInAdjacentSlotsMatchThePerSequencePath) {
   double norm = 0;
   for (float v : run) norm += std::abs(v);
   EXPECT_GT(norm, 0.0);
+}
+
+// Whole sequences on one rank may read K/V straight from the QKV product (kv_direct, the
+// trainer's choice without micro-sequences): the same bits as through the K/V buffer, and
+// micro-sequences (which need the buffer) take the buffer path whatever the flag says.
+TEST(Gpt, DirectKvGivesTheBufferPathsBits) {
+  Gpt model(tiny_config());
+  model.init(6);
+  auto seqs = std::vector<data::PackedSequence>{packed({5, 0, 11, 3, 13}, 37, 10),
+                                                packed({32}, 37, 11)};
+  EXPECT_EQ(gradients(model, seqs, 1, nullptr, false, /*kv_direct=*/true),
+            gradients(model, seqs, 1));
+  EXPECT_EQ(gradients(model, seqs, 4, nullptr, false, /*kv_direct=*/true),
+            gradients(model, seqs, 4));
 }
 
 TEST(Gpt, DroppedKvGradientSliceIsCaught) {
