@@ -78,21 +78,8 @@ __global__ void fill_kernel(StridedView dst, double value, int64_t n) {
     store<D>(dst.data, offset_at<M>(dst, i), value);
 }
 
-// dst += src over linear runs in 16-byte units (both 16-byte aligned): each thread adds a
-// unit of elements with the same per-element arithmetic as add_kernel (the same bits).
-template <class D>
-__global__ void add_units_kernel(void* dst, const void* src, int64_t units) {
-  constexpr int kPer = 16 / int(sizeof(D));
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < units;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    uint4 a = static_cast<const uint4*>(dst)[i];
-    const uint4 b = static_cast<const uint4*>(src)[i];
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) store<D>(&a, e, load<D>(&a, e) + load<D>(&b, e));
-    static_cast<uint4*>(dst)[i] = a;
-  }
-}
-
+// dst = a + b over linear runs in 16-byte units (all 16-byte aligned; dst may be a): each
+// thread adds a unit of elements with add_kernel's per-element arithmetic (the same bits).
 template <class D>
 __global__ void add3_units_kernel(void* dst, const void* a, const void* b, int64_t units) {
   constexpr int kPer = 16 / int(sizeof(D));
@@ -252,7 +239,7 @@ void launch_add(const StridedView& dst_in, const StridedView& src_in, int64_t nu
     visit_dtype(dst.dtype, [&](auto zd) {
       using D = decltype(zd);
       if constexpr (sizeof(D) < 16)
-        add_units_kernel<D><<<blocks_for(units), 256>>>(dst.data, src.data, units);
+        add3_units_kernel<D><<<blocks_for(units), 256>>>(dst.data, dst.data, src.data, units);
     });
     DL_CUDA_LAUNCH_CHECK();
     const int64_t done = units * per, tail = numel - done;

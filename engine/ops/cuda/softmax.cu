@@ -153,6 +153,23 @@ __device__ MaxSum<A> block_merge(MaxSum<A> v) {
 // the same bits. With `cache` (shared memory, f32 aligned rows), each thread also keeps the
 // packs it read there, for dlogits_row to read back instead of the row (each thread its own
 // packs: the same index sequence in both functions, so no barrier is needed).
+// f(q, j) for the float4 packs j = threadIdx.x, + blockDim.x, ... below n4, in that order,
+// four loads in flight before any is used. row_max_sum and dlogits_row both walk a row
+// with it, so a thread meets the same packs in both (what the shared-memory cache relies on).
+template <class F>
+__device__ __forceinline__ void for_each_pack(const float4* r4, int64_t n4, F&& f) {
+  const int64_t step = blockDim.x;
+  int64_t j = threadIdx.x;
+  for (; j + 3 * step < n4; j += 4 * step) {
+    float4 q[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) q[u] = r4[j + u * step];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) f(q[u], j + u * step);
+  }
+  for (; j < n4; j += step) f(r4[j], j);
+}
+
 template <class T>
 __device__ __noinline__ MaxSum<acc_t<T>> row_max_sum(const T* row, int64_t v, float4* cache) {
   using A = acc_t<T>;
@@ -179,24 +196,11 @@ __device__ __noinline__ MaxSum<acc_t<T>> row_max_sum(const T* row, int64_t v, fl
         ms.s += (exp_acc(q.x - ms.m) + exp_acc(q.y - ms.m)) +
                 (exp_acc(q.z - ms.m) + exp_acc(q.w - ms.m));
       };
-      const int64_t n4 = v / 4, step = blockDim.x;
-      const float4* r4 = reinterpret_cast<const float4*>(row);
-      int64_t j = threadIdx.x;
-      for (; j + 3 * step < n4; j += 4 * step) {
-        float4 q[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) q[u] = r4[j + u * step];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          add4(q[u]);
-          if (cache) cache[j + u * step] = q[u];
-        }
-      }
-      for (; j < n4; j += step) {
-        const float4 q = r4[j];
+      const int64_t n4 = v / 4;
+      for_each_pack(reinterpret_cast<const float4*>(row), n4, [&](const float4& q, int64_t j) {
         add4(q);
         if (cache) cache[j] = q;
-      }
+      });
       j0 = n4 * 4;
     }
   }
@@ -236,22 +240,13 @@ __device__ __noinline__ void dlogits_row(const T* row, G* drow, int64_t v, acc_t
   if constexpr (std::is_same_v<T, float>) {
     if (reinterpret_cast<uintptr_t>(row) % 16 == 0 &&
         reinterpret_cast<uintptr_t>(drow) % (4 * sizeof(G)) == 0) {
-      const int64_t n4 = v / 4, step = blockDim.x;
+      const int64_t n4 = v / 4;
       const float4* r4 = cache ? cache : reinterpret_cast<const float4*>(row);
-      auto put = [&](const float4& q, int64_t j) {
+      for_each_pack(r4, n4, [&](const float4& q, int64_t j) {
         const int64_t e = 4 * j;
         store4(drow + e, dlogit(q.x, l, w, e == t), dlogit(q.y, l, w, e + 1 == t),
                dlogit(q.z, l, w, e + 2 == t), dlogit(q.w, l, w, e + 3 == t));
-      };
-      int64_t j = threadIdx.x;
-      for (; j + 3 * step < n4; j += 4 * step) {
-        float4 q[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) q[u] = r4[j + u * step];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) put(q[u], j + u * step);
-      }
-      for (; j < n4; j += step) put(r4[j], j);
+      });
       j0 = n4 * 4;
     }
   }
