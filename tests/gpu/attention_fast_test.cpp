@@ -200,6 +200,18 @@ std::vector<Case> cases() {
                  4,
                  2,
                  d});
+    // The training layout (every document with q_len == k_len) with several documents, GQA,
+    // padding between them and each modifier.
+    c.push_back({"eq_docs_gqa" + sd, {{5, 5}, {0, 0}, {63, 63}, {1, 1}, {129, 129}, {64, 64}, {200, 200}},
+                 4, 2, d});
+    c.push_back({"eq_padding" + sd, {{7, 7, 3, 2}, {0, 0, 4, 4}, {100, 100, 5, 0}, {130, 130, 0, 9}},
+                 4, 2, d});
+    Case esc{"eq_softcap30" + sd, {{129, 129}, {230, 230}}, 4, 1, d};
+    esc.mod = Case::softcap;
+    c.push_back(esc);
+    Case eal{"eq_alibi" + sd, {{129, 129}, {230, 230}}, 4, 2, d};
+    eal.mod = Case::alibi;
+    c.push_back(eal);
     c.push_back({"window_causal" + sd, {{1023, 1023}, {50, 200}}, 2, 1, d, true, 100});
     c.push_back({"window_lr" + sd, {{300, 300}, {50, 200}}, 2, 1, d, false, 70, 20});
     c.push_back({"noncausal" + sd, {{63, 40}, {170, 129}}, 2, 2, d, false});
@@ -269,7 +281,7 @@ TEST(AttentionFast, StridedInputsGiveThePackedBits) {
   uint64_t seed = 4242;
   for (const Case& c : cases()) {
     if (c.name != "gqa4_d64" && c.name != "padding_d128" && c.name != "softcap30_d64" &&
-        c.name != "len1023_d64")
+        c.name != "len1023_d64" && c.name != "eq_docs_gqa_d64")
       continue;
     SCOPED_TRACE(c.name);
     const Problem p = make(c, seed += 10);
