@@ -79,8 +79,8 @@ Tensor chunked_cuda(const Tensor& x, const Tensor& w, const std::vector<int64_t>
   Tensor targets = Tensor::from_vector(labels).to(Device::cuda);  // (T) i64
   Tensor scale = Tensor::full({}, loss_scale, DType::f32, Device::cuda);
   Tensor total = Tensor::zeros({}, DType::f32, Device::cuda);
-  // dlogits of up to kLmLossGradChunks chunks side by side (bf16: 4 x 640 rows of GPT-2 is
-  // 257 MB), so one dx and one dW product cover them all: dW is (V, C) f32 read and written
+  // dlogits of up to kLmLossGradChunks chunks side by side (bf16: 4 x 1280 rows of GPT-2 is
+  // 515 MB), so one dx and one dW product cover them all: dW is (V, C) f32 read and written
   // by every accumulating product (308 MB for GPT-2), which per 640-row chunk cost more than
   // the product itself.
   const bool want_grads = gr.dx.defined() || gr.dw.defined();

@@ -10,10 +10,12 @@ namespace driftless::layers {
 
 // Byte budget of one chunk of fp32 logits (chunk_rows x V x 4). On cuda the chunk's
 // dlogits go, in the operand dtype, into a buffer of kLmLossGradChunks chunks (bf16: 4 x
-// half the budget): the transient peak is about 3 x the budget, 384 MiB, instead of T x V x
-// 4 twice (1.6 GB each for 8k tokens of GPT-2's 50257). 128 MiB is 640 rows of GPT-2,
-// enough for the logits product of a chunk to fill an H100.
-constexpr int64_t kLmLossChunkBytes = int64_t(128) << 20;
+// half the budget): the transient peak is about 3 x the budget, 768 MiB, instead of T x V x
+// 4 twice (1.6 GB each for 8k tokens of GPT-2's 50257). 256 MiB is 1280 rows of GPT-2:
+// every chunk's logits product reads all of W (77 MB for GPT-2) and each dx / dW pair reads
+// and writes the f32 dW, so fewer, larger chunks move less; on an H100 1280 rows took 0.7 ms
+// off a GPT-2 124M step (and 350M) against 640, for 0.36 GiB more peak (BENCHMARKS.md).
+constexpr int64_t kLmLossChunkBytes = int64_t(256) << 20;
 
 // Chunks whose dlogits (in the operand dtype) are kept side by side on cuda so that one dx
 // and one dW product cover them: the (V, C) f32 dW that every accumulating product reads
