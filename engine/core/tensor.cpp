@@ -168,6 +168,24 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   return make_view(sh, strides(), offset() + start * strides()[d]);
 }
 
+Tensor Tensor::joined(const std::vector<Tensor>& parts, int64_t dim) {
+  if (parts.empty() || !parts[0].defined() || parts[0].dim() == 0) return Tensor();
+  const Tensor& first = parts[0];
+  const int64_t d = normalize_dim(dim, first.dim(), "joined");
+  Shape sh = first.shape();
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const Tensor& t = parts[i];
+    if (!t.shares_storage(first) || t.dtype() != first.dtype() || t.dim() != first.dim() ||
+        t.strides() != first.strides())
+      return Tensor();
+    for (int64_t k = 0; k < t.dim(); ++k)
+      if (k != d && t.size(k) != first.size(k)) return Tensor();
+    if (t.offset() != first.offset() + sh[d] * first.strides()[d]) return Tensor();
+    sh[d] += t.size(d);
+  }
+  return first.make_view(sh, first.strides(), first.offset());
+}
+
 Tensor Tensor::select(int64_t d, int64_t index) const {
   d = normalize_dim(d, dim(), "select");
   DL_CHECK(index >= 0 && index < shape()[d], "select",

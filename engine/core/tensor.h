@@ -96,6 +96,10 @@ class Tensor {
   Tensor permute(const std::vector<int64_t>& dims) const;
   Tensor unsqueeze(int64_t dim) const;
   Tensor squeeze(int64_t dim) const;
+  // The inverse of narrow: parts that are adjacent narrows along dim of one tensor (same
+  // storage, shape but for dim, and strides; each starting where the one before ends) as
+  // one view spanning them all. Undefined when they are not.
+  static Tensor joined(const std::vector<Tensor>& parts, int64_t dim);
 
   // Copies.
   Tensor contiguous() const;  // self when already contiguous

@@ -73,8 +73,11 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, in
     outs.push_back(x.narrow(d, off, s));
     off += s;
   }
+  // Gradients that are adjacent blocks of one buffer (the fast attention backward writes dq,
+  // dk and dv so, laid out like the QKV product that was split) are that buffer: no copy.
   return autograd::record(op, {x}, outs, Context(), [d](Context&, const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{concat(g, d)};
+    Tensor whole = Tensor::joined(g, d);
+    return std::vector<Tensor>{whole.defined() ? whole : concat(g, d)};
   });
 }
 

@@ -116,6 +116,29 @@ TEST(Tensor, ReshapeOfStridedViews) {
   EXPECT_EQ(iota({0, 4}).transpose(0, 1).reshape({2, 0, 2}).shape(), (Shape{2, 0, 2}));
 }
 
+TEST(Tensor, JoinedIsTheInverseOfNarrow) {
+  Tensor t = iota({4, 12});
+  Tensor whole = Tensor::joined({t.narrow(1, 0, 3), t.narrow(1, 3, 0), t.narrow(1, 3, 5),
+                                 t.narrow(1, 8, 4)},
+                                -1);
+  ASSERT_TRUE(whole.defined());
+  EXPECT_TRUE(whole.shares_storage(t));
+  EXPECT_EQ(whole.shape(), t.shape());
+  EXPECT_EQ(whole.to_vector<double>(), t.to_vector<double>());
+  // Rows 1..3 of a column block, joined along dim 0: strided rows, still a view.
+  Tensor cols = t.narrow(1, 2, 6);
+  Tensor rows = Tensor::joined({cols.narrow(0, 1, 1), cols.narrow(0, 2, 2)}, 0);
+  ASSERT_TRUE(rows.defined());
+  EXPECT_EQ(rows.strides(), (Shape{12, 1}));
+  EXPECT_EQ(rows.at({1, 5}), t.at({2, 7}));
+  // Not adjacent, out of order, another tensor, other sizes: no view.
+  EXPECT_FALSE(Tensor::joined({t.narrow(1, 0, 3), t.narrow(1, 4, 2)}, 1).defined());
+  EXPECT_FALSE(Tensor::joined({t.narrow(1, 3, 3), t.narrow(1, 0, 3)}, 1).defined());
+  EXPECT_FALSE(Tensor::joined({t.narrow(1, 0, 3), iota({4, 12}).narrow(1, 3, 3)}, 1).defined());
+  EXPECT_FALSE(Tensor::joined({t.narrow(0, 0, 2).narrow(1, 0, 3), t.narrow(1, 3, 3)}, 1).defined());
+  EXPECT_FALSE(Tensor::joined({}, 0).defined());
+}
+
 TEST(Tensor, ConversionRoundTripsAndBf16Rounding) {
   Tensor t = Tensor::from_vector(std::vector<double>{1.0, -2.5, 1.0 + 1.0 / 256, 3.0e38});
   Tensor b = t.to(DType::bf16);

@@ -135,6 +135,16 @@ DeviceProblem make_device_problem(const ResolvedAttention& r, const Tensor& q, c
   return d;
 }
 
+// q, k and v as the column blocks of one (T, (H + 2 H_kv) D) tensor, in that order: the
+// fused QKV product the model splits.
+bool qkv_layout(const Tensor& q, const Tensor& k, const Tensor& v, const ResolvedAttention& r) {
+  const int64_t D = r.head_dim, rs = (r.heads + 2 * r.kv_heads) * D;
+  const Shape st{rs, D, 1};
+  return q.shares_storage(k) && q.shares_storage(v) && r.t_q == r.t_k && q.strides() == st &&
+         k.strides() == st && v.strides() == st && k.offset() == q.offset() + r.heads * D &&
+         v.offset() == k.offset() + r.kv_heads * D;
+}
+
 }  // namespace
 
 AttentionOutputs cuda_forward(const ResolvedAttention& r, const Tensor& q, const Tensor& k,
@@ -163,16 +173,29 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
   Tensor lc = lse.to(DType::f32).contiguous();
   Tensor delta = Tensor::empty({r.t_q * r.heads}, DType::f32, Device::cuda);
   AttentionGrads g;
-  g.dq = Tensor::empty({r.t_q, r.heads, r.head_dim}, q.dtype(), Device::cuda);
-  g.dk = Tensor::empty({r.t_k, r.kv_heads, r.head_dim}, q.dtype(), Device::cuda);
-  g.dv = Tensor::empty({r.t_k, r.kv_heads, r.head_dim}, q.dtype(), Device::cuda);
+  gpu::fast::OutRows rows;
+  if (d.fast && qkv_layout(q, k, v, r)) {
+    // The gradients laid out like q, k and v: blocks of one buffer, which the split that made
+    // them from the QKV product takes as its input's gradient with no copy (ops::split).
+    const int64_t H = r.heads, Hkv = r.kv_heads, D = r.head_dim;
+    Tensor all = Tensor::empty({r.t_q, (H + 2 * Hkv) * D}, q.dtype(), Device::cuda);
+    g.dq = all.narrow(1, 0, H * D).reshape({r.t_q, H, D});
+    g.dk = all.narrow(1, H * D, Hkv * D).reshape({r.t_k, Hkv, D});
+    g.dv = all.narrow(1, (H + Hkv) * D, Hkv * D).reshape({r.t_k, Hkv, D});
+    rows.dq_heads = rows.dkv_heads = int(H + 2 * Hkv);
+  } else {
+    g.dq = Tensor::empty({r.t_q, r.heads, r.head_dim}, q.dtype(), Device::cuda);
+    g.dk = Tensor::empty({r.t_k, r.kv_heads, r.head_dim}, q.dtype(), Device::cuda);
+    g.dv = Tensor::empty({r.t_k, r.kv_heads, r.head_dim}, q.dtype(), Device::cuda);
+  }
   if (d.fast) {
     const Tensor qt = device_tiles(gpu::fast::q_tiles(d.p, d.host_docs, gpu::fast::dq_block_q(d.p.head_dim)));
     const Tensor kt = device_tiles(gpu::fast::k_tiles(d.p, d.host_docs, gpu::fast::kBwdBlockK));
     gpu::fast::backward(d.p, d.mod, tiles_ptr(qt), qt.defined() ? int(qt.numel() / 2) : 0,
                         tiles_ptr(kt), kt.defined() ? int(kt.numel() / 2) : 0, d.q_padded,
                         d.k_padded, oc.raw_data(), doc.raw_data(), lc.data<float>(),
-                        delta.data<float>(), g.dq.raw_data(), g.dk.raw_data(), g.dv.raw_data());
+                        delta.data<float>(), g.dq.raw_data(), g.dk.raw_data(), g.dv.raw_data(),
+                        rows);
     return g;
   }
   gpu::launch_backward(d.p, d.mod, oc.raw_data(), doc.raw_data(), lc.data<float>(),

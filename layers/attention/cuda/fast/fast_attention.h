@@ -53,9 +53,17 @@ Problem with_row_strides(const Problem& p);
 // zero-filled first (out 0, lse -inf; dq/dk/dv 0). Every launch goes to the default stream.
 void forward(const Problem& p, const Mod& mod, const Tile* tiles, int n_tiles, bool padded,
              void* out, float* lse);
+// Row strides of the gradients, counted in heads (a row of dq is dq_heads * head_dim
+// elements); 0: packed (H and H_kv). Wider rows let dq, dk and dv be column blocks of one
+// buffer laid out like the fused QKV product, which is then its gradient with no copy.
+struct OutRows {
+  int dq_heads = 0, dkv_heads = 0;
+};
+
 // delta: (H * T_q) f32 scratch.
 void backward(const Problem& p, const Mod& mod, const Tile* q_tiles, int n_q_tiles,
               const Tile* k_tiles, int n_k_tiles, bool q_padded, bool k_padded, const void* out,
-              const void* dout, const float* lse, float* delta, void* dq, void* dk, void* dv);
+              const void* dout, const float* lse, float* delta, void* dq, void* dk, void* dv,
+              OutRows rows = {});
 
 }  // namespace driftless::layers::gpu::fast

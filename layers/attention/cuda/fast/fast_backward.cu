@@ -67,7 +67,7 @@ __global__ void delta_kernel(int64_t rows, int64_t heads, int64_t t_q, const bf1
 template <int D, class M, bool W>
 __global__ void __launch_bounds__(DqRows<D>::value * 2, W && D == 64 ? 2 : 1)
     dq_kernel(Problem p, M mod, const Tile* tiles, const bf16* dout, const float* lse,
-              const float* delta, bf16* dq) {
+              const float* delta, bf16* dq, int dq_heads) {
   constexpr int KD = D / 16, NK = kBK / 8, ND = D / 8;
   constexpr int kRows = DqRows<D>::value, kQThreads = kRows * 2;  // 16 rows (a warp) each
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, W && D == 64 ? 2 : 1)
   for (int r = 0; r < 2; ++r) {
     const int row = warp * 16 + g + 8 * r;
     if (row >= nq) continue;
-    bf16* o = dq + ((doc.q_offset + i0 + row) * H + h) * D;
+    bf16* o = dq + ((doc.q_offset + i0 + row) * dq_heads + h) * D;
 #pragma unroll
     for (int n = 0; n < ND; ++n)
       *reinterpret_cast<uint32_t*>(o + n * 8 + 2 * t4) =
@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, W && D == 64 ? 2 : 1)
 template <int D, class M, bool W>
 __global__ void __launch_bounds__(kThreads, W && D == 64 ? 3 : 1)
     dkv_kernel(Problem p, M mod0, const Tile* tiles, const bf16* dout, const float* lse,
-               const float* delta, bf16* dk, bf16* dv) {
+               const float* delta, bf16* dk, bf16* dv, int dkv_heads) {
   constexpr int KD = D / 16, NQ = kBQ / 8, ND = D / 8;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = align_smem(smem_raw);
@@ -421,7 +421,7 @@ __global__ void __launch_bounds__(kThreads, W && D == 64 ? 3 : 1)
   for (int r = 0; r < 2; ++r) {
     const int row = warp * 16 + g + 8 * r;
     if (row >= nk) continue;
-    const int64_t off = ((doc.k_offset + j0 + row) * Hkv + kh) * D;
+    const int64_t off = ((doc.k_offset + j0 + row) * dkv_heads + kh) * D;
 #pragma unroll
     for (int n = 0; n < ND; ++n) {
       *reinterpret_cast<uint32_t*>(dk + off + n * 8 + 2 * t4) =
@@ -440,7 +440,7 @@ void set_smem(K kernel, int bytes) {
 template <int D, class M, bool W>
 void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, const Tile* k_tiles,
             int n_k_tiles, const bf16* out, const bf16* dout, const float* lse, float* delta,
-            bf16* dq, bf16* dk, bf16* dv) {
+            bf16* dq, bf16* dk, bf16* dv, const OutRows& out_rows) {
   constexpr int kSmemQ = (2 * DqRows<D>::value + 4 * kBK) * D * 2 + kSmemAlign;
   constexpr int kSmemKV = (2 * kBK + 4 * kBQ) * D * 2 + 4 * kBQ * 4 + kSmemAlign;
   static bool configured = false;
@@ -454,12 +454,12 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
   DL_CUDA_LAUNCH_CHECK();
   if (n_q_tiles > 0) {
     dq_kernel<D, M, W><<<unsigned(int64_t(n_q_tiles) * p.heads), DqRows<D>::value * 2, kSmemQ>>>(
-        p, mod, q_tiles, dout, lse, delta, dq);
+        p, mod, q_tiles, dout, lse, delta, dq, out_rows.dq_heads);
     DL_CUDA_LAUNCH_CHECK();
   }
   if (n_k_tiles > 0) {
     dkv_kernel<D, M, W><<<unsigned(int64_t(n_k_tiles) * p.kv_heads), kThreads, kSmemKV>>>(
-        p, mod, k_tiles, dout, lse, delta, dk, dv);
+        p, mod, k_tiles, dout, lse, delta, dk, dv, out_rows.dkv_heads);
     DL_CUDA_LAUNCH_CHECK();
   }
 }
@@ -468,14 +468,25 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
 
 void backward(const Problem& problem, const Mod& mod, const Tile* q_tiles, int n_q_tiles,
               const Tile* k_tiles, int n_k_tiles, bool q_padded, bool k_padded, const void* out,
-              const void* dout, const float* lse, float* delta, void* dq, void* dk, void* dv) {
+              const void* dout, const float* lse, float* delta, void* dq, void* dk, void* dv,
+              OutRows rows) {
   const Problem p = with_row_strides(problem);
-  const size_t q_bytes = size_t(p.t_q * p.heads * p.head_dim) * 2;
-  const size_t k_bytes = size_t(p.t_k * p.kv_heads * p.head_dim) * 2;
-  if (q_padded && q_bytes > 0) DL_CUDA_CHECK(cudaMemsetAsync(dq, 0, q_bytes));
-  if (k_padded && k_bytes > 0) {
-    DL_CUDA_CHECK(cudaMemsetAsync(dk, 0, k_bytes));
-    DL_CUDA_CHECK(cudaMemsetAsync(dv, 0, k_bytes));
+  if (rows.dq_heads == 0) rows.dq_heads = int(p.heads);
+  if (rows.dkv_heads == 0) rows.dkv_heads = int(p.kv_heads);
+  DL_CHECK(rows.dq_heads >= p.heads && rows.dkv_heads >= p.kv_heads, "attention",
+           "gradient rows of " << rows.dq_heads << " / " << rows.dkv_heads
+                               << " heads cannot hold " << p.heads << " / " << p.kv_heads);
+  // Padded rows are zeroed first (the kernels write the rows of documents only), row by row
+  // where the gradients are rows of a wider buffer.
+  auto zero_rows = [](void* x, int64_t rows_n, int64_t heads, int64_t row_heads, int64_t d) {
+    const size_t width = size_t(heads * d) * 2, pitch = size_t(row_heads * d) * 2;
+    if (rows_n > 0 && width > 0)
+      DL_CUDA_CHECK(cudaMemset2DAsync(x, pitch, 0, width, size_t(rows_n)));
+  };
+  if (q_padded) zero_rows(dq, p.t_q, p.heads, rows.dq_heads, p.head_dim);
+  if (k_padded) {
+    zero_rows(dk, p.t_k, p.kv_heads, rows.dkv_heads, p.head_dim);
+    zero_rows(dv, p.t_k, p.kv_heads, rows.dkv_heads, p.head_dim);
   }
   if (p.t_q == 0 || p.heads == 0) return;
   const bool wg = use_wgmma();
@@ -484,7 +495,7 @@ void backward(const Problem& problem, const Mod& mod, const Tile* q_tiles, int n
       launch<decltype(d)::value, decltype(m), decltype(w)::value>(
           p, m, q_tiles, n_q_tiles, k_tiles, n_k_tiles, static_cast<const bf16*>(out),
           static_cast<const bf16*>(dout), lse, delta, static_cast<bf16*>(dq),
-          static_cast<bf16*>(dk), static_cast<bf16*>(dv));
+          static_cast<bf16*>(dk), static_cast<bf16*>(dv), rows);
     };
     auto pick_w = [&](auto d) {
       if (wg)
