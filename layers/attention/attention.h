@@ -28,6 +28,9 @@ struct AttentionOutputs {
   Tensor lse;  // (H, T_q), f32 (f64 for f64 inputs)
 };
 
+// On cuda, when q, k and v are the column blocks of one (T, (H + 2 H_kv) D) tensor (the
+// fused QKV product), dq, dk and dv come back as the same blocks of one fresh buffer: strided
+// views, not packed rows (ops::split joins them with no copy).
 struct AttentionGrads {
   Tensor dq;     // (T_q, H, D)
   Tensor dk;     // (T_k, H_kv, D): summed over each group's query heads

@@ -1,5 +1,6 @@
 // concat, split (multi-output), narrow, reshape, transpose, permute, contiguous: values,
 // view semantics, gradients at odd shapes, bad input.
+#include "engine/autograd/autograd.h"
 #include "engine/ops/ops.h"
 #include "tests/engine/ops_test_util.h"
 
@@ -22,6 +23,19 @@ TEST(OpsShape, ConcatAndSplitValues) {
   // Zero-size pieces are allowed.
   auto z = ops::split(a, {0, 2}, 0);
   EXPECT_EQ(z[0].shape(), (Shape{0, 2}));
+}
+
+// concat's backward hands split's backward adjacent blocks of the one upstream gradient,
+// which split takes whole (Tensor::joined, no copy): the same values as a concat, and the
+// upstream gradient is left as it was.
+TEST(OpsShape, SplitBackwardOfAdjacentBlocks) {
+  Tensor x = rnd({3, 7}, 5).set_requires_grad();
+  Tensor y = ops::concat(ops::split(x, {2, 0, 5}, 1), 1);
+  Tensor seed = rnd({3, 7}, 6);
+  const std::vector<double> before = seed.to_vector<double>();
+  autograd::backward(y, seed);
+  EXPECT_EQ(x.grad().to_vector<double>(), before);
+  EXPECT_EQ(seed.to_vector<double>(), before);
 }
 
 TEST(OpsShape, ViewsShareStorage) {

@@ -36,7 +36,8 @@ namespace {
 //   in double then rounded, gathers, copies, the dropout mask); 2e-6 for gelu (device
 //   tanhf vs libm, ~2 ulp, plus FMA contraction); 1e-5 for reductions, matmul, norms and
 //   softmaxes (fp32 sums in another order than the CPU's double or Eigen's: ~sqrt(n) ulp
-//   of the scale for n <= 1e5).
+//   of the scale for n <= 1e5; the softmaxes' exp is the ex2 approximation, ~2^-22
+//   relative plus the rounding of v log2 e).
 // bf16: the CUDA op computes in fp32 and rounds its output once (<= 2^-9 relative); a
 //   gradient passes through a few such roundings (cotangent, saved output, the backward's
 //   own output), so 4 roundings (1.6e-2) for most ops; 3e-2 for softmax / log_softmax /
