@@ -81,8 +81,8 @@ Tensor chunked_cuda(const Tensor& x, const Tensor& w, const std::vector<int64_t>
   Tensor total = Tensor::zeros({}, DType::f32, Device::cuda);
   // dlogits of up to kLmLossGradChunks chunks side by side (bf16: 4 x 1280 rows of GPT-2 is
   // 515 MB), so one dx and one dW product cover them all: dW is (V, C) f32 read and written
-  // by every accumulating product (308 MB for GPT-2), which per chunk cost more than
-  // the product itself.
+  // by every accumulating product (308 MB for GPT-2), which per chunk cost more than the
+  // product itself.
   const bool want_grads = gr.dx.defined() || gr.dw.defined();
   const int64_t group_rows = std::min(t_rows, rows * kLmLossGradChunks);
   Tensor dgroup = want_grads ? Tensor::empty({group_rows, ld}, dt, Device::cuda) : Tensor();

@@ -173,7 +173,6 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
   Tensor lc = lse.to(DType::f32).contiguous();
   Tensor delta = Tensor::empty({r.t_q * r.heads}, DType::f32, Device::cuda);
   AttentionGrads g;
-  gpu::fast::OutRows rows;
   if (d.fast && qkv_layout(q, k, v, r)) {
     // The gradients laid out like q, k and v: blocks of one buffer, which the split that made
     // them from the QKV product takes as its input's gradient with no copy (ops::split).
@@ -182,13 +181,15 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
     g.dq = all.narrow(1, 0, H * D).reshape({r.t_q, H, D});
     g.dk = all.narrow(1, H * D, Hkv * D).reshape({r.t_k, Hkv, D});
     g.dv = all.narrow(1, (H + Hkv) * D, Hkv * D).reshape({r.t_k, Hkv, D});
-    rows.dq_heads = rows.dkv_heads = int(H + 2 * Hkv);
   } else {
     g.dq = Tensor::empty({r.t_q, r.heads, r.head_dim}, q.dtype(), Device::cuda);
     g.dk = Tensor::empty({r.t_k, r.kv_heads, r.head_dim}, q.dtype(), Device::cuda);
     g.dv = Tensor::empty({r.t_k, r.kv_heads, r.head_dim}, q.dtype(), Device::cuda);
   }
   if (d.fast) {
+    // The kernels write the gradients' rows as laid out above, heads packed within a row.
+    const gpu::fast::OutRows rows{int(g.dq.strides()[0] / r.head_dim),
+                                  int(g.dk.strides()[0] / r.head_dim)};
     const Tensor qt = device_tiles(gpu::fast::q_tiles(d.p, d.host_docs, gpu::fast::dq_block_q(d.p.head_dim)));
     const Tensor kt = device_tiles(gpu::fast::k_tiles(d.p, d.host_docs, gpu::fast::kBwdBlockK));
     gpu::fast::backward(d.p, d.mod, tiles_ptr(qt), qt.defined() ? int(qt.numel() / 2) : 0,
