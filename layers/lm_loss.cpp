@@ -190,20 +190,36 @@ Tensor lm_loss(const Tensor& x, const Tensor& weight, const Tensor& labels, cons
   const DType dtx = x.dtype(), dtw = weight.is_leaf() ? acc : weight.dtype();
   return autograd::record(
       op, {x, weight}, loss, std::move(ctx),
-      [rerun, want_dx, want_dw, dtx, dtw](autograd::Context& cx,
-                                          const std::vector<Tensor>& g) -> std::vector<Tensor> {
+      [rerun, want_dx, want_dw, dtx, dtw, weight](autograd::Context& cx,
+                                                  const std::vector<Tensor>& g) -> std::vector<Tensor> {
         autograd::NoGradGuard no_grad;
         Grads saved{cx.saved_tensors()[0], cx.saved_tensors()[1]};
         if (rerun) rerun(want_dx, want_dw, saved);  // the chunks again, with gradients
-        auto scaled = [&](const Tensor& d, DType to) -> Tensor {
+        // On cuda the upstream gradient scales dx into its dtype and dW into the weight's
+        // f32 gradient storage where it has one, each in one pass that reads the scale on
+        // the device (ops::gpu::scaled_into).
+        auto scaled = [&](const Tensor& d, DType to, const Tensor& into) -> Tensor {
           if (!d.defined()) return Tensor();
-          Tensor r = d.device() == Device::cuda
-                         ? ops::gpu::binary(ops::gpu::Binary::mul, d,
-                                            g[0].to(Device::cuda, d.dtype()), d.shape())
-                         : ops::scale(d, g[0].item());
-          return r.to(to);
+          if (d.device() != Device::cuda) return ops::scale(d, g[0].item()).to(to);
+          if (d.dtype() == DType::f32 && (into.defined() || to == DType::bf16)) {
+            const Tensor s = g[0].to(Device::cuda, DType::f32);
+            if (into.defined()) {
+              ops::gpu::scaled_into(d, s, into);
+              return Tensor();
+            }
+            Tensor r = Tensor::empty(d.shape(), to, Device::cuda);  // scaled and rounded at once
+            ops::gpu::scaled_into(d, s, r);
+            return r;
+          }
+          return ops::gpu::binary(ops::gpu::Binary::mul, d, g[0].to(Device::cuda, d.dtype()),
+                                  d.shape())
+              .to(to);
         };
-        return {scaled(saved.dx, dtx), scaled(saved.dw, dtw)};
+        const Tensor dw_into =
+            saved.dw.defined() && saved.dw.dtype() == DType::f32 && saved.dw.device() == Device::cuda
+                ? autograd::accumulating_grad(weight)
+                : Tensor();
+        return {scaled(saved.dx, dtx, Tensor()), scaled(saved.dw, dtw, dw_into)};
       });
 }
 

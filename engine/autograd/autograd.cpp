@@ -93,6 +93,24 @@ void accumulate(Tensor& slot, const Tensor& g) {
 }
 }  // namespace
 
+namespace {
+// The running backward's gradient slots (per node, per output), for take_pending_grad.
+thread_local std::unordered_map<Node*, std::vector<Tensor>>* t_slots = nullptr;
+}  // namespace
+
+Tensor take_pending_grad(const Tensor& t) {
+  if (!t_slots || !t.defined() || !t.grad_fn()) return Tensor();
+  auto it = t_slots->find(t.grad_fn().get());
+  if (it == t_slots->end() || size_t(t.output_nr()) >= it->second.size()) return Tensor();
+  Tensor& slot = it->second[size_t(t.output_nr())];
+  if (!slot.defined() || !slot.is_contiguous() || slot.shape() != t.shape() ||
+      slot.dtype() != t.dtype() || slot.device() != t.device())
+    return Tensor();
+  Tensor pending = slot;
+  slot = Tensor();
+  return pending;
+}
+
 Tensor accumulating_grad(const Tensor& t) {
   if (!t.defined() || !t.requires_grad() || t.grad_fn()) return Tensor();
   Tensor g = t.grad();
@@ -155,6 +173,13 @@ void backward(const Tensor& root, const Tensor& grad, const LeafDoneHook& on_lea
   };
 
   std::unordered_map<Node*, std::vector<Tensor>> slots;
+  struct SlotsScope {  // take_pending_grad sees this backward's slots (restored on exit)
+    std::unordered_map<Node*, std::vector<Tensor>>* prev;
+    explicit SlotsScope(std::unordered_map<Node*, std::vector<Tensor>>* s) : prev(t_slots) {
+      t_slots = s;
+    }
+    ~SlotsScope() { t_slots = prev; }
+  } slots_scope(&slots);
   slots[root.grad_fn().get()].resize(root.grad_fn()->outputs().size());
   slots[root.grad_fn().get()][root.output_nr()] = seed;
   // Keep nodes alive while we run them even as their consumers release edges.

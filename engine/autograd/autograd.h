@@ -114,6 +114,14 @@ Tensor record(std::string name, const std::vector<Tensor>& inputs, const Tensor&
 // same sum as the engine's accumulation, one pass instead of three.
 Tensor accumulating_grad(const Tensor& t);
 
+// Inside a backward function: the gradient the nodes that already ran have summed for t, a
+// non-leaf input of the running node, when it is a contiguous tensor of t's shape, dtype and
+// device; undefined otherwise (and outside a backward). Taking it empties t's slot, so the
+// gradient the function returns for t must include it: a kernel that makes t's gradient can
+// add it in the same pass (layer norm's dx plus the residual stream's gradient) instead of
+// the engine summing the two into a third tensor afterwards.
+Tensor take_pending_grad(const Tensor& t);
+
 // Called once per leaf of the graph, right after the last gradient this backward pass
 // delivers to it has been accumulated into its .grad (data-parallel gradient buckets start
 // their reduction from here while the rest of the backward runs).

@@ -60,7 +60,8 @@ std::vector<Tensor> layer_norm_forward(const Tensor&, const Tensor&, const Tenso
   no_cuda("layer_norm");
 }
 std::vector<Tensor> layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                        const Tensor&, bool, bool, const Tensor&, const Tensor&) {
+                                        const Tensor&, bool, bool, const Tensor&, const Tensor&,
+                                        const Tensor&) {
   no_cuda("layer_norm");
 }
 Tensor softmax_forward(const Tensor&, int64_t, bool) {
@@ -85,8 +86,12 @@ std::vector<Tensor> cross_entropy_forward_backward(const Tensor&, const Tensor&,
 Tensor embedding_forward(const Tensor&, const std::vector<int64_t>&, const Shape&) {
   no_cuda("embedding");
 }
-Tensor embedding_backward(const Tensor&, const std::vector<int64_t>&, const Shape&) {
+Tensor embedding_backward(const Tensor&, const std::vector<int64_t>&, const Shape&,
+                          const Tensor&) {
   no_cuda("embedding");
+}
+void scaled_into(const Tensor&, const Tensor&, const Tensor&) {
+  no_cuda("scaled_into");
 }
 double sum_squares(const Tensor&) {
   no_cuda("clip_grad_norm");

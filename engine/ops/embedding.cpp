@@ -49,12 +49,17 @@ Tensor embedding(const Tensor& weight_in, const Tensor& ids_in) {
   ctx.data() = std::move(ids);
   Shape sw = weight_in.shape();
   DType dt = weight_in.dtype();
+  // weight_in is captured for its f32 gradient storage (autograd::accumulating_grad): on
+  // cuda the row sums go straight there in f32, touching only the rows the ids hit, instead
+  // of a dense (V, C) gradient in the compute dtype that the engine converts and adds.
   return autograd::record(
       op, {weight_in, ids_in}, out, std::move(ctx),
-      [sw, dt](Context& ctx, const std::vector<Tensor>& gs) {
+      [sw, dt, weight_in](Context& ctx, const std::vector<Tensor>& gs) {
         const auto& ids = std::any_cast<std::vector<int64_t>&>(ctx.data());
         if (gs[0].device() == Device::cuda)
-          return std::vector<Tensor>{gpu::embedding_backward(gs[0], ids, sw), Tensor()};
+          return std::vector<Tensor>{
+              gpu::embedding_backward(gs[0], ids, sw, autograd::accumulating_grad(weight_in)),
+              Tensor()};
         Tensor g = gs[0].contiguous();
         Tensor dw = Tensor::zeros(sw, dt);
         const int64_t c = sw[1];

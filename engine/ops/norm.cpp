@@ -17,16 +17,20 @@ namespace {
 
 // x (R, C) contiguous; weight (C) or undefined. Returns {dx, dweight, dbias}. On cuda the
 // weight and bias gradients go straight into the leaves' f32 gradient storage when both
-// have it (autograd::accumulating_grad; returned undefined then).
+// have it (autograd::accumulating_grad; returned undefined then), and the gradient of the
+// op's input x_op already summed by other consumers (the residual stream's, taken with
+// autograd::take_pending_grad) is added to dx in the same kernel.
 std::vector<Tensor> layer_norm_backward(const Tensor& g_in, const Tensor& x_in,
                                         const Tensor& weight_in, const Tensor& mean,
                                         const Tensor& rstd, bool want_w, bool want_b,
-                                        const Tensor& weight_leaf, const Tensor& bias_leaf) {
+                                        const Tensor& weight_leaf, const Tensor& bias_leaf,
+                                        const Tensor& x_op) {
   if (x_in.device() == Device::cuda) {
     const Tensor dw_into = want_w ? autograd::accumulating_grad(weight_leaf) : Tensor();
     const Tensor db_into = want_b ? autograd::accumulating_grad(bias_leaf) : Tensor();
-    std::vector<Tensor> r = gpu::layer_norm_backward(g_in, x_in, weight_in, mean, rstd, want_w,
-                                                     want_b, dw_into, db_into);
+    std::vector<Tensor> r =
+        gpu::layer_norm_backward(g_in, x_in, weight_in, mean, rstd, want_w, want_b, dw_into,
+                                 db_into, autograd::take_pending_grad(x_op));
     r[0] = r[0].reshape(x_in.shape());
     return r;
   }
@@ -136,11 +140,11 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
   ctx.save_for_backward({x, w, mean, rstd});
   const bool want_w = weight_in.defined(), want_b = bias_in.defined();
   return autograd::record(op, {x_in, weight_in, bias_in}, out, std::move(ctx),
-                          [want_w, want_b, weight_in, bias_in](Context& ctx,
-                                                               const std::vector<Tensor>& g) {
+                          [want_w, want_b, weight_in, bias_in, x_in](
+                              Context& ctx, const std::vector<Tensor>& g) {
                             const auto& s = ctx.saved_tensors();
                             return layer_norm_backward(g[0], s[0], s[1], s[2], s[3], want_w,
-                                                       want_b, weight_in, bias_in);
+                                                       want_b, weight_in, bias_in, x_in);
                           });
 }
 

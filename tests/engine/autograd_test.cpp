@@ -127,5 +127,34 @@ TEST(Autograd, OpsOnNonLeafViewsAccumulateIntoTheBase) {
   EXPECT_TRUE(all_close(x.grad(), {2, 2, 1, 1}));
 }
 
+// A node that takes its input's pending gradient (autograd::take_pending_grad) returns it
+// inside its own gradient, and the engine does not add it a second time. y = 3 h + h with h
+// = 2 x: add's backward runs first and leaves 1 in h's slot; the scale node takes it and
+// returns 3 + 1. A node that does not take it gets the engine's sum instead.
+TEST(Autograd, TakenPendingGradientIsNotAddedTwice) {
+  for (bool take : {true, false}) {
+    SCOPED_TRACE(take ? "taken" : "left to the engine");
+    Tensor x = Tensor::from_vector<double>({1, -2}).set_requires_grad();
+    Tensor h = ops::scale(x, 2.0);
+    std::vector<Tensor> seen;  // what the scale node found pending
+    Tensor t3 = autograd::record(
+        "scale3", {h}, ops::scale(h.detach(), 3.0), autograd::Context(),
+        [h, take, &seen](autograd::Context&, const std::vector<Tensor>& g) {
+          Tensor own = ops::scale(g[0], 3.0);
+          Tensor pending = take ? autograd::take_pending_grad(h) : Tensor();
+          seen.push_back(pending);
+          return std::vector<Tensor>{pending.defined() ? ops::add(own, pending) : own};
+        });
+    autograd::backward(ops::sum_all(ops::add(t3, h)));
+    ASSERT_EQ(seen.size(), 1u);
+    EXPECT_EQ(seen[0].defined(), take);
+    if (take) EXPECT_TRUE(all_close(seen[0], {1, 1}));
+    EXPECT_TRUE(all_close(x.grad(), {8, 8}));  // 2 * (3 + 1)
+  }
+  // Outside a backward there is nothing pending.
+  Tensor y = ops::scale(Tensor::from_vector<double>({1}).set_requires_grad(), 2.0);
+  EXPECT_FALSE(autograd::take_pending_grad(y).defined());
+}
+
 }  // namespace
 }  // namespace driftless

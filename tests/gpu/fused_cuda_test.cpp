@@ -379,14 +379,48 @@ TEST(FusedCuda, LinearGradsIntoF32Storage) {
 
 // Layer norm's weight and bias gradients go straight into f32 storage from the column sums
 // (f32 accumulators): within 1e-4 of the CPU's in bf16 too (a bf16-rounded sum misses by
-// ~4e-3), at a GPT width (the 16-byte row kernel) and an odd one.
+// ~4e-3), at GPT widths (the 16-byte row kernel; 768 and 1024 bf16 and 512 f32 also make the
+// column partials in the dx kernel, over chunks of 32 rows with a partial last one) and an
+// odd one.
 TEST(FusedCuda, LayerNormGradsIntoF32Storage) {
   DL_REQUIRE_GPU();
   auto fn = [](const auto& x) { return ops::layer_norm(x[0], x[1], x[2], 1e-5); };
   for (DType dt : {DType::f32, DType::bf16})
-    for (auto [rows, c] : {std::pair<int64_t, int64_t>{300, 768}, {37, 45}})
+    for (auto [rows, c] : {std::pair<int64_t, int64_t>{300, 768}, {37, 45}, {70, 1024}, {45, 512}})
       check_into_f32_grads("layer_norm", shape_str({rows, c}), fn,
                            {rnd({rows, c}), rnd({c}, 0.5), rnd({c}, 0.1)}, dt, 1e-4);
+}
+
+// x + layer_norm(x), the residual stream's shape: the add's gradient of x is pending when
+// layer norm's backward runs, which takes it (autograd::take_pending_grad) and adds it to dx
+// in its kernel before the one rounding. Same tolerances as layer norm alone.
+TEST(FusedCuda, LayerNormAddsTheResidualGradient) {
+  DL_REQUIRE_GPU();
+  auto fn = [](const auto& x) {
+    return ops::add(x[0], ops::layer_norm(x[0], x[1], x[2], 1e-5));
+  };
+  for (DType dt : {DType::f32, DType::bf16})
+    for (auto [rows, c] : {std::pair<int64_t, int64_t>{300, 768}, {37, 45}, {70, 1024}}) {
+      const std::vector<Tensor> in{rnd({rows, c}), rnd({c}, 0.5), rnd({c}, 0.1)};
+      check("layer_norm", shape_str({rows, c}) + " + residual", fn, in, dt, dt, {});
+      check_into_f32_grads("layer_norm", shape_str({rows, c}) + " + residual", fn, in, dt, 1e-4);
+    }
+}
+
+// The embedding's weight gradient goes into f32 storage as f32 row sums, only the rows the
+// ids hit touched (the others keep their preset values exactly: their error is 0): as close
+// to the CPU as f32 in bf16 too, where a bf16-rounded row sum would miss by ~4e-3.
+TEST(FusedCuda, EmbeddingGradIntoF32Storage) {
+  DL_REQUIRE_GPU();
+  std::vector<int64_t> ids(777);
+  std::mt19937_64 g(testing::fresh_seed("fused_cuda"));
+  for (auto& x : ids) x = int64_t(g() % 300);  // repeats; rows 300..511 never hit
+  const Tensor id = Tensor::from_vector(ids);
+  auto fn = [id](const auto& x) { return ops::add(x[0], ops::embedding(x[1], id)); };
+  for (DType dt : {DType::f32, DType::bf16})
+    for (int64_t c : {768, 45})
+      check_into_f32_grads("embedding", "V512 C" + std::to_string(c), fn,
+                           {rnd({777, c}), rnd({512, c})}, dt, 1e-5);
 }
 
 // The MLP node (one node in bf16 on cuda, DGELU in the epilogue) against the CPU's two
@@ -494,6 +528,23 @@ TEST(FusedCuda, LmLoss) {
           })
                             : GradTols());
     }
+}
+
+// The tied weight's gradient scaled by the upstream gradient straight into its f32 storage
+// (ops::gpu::scaled_into, the scale read on the device), and dx scaled and rounded in one
+// pass; in bf16 within the same emulated bound as through the compute dtype.
+TEST(FusedCuda, LmLossGradsIntoF32Storage) {
+  DL_REQUIRE_GPU();
+  const int64_t t = 150, c = 64, v = 203;
+  const Tensor labels = labels_for(t, v), mask = mask_for(t);
+  auto fn = [labels, mask](const auto& x) { return lm_loss(x[0], x[1], labels, mask, 0.3, 48); };
+  for (DType dt : {DType::f32, DType::bf16})
+    check_into_f32_grads(
+        "lm_loss", "T150 C64 V203", fn, {rnd({t, c}), rnd({v, c}, 0.5)}, dt, 1e-5,
+        dt == DType::bf16 ? GradTols([&](const auto& in, const Tensor& cot, const Result& ref) {
+          return lm_loss_bf16_tols({in[0], in[1], labels, mask}, cot, ref, 0.3);
+        })
+                          : GradTols());
 }
 
 TEST(FusedCuda, LmLossNeverHoldsTheWholeLogits) {

@@ -175,8 +175,11 @@ std::vector<Tensor> layer_norm_forward(const Tensor& x, const Tensor& w, const T
 std::vector<Tensor> layer_norm_backward(const Tensor& g_in, const Tensor& x, const Tensor& w,
                                         const Tensor& mean, const Tensor& rstd, bool want_w,
                                         bool want_b, const Tensor& dw_into,
-                                        const Tensor& db_into) {
+                                        const Tensor& db_into, const Tensor& dx_add) {
   Tensor g = g_in.contiguous();
+  DL_CHECK(!dx_add.defined() || (dx_add.is_contiguous() && dx_add.dtype() == x.dtype() &&
+                                 dx_add.numel() == x.numel()),
+           "layer_norm", "the gradient added to dx must be contiguous, of x's dtype and size");
   const int64_t c = x.size(-1), rows = c == 0 ? 0 : x.numel() / c;
   Tensor dx = empty_like_shape(x.shape(), x.dtype());
   // Accumulate into the given f32 storage only when every wanted gradient has some.
@@ -199,7 +202,7 @@ std::vector<Tensor> layer_norm_backward(const Tensor& g_in, const Tensor& x, con
   }
   launch_layer_norm_backward(x.dtype(), g.raw_data(), x.raw_data(),
                              w.defined() ? w.raw_data() : nullptr, mean.raw_data(), rstd.raw_data(),
-                             dx.raw_data(), dw.defined() ? dw.raw_data() : nullptr,
+                             dx_add.defined() ? dx_add.raw_data() : nullptr, dx.raw_data(), dw.defined() ? dw.raw_data() : nullptr,
                              db.defined() ? db.raw_data() : nullptr,
                              scratch.defined() ? scratch.raw_data() : nullptr, rows, c, into);
   if (into) return {dx, Tensor(), Tensor()};
@@ -310,7 +313,7 @@ Tensor embedding_forward(const Tensor& weight, const std::vector<int64_t>& ids,
 }
 
 Tensor embedding_backward(const Tensor& g_in, const std::vector<int64_t>& ids,
-                          const Shape& weight_shape) {
+                          const Shape& weight_shape, const Tensor& into) {
   const int64_t v = weight_shape[0], c = weight_shape[1];
   Tensor g = g_in.contiguous();
   // Positions grouped by id in increasing order (counting sort, stable): row r owns
@@ -320,13 +323,41 @@ Tensor embedding_backward(const Tensor& g_in, const std::vector<int64_t>& ids,
   for (int64_t r = 0; r < v; ++r) offsets[size_t(r) + 1] += offsets[size_t(r)];
   std::vector<int64_t> fill(offsets.begin(), offsets.end() - 1);
   for (size_t i = 0; i < ids.size(); ++i) positions[size_t(fill[size_t(ids[i])]++)] = int64_t(i);
-  Tensor dw = empty_like_shape(weight_shape, g.dtype());
   Tensor dev_off = Tensor::from_vector(offsets).to(Device::cuda);
   Tensor dev_pos = positions.empty() ? Tensor::empty({1}, DType::i64, Device::cuda)
                                      : Tensor::from_vector(positions).to(Device::cuda);
+  if (into.defined()) {
+    DL_CHECK(into.dtype() == DType::f32 && into.is_contiguous() && into.shape() == weight_shape,
+             "embedding", "gradient storage must be contiguous f32 " << shape_str(weight_shape)
+                                                                     << ", got "
+                                                                     << shape_str(into.shape()));
+    std::vector<int64_t> hit;  // the rows some id hits, increasing
+    for (int64_t r = 0; r < v; ++r)
+      if (offsets[size_t(r) + 1] > offsets[size_t(r)]) hit.push_back(r);
+    if (hit.empty()) return Tensor();
+    Tensor dev_rows = Tensor::from_vector(hit).to(Device::cuda);
+    launch_embedding_backward_into(g.dtype(), g.raw_data(), dev_off.data<int64_t>(),
+                                   dev_pos.data<int64_t>(), dev_rows.data<int64_t>(),
+                                   int64_t(hit.size()), into.data<float>(), c);
+    return Tensor();
+  }
+  Tensor dw = empty_like_shape(weight_shape, g.dtype());
   launch_embedding_backward(g.dtype(), g.raw_data(), dev_off.data<int64_t>(),
                             dev_pos.data<int64_t>(), dw.raw_data(), v, c);
   return dw;
+}
+
+void scaled_into(const Tensor& src, const Tensor& scale, const Tensor& dst) {
+  DL_CHECK(src.dtype() == DType::f32 && src.is_contiguous() && dst.is_contiguous() &&
+               (dst.dtype() == DType::f32 || dst.dtype() == DType::bf16) &&
+               dst.numel() == src.numel() && scale.numel() == 1 && scale.dtype() == DType::f32,
+           "scaled_into",
+           "expected contiguous f32 src, f32/bf16 dst of its size and a one-element f32 scale, got "
+               << dtype_name(src.dtype()) << " " << shape_str(src.shape()) << ", "
+               << dtype_name(dst.dtype()) << " " << shape_str(dst.shape()) << ", "
+               << dtype_name(scale.dtype()) << " " << shape_str(scale.shape()));
+  launch_scaled_f32(src.data<float>(), scale.contiguous().data<float>(), dst.raw_data(),
+                    dst.dtype(), src.numel());
 }
 
 double sum_squares(const Tensor& x) {

@@ -63,11 +63,13 @@ std::vector<Tensor> layer_norm_forward(const Tensor& x, const Tensor& w, const T
                                        double eps);
 // {dx, dweight or undefined, dbias or undefined}. With dw_into / db_into (f32 (C), the
 // parameters' gradient storage; bf16 or f32 x) the weight and bias gradients are added there
-// instead, and returned undefined.
+// instead, and returned undefined. With dx_add (contiguous, x's shape and dtype: another
+// gradient of x) dx is dx + dx_add, summed before the rounding.
 std::vector<Tensor> layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& w,
                                         const Tensor& mean, const Tensor& rstd, bool want_w,
                                         bool want_b, const Tensor& dw_into = Tensor(),
-                                        const Tensor& db_into = Tensor());
+                                        const Tensor& db_into = Tensor(),
+                                        const Tensor& dx_add = Tensor());
 
 Tensor softmax_forward(const Tensor& x, int64_t dim, bool log);
 Tensor softmax_backward(const Tensor& g, const Tensor& y, int64_t dim, bool log);
@@ -96,8 +98,16 @@ std::vector<Tensor> cross_entropy_forward_backward(const Tensor& go, const Tenso
 // weight (V, C) contiguous; ids (host values, validated) -> (ids_shape..., C).
 Tensor embedding_forward(const Tensor& weight, const std::vector<int64_t>& ids,
                          const Shape& ids_shape);
+// The weight gradient (weight_shape, g's dtype); with `into` (f32 (V, C), the weight's
+// gradient storage) the row sums, in f32, are added there instead (only the rows some id
+// hits are touched) and an undefined tensor is returned.
 Tensor embedding_backward(const Tensor& g, const std::vector<int64_t>& ids,
-                          const Shape& weight_shape);
+                          const Shape& weight_shape, const Tensor& into = Tensor());
+
+// dst += src * scale (dst f32) or dst = bf16(src * scale) (dst bf16): src and dst contiguous
+// of one numel, src f32, scale a one-element f32 cuda tensor (an upstream gradient, read on
+// the device: no sync). The product is rounded before the add, as mul then add would round.
+void scaled_into(const Tensor& src, const Tensor& scale, const Tensor& dst);
 
 // Sum of squares of a contiguous f32/f64/bf16 cuda tensor, in double, two fixed passes.
 double sum_squares(const Tensor& x);

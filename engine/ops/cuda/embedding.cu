@@ -28,6 +28,21 @@ __global__ void embedding_backward_kernel(const T* g, const int64_t* offsets,
   }
 }
 
+// Row rows[b] of f32 storage += the same sums as embedding_backward_kernel's, in f32.
+template <class T>
+__global__ void embedding_backward_into_kernel(const T* g, const int64_t* offsets,
+                                               const int64_t* positions, const int64_t* rows,
+                                               int64_t n_rows, float* into, int64_t c) {
+  for (int64_t b = blockIdx.x; b < n_rows; b += gridDim.x) {
+    const int64_t r = rows[b], k0 = offsets[r], k1 = offsets[r + 1];
+    for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
+      float acc = 0;
+      for (int64_t k = k0; k < k1; ++k) acc += float(to_acc(g[positions[k] * c + j]));
+      into[r * c + j] += acc;
+    }
+  }
+}
+
 }  // namespace
 
 void launch_embedding_forward(DType dtype, const void* w, const int64_t* ids, void* out, int64_t n,
@@ -51,6 +66,23 @@ void launch_embedding_backward(DType dtype, const void* g, const int64_t* offset
     embedding_backward_kernel<T><<<blocks, threads>>>(static_cast<const T*>(g), offsets, positions,
                                                       static_cast<T*>(dw), v, c);
   });
+  DL_CUDA_LAUNCH_CHECK();
+}
+
+void launch_embedding_backward_into(DType dtype, const void* g, const int64_t* offsets,
+                                    const int64_t* positions, const int64_t* rows, int64_t n_rows,
+                                    float* into, int64_t c) {
+  if (n_rows * c == 0) return;
+  DL_CHECK(dtype == DType::f32 || dtype == DType::bf16, "embedding",
+           "f32 gradient storage takes f32 or bf16 gradients, got " << dtype_name(dtype));
+  const unsigned blocks = unsigned(n_rows < 65535 * 16 ? n_rows : 65535 * 16);
+  const int threads = c >= 256 ? 256 : int((c + 31) / 32 * 32);
+  if (dtype == DType::f32)
+    embedding_backward_into_kernel<float><<<blocks, threads>>>(
+        static_cast<const float*>(g), offsets, positions, rows, n_rows, into, c);
+  else
+    embedding_backward_into_kernel<bf16_t><<<blocks, threads>>>(
+        static_cast<const bf16_t*>(g), offsets, positions, rows, n_rows, into, c);
   DL_CUDA_LAUNCH_CHECK();
 }
 

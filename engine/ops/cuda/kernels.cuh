@@ -57,13 +57,14 @@ void launch_sum_all(DType dtype, const void* x, int64_t n, bool square, bool dou
 
 // Layer norm over rows of c elements. mean/rstd are of the accumulation type (f32 for
 // f32/bf16, f64 for f64). Backward reduces dweight/dbias over row chunks into scratch
-// (2 * layer_norm_chunks(rows) * c accumulators), then over chunks in order.
+// (2 * layer_norm_chunks(rows) * c accumulators), then over chunks in order; `add` (or
+// null, rows x c of dtype) is added to dx before its rounding.
 void launch_layer_norm_forward(DType dtype, const void* x, const void* w, const void* b, void* out,
                                void* mean, void* rstd, int64_t rows, int64_t c, double eps);
 int64_t layer_norm_chunks(int64_t rows);
 void launch_layer_norm_backward(DType dtype, const void* g, const void* x, const void* w,
-                                const void* mean, const void* rstd, void* dx, void* dw, void* db,
-                                void* scratch, int64_t rows, int64_t c,
+                                const void* mean, const void* rstd, const void* add, void* dx,
+                                void* dw, void* db, void* scratch, int64_t rows, int64_t c,
                                 bool accumulate = false);
 
 // Softmax lines: x is contiguous (outer, n, inner), lines run along n with stride inner.
@@ -94,6 +95,16 @@ void launch_embedding_forward(DType dtype, const void* w, const int64_t* ids, vo
                               int64_t c);
 void launch_embedding_backward(DType dtype, const void* g, const int64_t* offsets,
                                const int64_t* positions, void* dw, int64_t v, int64_t c);
+// The same sums in f32, added to f32 gradient storage `into`, for the n_rows rows listed in
+// `rows` only (the rows some id hits).
+void launch_embedding_backward_into(DType dtype, const void* g, const int64_t* offsets,
+                                    const int64_t* positions, const int64_t* rows, int64_t n_rows,
+                                    float* into, int64_t c);
+
+// dst[i] += src[i] * scale (dst f32, the product rounded before the add) or dst[i] =
+// bf16(src[i] * scale) (dst bf16); scale is one f32 on the device (an upstream gradient).
+void launch_scaled_f32(const float* src, const float* scale, void* dst, DType dst_dtype,
+                       int64_t n);
 
 // p[i] *= T(factor) in place (clip).
 void launch_scale_inplace(DType dtype, void* p, int64_t n, double factor);

@@ -12,7 +12,7 @@ namespace driftless::ops::gpu {
 namespace {
 
 constexpr int kRowsPerBlock = 8;    // warps per block, one row each
-constexpr int64_t kChunkRows = 64;  // rows per partial of dweight/dbias
+constexpr int64_t kChunkRows = 32;  // rows per partial of dweight/dbias
 
 __device__ __forceinline__ float rsqrt_acc(float v) {
   return 1.0f / sqrtf(v);
@@ -61,9 +61,12 @@ __global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, T*
   }
 }
 
+// add (or null): a gradient of x from elsewhere (the residual stream's), summed into dx before
+// the one rounding.
 template <class T>
 __global__ void layer_norm_dx_kernel(const T* g, const T* x, const T* w, const acc_t<T>* mean,
-                                     const acc_t<T>* rstd, T* dx, int64_t rows, int64_t c) {
+                                     const acc_t<T>* rstd, const T* add, T* dx, int64_t rows,
+                                     int64_t c) {
   using A = acc_t<T>;
   const int lane = threadIdx.x & 31;
   const int64_t r = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);
@@ -83,7 +86,9 @@ __global__ void layer_norm_dx_kernel(const T* g, const T* x, const T* w, const a
   for (int64_t i = lane; i < c; i += 32) {
     const A xhat = (to_acc(xr[i]) - m) * s;
     const A d = w ? mul_rn(to_acc(gr[i]), to_acc(w[i])) : to_acc(gr[i]);
-    dr[i] = from_acc<T>(s * (d - mean_d - xhat * mean_dx));
+    A y = s * (d - mean_d - xhat * mean_dx);
+    if (add) y += to_acc(add[r * c + i]);
+    dr[i] = from_acc<T>(y);
   }
 }
 
@@ -146,6 +151,10 @@ struct Pack {
   }
 };
 constexpr int kMaxPacks = 8;  // packs per lane: rows of up to 2048 bf16 / 1024 f32
+// Packs per lane up to which the dx kernel also makes the dweight / dbias partials (its sums
+// in registers: 4 x NP x V floats per lane; GPT-2's 768 and 1024 bf16 are 3 and 4).
+constexpr int kMaxFusedPacks = 4;
+constexpr int kFusedWarps = 4;  // warps per block of the fused kernel (its sums: 32 KiB at 1024)
 
 template <class T, int NP>
 __global__ void layer_norm_forward_vec_kernel(const T* x, const T* w, const T* b, T* out,
@@ -192,38 +201,82 @@ __global__ void layer_norm_forward_vec_kernel(const T* x, const T* w, const T* b
   }
 }
 
-template <class T, int NP>
-__global__ void layer_norm_dx_vec_kernel(const T* g, const T* x, const T* w, const float* mean,
-                                         const float* rstd, T* dx, int64_t rows) {
+// dx of a row in registers (lane l: packs l, l + 32, ...), plus `add` (or null) before the
+// one rounding. With part_w / part_b (Fuse: blocks of kFusedWarps warps, one per chunk of
+// kChunkRows rows), the warps also sum g * xhat and g over the chunk, warp w taking rows w,
+// w + kFusedWarps, ... in order into its own shared-memory sums, then the warps in order:
+// the dweight / dbias pass 1 without a second read of x and g.
+template <class T, int NP, bool Fuse>
+__global__ void __launch_bounds__(32 * kRowsPerBlock)
+    layer_norm_dx_vec_kernel(const T* g, const T* x, const T* w, const float* mean,
+                             const float* rstd, const T* add, T* dx, float* part_w, float* part_b,
+                             int64_t rows) {
   constexpr int V = Pack<T>::V, C = NP * 32 * V;
-  const int lane = threadIdx.x & 31;
-  const int64_t r = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);
-  if (r >= rows) return;
-  const float m = mean[r], s = rstd[r];
-  float xhat[NP][V], d[NP][V];
-  float sum_d = 0, sum_dx = 0;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // Fuse: [warp][sum (w, b)][p][j][lane], lane fastest (conflict-free).
+  __shared__ float sums[Fuse ? kFusedWarps * 2 * C : 1];
+  float* mine = sums + (Fuse ? warp * 2 * C : 0);
+  auto at = [&](int which, int p, int j) -> float& {
+    return mine[which * C + (p * V + j) * 32 + lane];
+  };
+  if constexpr (Fuse)
 #pragma unroll
-  for (int p = 0; p < NP; ++p) {
-    const int col = (p * 32 + lane) * V;
-    float wv[V];
-    Pack<T>::load(x + r * C + col, xhat[p]);
-    Pack<T>::load(g + r * C + col, d[p]);
-    if (w) Pack<T>::load(w + col, wv);
+    for (int p = 0; p < NP; ++p)
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      xhat[p][j] = (xhat[p][j] - m) * s;
-      if (w) d[p][j] = mul_rn(d[p][j], wv[j]);
-      sum_d += d[p][j];
-      sum_dx += d[p][j] * xhat[p][j];
+      for (int j = 0; j < V; ++j) at(0, p, j) = at(1, p, j) = 0.f;
+  const int64_t first = Fuse ? blockIdx.x * kChunkRows + warp
+                             : blockIdx.x * int64_t(kRowsPerBlock) + warp;
+  const int64_t last = Fuse ? min(rows, (blockIdx.x + 1) * kChunkRows) : min(rows, first + 1);
+  for (int64_t r = first; r < last; r += Fuse ? kFusedWarps : 1) {
+    const float m = mean[r], s = rstd[r];
+    float xhat[NP][V], d[NP][V];
+    float sum_d = 0, sum_dx = 0;
+#pragma unroll
+    for (int p = 0; p < NP; ++p) {
+      const int col = (p * 32 + lane) * V;
+      float wv[V];
+      Pack<T>::load(x + r * C + col, xhat[p]);
+      Pack<T>::load(g + r * C + col, d[p]);
+      if (w) Pack<T>::load(w + col, wv);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        xhat[p][j] = (xhat[p][j] - m) * s;
+        if constexpr (Fuse) {
+          at(0, p, j) += d[p][j] * xhat[p][j];
+          at(1, p, j) += d[p][j];
+        }
+        if (w) d[p][j] = mul_rn(d[p][j], wv[j]);
+        sum_d += d[p][j];
+        sum_dx += d[p][j] * xhat[p][j];
+      }
+    }
+    const float mean_d = warp_sum(sum_d) / float(C), mean_dx = warp_sum(sum_dx) / float(C);
+#pragma unroll
+    for (int p = 0; p < NP; ++p) {
+      const int col = (p * 32 + lane) * V;
+      float y[V], av[V];
+      if (add) Pack<T>::load(add + r * C + col, av);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        y[j] = s * (d[p][j] - mean_d - xhat[p][j] * mean_dx);
+        if (add) y[j] += av[j];
+      }
+      Pack<T>::store(dx + r * C + col, y);
     }
   }
-  const float mean_d = warp_sum(sum_d) / float(C), mean_dx = warp_sum(sum_dx) / float(C);
-#pragma unroll
-  for (int p = 0; p < NP; ++p) {
-    float y[V];
-#pragma unroll
-    for (int j = 0; j < V; ++j) y[j] = s * (d[p][j] - mean_d - xhat[p][j] * mean_dx);
-    Pack<T>::store(dx + r * C + (p * 32 + lane) * V, y);
+  if constexpr (Fuse) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {  // i = (p * V + j) * 32 + lane
+      const int p = i / (V * 32), j = (i / 32) % V, l = i % 32;
+      const int64_t col = (p * 32 + l) * V + j;
+      float tw = 0, tb = 0;
+      for (int k = 0; k < kFusedWarps; ++k) {
+        tw += sums[k * 2 * C + i];
+        tb += sums[k * 2 * C + C + i];
+      }
+      part_w[blockIdx.x * int64_t(C) + col] = tw;
+      part_b[blockIdx.x * int64_t(C) + col] = tb;
+    }
   }
 }
 
@@ -294,38 +347,54 @@ int64_t layer_norm_chunks(int64_t rows) {
 }
 
 void launch_layer_norm_backward(DType dtype, const void* g, const void* x, const void* w,
-                                const void* mean, const void* rstd, void* dx, void* dw, void* db,
-                                void* scratch, int64_t rows, int64_t c, bool accumulate) {
+                                const void* mean, const void* rstd, const void* add, void* dx,
+                                void* dw, void* db, void* scratch, int64_t rows, int64_t c,
+                                bool accumulate) {
   if (rows == 0) return;
   dispatch_float("layer_norm", dtype, [&](auto z) {
     using T = decltype(z);
     using A = acc_t<T>;
     const T* pg = static_cast<const T*>(g);
     const T* px = static_cast<const T*>(x);
+    const T* pa = static_cast<const T*>(add);
     const A* pm = static_cast<const A*>(mean);
     const A* pr = static_cast<const A*>(rstd);
     const unsigned blocks = unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-    bool vec = false;
+    const int64_t chunks = layer_norm_chunks(rows);
+    A* part_w = static_cast<A*>(scratch);
+    A* part_b = part_w ? part_w + chunks * c : nullptr;
+    const bool want = dw || db;
+    bool vec = false, fused = false;
     if constexpr (std::is_same_v<A, float>) {
       const int np = packs_for<T>(c);
-      vec = np > 0 && aligned16({g, x, w, dx});
+      vec = np > 0 && aligned16({g, x, w, add, dx});
+      fused = vec && want && np <= kMaxFusedPacks;
       if (vec)
         with_packs(np, [&](auto n) {
-          layer_norm_dx_vec_kernel<T, decltype(n)::value><<<blocks, 32 * kRowsPerBlock>>>(
-              pg, px, static_cast<const T*>(w), pm, pr, static_cast<T*>(dx), rows);
+          constexpr int NP = decltype(n)::value;
+          if constexpr (NP <= kMaxFusedPacks) {
+            if (fused) {
+              layer_norm_dx_vec_kernel<T, NP, true><<<unsigned(chunks), 32 * kFusedWarps>>>(
+                  pg, px, static_cast<const T*>(w), pm, pr, pa, static_cast<T*>(dx), part_w,
+                  part_b, rows);
+              return;
+            }
+          }
+          layer_norm_dx_vec_kernel<T, NP, false><<<blocks, 32 * kRowsPerBlock>>>(
+              pg, px, static_cast<const T*>(w), pm, pr, pa, static_cast<T*>(dx), nullptr, nullptr,
+              rows);
         });
     }
     if (!vec)
-      layer_norm_dx_kernel<T><<<blocks, 32 * kRowsPerBlock>>>(pg, px, static_cast<const T*>(w), pm,
-                                                              pr, static_cast<T*>(dx), rows, c);
+      layer_norm_dx_kernel<T><<<blocks, 32 * kRowsPerBlock>>>(
+          pg, px, static_cast<const T*>(w), pm, pr, pa, static_cast<T*>(dx), rows, c);
     DL_CUDA_LAUNCH_CHECK();
-    if (!dw && !db) return;
-    const int64_t chunks = layer_norm_chunks(rows);
-    A* part_w = static_cast<A*>(scratch);
-    A* part_b = part_w + chunks * c;
-    const dim3 grid(unsigned((c + 255) / 256), unsigned(chunks));
-    layer_norm_dwb_partial_kernel<T><<<grid, 256>>>(pg, px, pm, pr, part_w, part_b, rows, c);
-    DL_CUDA_LAUNCH_CHECK();
+    if (!want) return;
+    if (!fused) {
+      const dim3 grid(unsigned((c + 255) / 256), unsigned(chunks));
+      layer_norm_dwb_partial_kernel<T><<<grid, 256>>>(pg, px, pm, pr, part_w, part_b, rows, c);
+      DL_CUDA_LAUNCH_CHECK();
+    }
     DL_CHECK((!accumulate || std::is_same_v<A, float>), "layer_norm",
              "accumulating f32 gradients needs an f32 accumulator");
     layer_norm_dwb_final_kernel<T><<<col_sum_blocks(c), kColSumThreads>>>(part_w, part_b, dw, db,
