@@ -80,7 +80,7 @@ std::vector<Tensor> cross_entropy_backward(const Tensor&, const Tensor&, const T
 }
 std::vector<Tensor> cross_entropy_forward_backward(const Tensor&, const Tensor&, const Tensor&,
                                                    const Tensor&, std::optional<DType>,
-                                                   const Tensor&) {
+                                                   const Tensor&, const Tensor&) {
   no_cuda("cross_entropy");
 }
 Tensor embedding_forward(const Tensor&, const std::vector<int64_t>&, const Shape&) {

@@ -12,14 +12,31 @@ namespace {
 constexpr const char* kOp = "adamw";
 }
 
-void adamw_update(Device device, const AdamWKernelArgs& args) {
-  if (args.n == 0) return;
+void adamw_update(Device device, const AdamWKernelArgs& args, const std::vector<AdamWRun>& runs,
+                  const Tensor& device_runs) {
   switch (device) {
     case Device::cpu:
-      return adamw_update_cpu(args);
+      for (const AdamWRun& r : runs) {
+        AdamWKernelArgs a = args;
+        a.params += r.offset;
+        a.grads += r.offset;
+        a.m += r.offset;
+        a.v += r.offset;
+        if (a.compute) a.compute += r.offset;
+        a.n = r.n;
+        if (!r.decay) a.weight_decay = 0.0f;
+        adamw_update_cpu(a);
+      }
+      return;
     case Device::cuda:
 #ifdef DRIFTLESS_HAVE_CUDA
-      return adamw_update_cuda(args);
+      if (runs.empty()) return;
+      DL_CHECK(device_runs.defined() && device_runs.device() == Device::cuda &&
+                   device_runs.numel() == int64_t(4 * runs.size()),
+               kOp, "the run table on the device does not match the runs");
+      return adamw_update_cuda(args, static_cast<const AdamWRun*>(device_runs.raw_data()),
+                               int64_t(runs.size()),
+                               runs.back().chunk_begin + (runs.back().n + kAdamWChunk - 1) / kAdamWChunk);
 #else
       break;
 #endif
@@ -68,6 +85,17 @@ AdamW::AdamW(const AdamWConfig& config, std::vector<ParamRange> ranges, int64_t 
       runs_.push_back({b, e, r.weight_decay});
     }
   }
+  int64_t chunks = 0;
+  std::vector<int64_t> table;  // the runs as i64 x 4 (AdamWRun), for the cuda launch
+  for (const Run& r : runs_) {
+    const AdamWRun k{r.begin - shard_begin_, r.end - r.begin, chunks, r.decay ? 1 : 0};
+    runs_k_.push_back(k);
+    table.insert(table.end(), {k.offset, k.n, k.chunk_begin, k.decay});
+    chunks += (k.n + kAdamWChunk - 1) / kAdamWChunk;
+  }
+  static_assert(sizeof(AdamWRun) == 4 * sizeof(int64_t), "AdamWRun is four i64");
+  if (device == Device::cuda && !table.empty())
+    device_runs_ = Tensor::from_vector(table).to(Device::cuda);
   const int64_t n = shard_end - shard_begin;
   state_.m = Tensor::zeros({n}, DType::f32, device);
   state_.v = Tensor::zeros({n}, DType::f32, device);
@@ -119,19 +147,14 @@ void AdamW::step(const Tensor& params, const Tensor& grads, double lr, double gr
   args.bias_correction1 = float(1.0 - std::pow(config_.beta1, double(t)));
   args.bias_correction2 = float(1.0 - std::pow(config_.beta2, double(t)));
   args.grad_scale = float(grad_scale);
-  float* m = state_.m.data<float>();
-  float* v = state_.v.data<float>();
-  for (const Run& r : runs_) {
-    const int64_t off = r.begin - shard_begin_;
-    args.params = p + off;
-    args.grads = g + off;
-    args.m = m + off;
-    args.v = v + off;
-    args.compute = c ? c + off : nullptr;
-    args.n = r.end - r.begin;
-    args.weight_decay = r.decay ? float(config_.weight_decay) : 0.0f;
-    adamw_update(device_, args);
-  }
+  args.params = p;
+  args.grads = g;
+  args.m = state_.m.data<float>();
+  args.v = state_.v.data<float>();
+  args.compute = c;
+  args.n = shard_end_ - shard_begin_;
+  args.weight_decay = float(config_.weight_decay);
+  adamw_update(device_, args, runs_k_, device_runs_);
   state_.step = t;
 }
 

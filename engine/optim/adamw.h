@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/core/tensor.h"
+#include "engine/optim/adamw_kernel.h"
 
 namespace driftless::optim {
 
@@ -80,6 +81,8 @@ class AdamW {
   AdamWConfig config_;
   std::vector<ParamRange> ranges_;
   std::vector<Run> runs_;
+  std::vector<AdamWRun> runs_k_;  // runs_ in shard indices, with their chunks of the cuda launch
+  Tensor device_runs_;            // runs_k_ on the device (cuda only)
   int64_t slab_numel_ = 0;
   int64_t shard_begin_ = 0;
   int64_t shard_end_ = 0;

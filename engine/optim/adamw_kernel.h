@@ -1,10 +1,15 @@
-// The elementwise AdamW update on one run of the parameter slab, and its backends. AdamW
-// (adamw.h) calls adamw_update() once per run of elements that share a decay flag; that
+// The elementwise AdamW update on the runs of the parameter slab, and its backends. AdamW
+// (adamw.h) calls adamw_update() with its runs of elements that share a decay flag; that
 // function is the single place that picks the CPU or the CUDA body.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "engine/core/dtype.h"
+
+namespace driftless {
+class Tensor;
+}
 
 namespace driftless::optim {
 
@@ -29,11 +34,28 @@ struct AdamWKernelArgs {
   uint16_t* compute = nullptr;  // bf16 bits, n elements, or null
 };
 
-// Dispatch point: runs the body for `device` (cuda throws in a build without CUDA).
-void adamw_update(Device device, const AdamWKernelArgs& args);
+// A run of the shard with one decay flag: elements [offset, offset + n) of the arrays of an
+// AdamWKernelArgs whose pointers are at shard element 0, with its weight decay when decay is
+// nonzero (else none). chunk_begin: the run's first block of the cuda launch, whose blocks
+// take kAdamWChunk elements each, the runs' chunks laid end to end.
+struct AdamWRun {
+  int64_t offset = 0, n = 0, chunk_begin = 0, decay = 0;
+};
+constexpr int64_t kAdamWChunk = 2048;  // 256 threads x 8 elements
+
+// Dispatch point: updates every run, args' pointers at shard element 0 (args.n unused;
+// args.weight_decay is the decayed runs'). cpu: the runs one after another; cuda: one launch
+// over all of them (a GPT-2 has ~100 runs, most of a few hundred elements: one launch each
+// cost more than the update), reading `device_runs`, the same runs on the device as i64 x 4
+// each. cuda throws in a build without CUDA.
+void adamw_update(Device device, const AdamWKernelArgs& args, const std::vector<AdamWRun>& runs,
+                  const Tensor& device_runs);
+// One run of args.n elements at args' pointers, with args.weight_decay.
 void adamw_update_cpu(const AdamWKernelArgs& args);
 // Same f32 operations in the same order, so both backends agree bit for bit. Defined in
 // engine/ops/cuda/optim.cu (driftless_optim compiles no CUDA sources), CUDA builds only.
-void adamw_update_cuda(const AdamWKernelArgs& args);
+// runs: n_runs AdamWRun on the device; chunks: their chunks in all.
+void adamw_update_cuda(const AdamWKernelArgs& args, const AdamWRun* runs, int64_t n_runs,
+                       int64_t chunks);
 
 }  // namespace driftless::optim

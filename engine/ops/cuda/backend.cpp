@@ -230,12 +230,18 @@ namespace {
 // {loss, lse}, and dlogits when go is defined (cross_entropy_forward_backward).
 std::vector<Tensor> cross_entropy_rows(const Tensor& logits, const Tensor& targets,
                                        const Tensor& mask, const Tensor& go, DType grad_dtype,
-                                       const Tensor& into = Tensor()) {
+                                       const Tensor& into = Tensor(),
+                                       const Tensor& row_loss_into = Tensor()) {
   const int64_t n = logits.size(0), v = logits.size(1), ld = row_stride("cross_entropy", logits);
   const DType acc = acc_dtype(logits.dtype());
   Tensor lse = empty_like_shape({n}, acc);
-  Tensor row_loss = empty_like_shape({n}, acc);
-  Tensor loss = empty_like_shape({}, logits.dtype());
+  if (row_loss_into.defined())
+    DL_CHECK(row_loss_into.device() == Device::cuda && row_loss_into.dtype() == acc &&
+                 row_loss_into.shape() == Shape{n} && row_loss_into.is_contiguous(),
+             "cross_entropy", "row losses must go into contiguous " << dtype_name(acc) << " ["
+                                                                    << n << "]");
+  Tensor row_loss = row_loss_into.defined() ? row_loss_into : empty_like_shape({n}, acc);
+  Tensor loss = row_loss_into.defined() ? Tensor() : empty_like_shape({}, logits.dtype());
   Tensor g, dlogits;
   if (go.defined()) {
     g = go.to(Device::cuda, logits.dtype()).contiguous();
@@ -252,13 +258,14 @@ std::vector<Tensor> cross_entropy_rows(const Tensor& logits, const Tensor& targe
     }
   }
   if (n == 0) {
-    loss.zero_();
+    if (loss.defined()) loss.zero_();
     return {loss, lse, dlogits};
   }
   launch_cross_entropy_forward(logits.dtype(), logits.raw_data(), targets.data<int64_t>(),
                                mask.defined() ? mask.raw_data() : nullptr, lse.raw_data(),
                                row_loss.raw_data(), n, v, ld, g.defined() ? g.raw_data() : nullptr,
                                dlogits.defined() ? dlogits.raw_data() : nullptr, grad_dtype);
+  if (!loss.defined()) return {loss, lse, dlogits};  // the caller sums the row losses
   const int parts = sum_all_parts(n);
   Tensor scratch = empty_like_shape({parts}, acc);
   launch_sum_all(acc, row_loss.raw_data(), n, false, false, scratch.raw_data(), loss.raw_data(),
@@ -276,9 +283,9 @@ std::vector<Tensor> cross_entropy_forward(const Tensor& logits, const Tensor& ta
 std::vector<Tensor> cross_entropy_forward_backward(const Tensor& go, const Tensor& logits,
                                                    const Tensor& targets, const Tensor& mask,
                                                    std::optional<DType> grad_dtype,
-                                                   const Tensor& into) {
-  std::vector<Tensor> r =
-      cross_entropy_rows(logits, targets, mask, go, grad_dtype.value_or(logits.dtype()), into);
+                                                   const Tensor& into, const Tensor& row_loss_into) {
+  std::vector<Tensor> r = cross_entropy_rows(logits, targets, mask, go,
+                                             grad_dtype.value_or(logits.dtype()), into, row_loss_into);
   return {r[0], r[2]};
 }
 

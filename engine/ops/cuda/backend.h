@@ -89,11 +89,14 @@ std::vector<Tensor> cross_entropy_backward(const Tensor& go, const Tensor& logit
 // Both at once: {loss (), dlogits} as cross_entropy_forward and cross_entropy_backward
 // (without dmask) would give them, the logits read in one kernel instead of two. dlogits
 // go into `into` when it is defined: (N, V) of grad_dtype with the logits' row stride (a
-// slice of a caller's larger buffer), which is then what is returned.
+// slice of a caller's larger buffer), which is then what is returned. With row_loss_into
+// ((N) of the accumulation dtype) the masked per-row losses go there and the loss is not
+// summed (returned undefined): a caller with many chunks sums all rows once.
 std::vector<Tensor> cross_entropy_forward_backward(const Tensor& go, const Tensor& logits,
                                                    const Tensor& targets, const Tensor& mask,
                                                    std::optional<DType> grad_dtype = std::nullopt,
-                                                   const Tensor& into = Tensor());
+                                                   const Tensor& into = Tensor(),
+                                                   const Tensor& row_loss_into = Tensor());
 
 // weight (V, C) contiguous; ids (host values, validated) -> (ids_shape..., C).
 Tensor embedding_forward(const Tensor& weight, const std::vector<int64_t>& ids,

@@ -14,6 +14,14 @@ __global__ void embedding_forward_kernel(const T* w, const int64_t* ids, T* out,
     out[i] = w[ids[i / c] * c + i % c];
 }
 
+// The same gather, 16 bytes per thread: rows of `units` 16-byte units, aligned.
+__global__ void embedding_forward_units_kernel(const uint4* w, const int64_t* ids, uint4* out,
+                                               int64_t n, int64_t units) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * units;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = w[ids[i / units] * units + i % units];
+}
+
 template <class T>
 __global__ void embedding_backward_kernel(const T* g, const int64_t* offsets,
                                           const int64_t* positions, T* dw, int64_t v, int64_t c) {
@@ -43,6 +51,36 @@ __global__ void embedding_backward_into_kernel(const T* g, const int64_t* offset
   }
 }
 
+// The same sums, 16 bytes of g (P elements) per thread: rows of `units` units, aligned; each
+// element's sum in the same order, so the same bits.
+template <class T>
+__global__ void embedding_backward_into_units_kernel(const uint4* g, const int64_t* offsets,
+                                                     const int64_t* positions, const int64_t* rows,
+                                                     int64_t n_rows, float* into, int64_t units) {
+  constexpr int P = 16 / int(sizeof(T));
+  for (int64_t b = blockIdx.x; b < n_rows; b += gridDim.x) {
+    const int64_t r = rows[b], k0 = offsets[r], k1 = offsets[r + 1];
+    for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
+      float acc[P];
+#pragma unroll
+      for (int j = 0; j < P; ++j) acc[j] = 0.f;
+      for (int64_t k = k0; k < k1; ++k) {
+        const uint4 raw = g[positions[k] * units + u];
+        const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+        for (int j = 0; j < P; ++j) acc[j] += float(to_acc(e[j]));
+      }
+      float4* dst = reinterpret_cast<float4*>(into + (r * units + u) * P);
+#pragma unroll
+      for (int q = 0; q < P / 4; ++q) {
+        float4 d = dst[q];
+        d.x += acc[4 * q], d.y += acc[4 * q + 1], d.z += acc[4 * q + 2], d.w += acc[4 * q + 3];
+        dst[q] = d;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void launch_embedding_forward(DType dtype, const void* w, const int64_t* ids, void* out, int64_t n,
@@ -50,6 +88,14 @@ void launch_embedding_forward(DType dtype, const void* w, const int64_t* ids, vo
   if (n * c == 0) return;
   dispatch_float("embedding", dtype, [&](auto z) {
     using T = decltype(z);
+    constexpr int64_t per = 16 / int64_t(sizeof(T));
+    if (c % per == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 &&
+        reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+      const int64_t units = c / per;
+      embedding_forward_units_kernel<<<grid_for(n * units, 256), 256>>>(
+          static_cast<const uint4*>(w), ids, static_cast<uint4*>(out), n, units);
+      return;
+    }
     embedding_forward_kernel<T>
         <<<grid_for(n * c, 256), 256>>>(static_cast<const T*>(w), ids, static_cast<T*>(out), n, c);
   });
@@ -76,6 +122,20 @@ void launch_embedding_backward_into(DType dtype, const void* g, const int64_t* o
   DL_CHECK(dtype == DType::f32 || dtype == DType::bf16, "embedding",
            "f32 gradient storage takes f32 or bf16 gradients, got " << dtype_name(dtype));
   const unsigned blocks = unsigned(n_rows < 65535 * 16 ? n_rows : 65535 * 16);
+  const int64_t per = dtype == DType::f32 ? 4 : 8;  // elements per 16 bytes of g
+  if (c % per == 0 && reinterpret_cast<uintptr_t>(g) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(into) % 16 == 0) {
+    const int64_t units = c / per;
+    const int threads = units >= 256 ? 256 : int((units + 31) / 32 * 32);
+    if (dtype == DType::f32)
+      embedding_backward_into_units_kernel<float><<<blocks, threads>>>(
+          static_cast<const uint4*>(g), offsets, positions, rows, n_rows, into, units);
+    else
+      embedding_backward_into_units_kernel<bf16_t><<<blocks, threads>>>(
+          static_cast<const uint4*>(g), offsets, positions, rows, n_rows, into, units);
+    DL_CUDA_LAUNCH_CHECK();
+    return;
+  }
   const int threads = c >= 256 ? 256 : int((c + 31) / 32 * 32);
   if (dtype == DType::f32)
     embedding_backward_into_kernel<float><<<blocks, threads>>>(

@@ -125,8 +125,9 @@ __global__ void layer_norm_dwb_final_kernel(const acc_t<T>* part_w, const acc_t<
     else
       static_cast<T*>(out)[col] = from_acc<T>(v);
   };
-  if (dw) col_sums(part_w, chunks, c, [&](int64_t col, A v) { put(dw, col, v); });
-  if (db) col_sums(part_b, chunks, c, [&](int64_t col, A v) { put(db, col, v); });
+  // blockIdx.y: 0 sums the weight's column partials, 1 the bias's (twice the blocks).
+  if (blockIdx.y == 0 && dw) col_sums(part_w, chunks, c, [&](int64_t col, A v) { put(dw, col, v); });
+  if (blockIdx.y == 1 && db) col_sums(part_b, chunks, c, [&](int64_t col, A v) { put(db, col, v); });
 }
 
 // Rows of c = NP * 32 * V elements (V = 16 / sizeof(T)), 16-byte aligned (GPT widths: 768 =
@@ -136,11 +137,13 @@ __global__ void layer_norm_dwb_final_kernel(const acc_t<T>* part_w, const acc_t<
 template <class T>
 struct Pack {
   static constexpr int V = 16 / int(sizeof(T));
-  __device__ __forceinline__ static void load(const T* p, float (&v)[V]) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  __device__ __forceinline__ static void unpack(const uint4& raw, float (&v)[V]) {
     const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
     for (int j = 0; j < V; ++j) v[j] = to_acc(e[j]);
+  }
+  __device__ __forceinline__ static void load(const T* p, float (&v)[V]) {
+    unpack(*reinterpret_cast<const uint4*>(p), v);
   }
   __device__ __forceinline__ static void store(T* p, const float (&v)[V]) {
     uint4 raw;
@@ -155,6 +158,24 @@ constexpr int kMaxPacks = 8;  // packs per lane: rows of up to 2048 bf16 / 1024 
 // in registers: 4 x NP x V floats per lane; GPT-2's 768 and 1024 bf16 are 3 and 4).
 constexpr int kMaxFusedPacks = 4;
 constexpr int kFusedWarps = 4;  // warps per block of the fused kernel (its sums: 32 KiB at 1024)
+
+// One row's x, g and add (or nothing) as loaded: 16-byte packs, converted where used.
+template <int NP>
+struct RowPacks {
+  uint4 x[NP], g[NP], a[NP];
+};
+template <class T, int NP>
+__device__ __forceinline__ void load_row(RowPacks<NP>& rp, const T* x, const T* g, const T* add,
+                                         int64_t r, int lane) {
+  constexpr int C = NP * 32 * Pack<T>::V;
+#pragma unroll
+  for (int p = 0; p < NP; ++p) {
+    const int64_t at = r * C + (p * 32 + lane) * Pack<T>::V;
+    rp.x[p] = *reinterpret_cast<const uint4*>(x + at);
+    rp.g[p] = *reinterpret_cast<const uint4*>(g + at);
+    if (add) rp.a[p] = *reinterpret_cast<const uint4*>(add + at);
+  }
+}
 
 template <class T, int NP>
 __global__ void layer_norm_forward_vec_kernel(const T* x, const T* w, const T* b, T* out,
@@ -224,10 +245,8 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
     for (int p = 0; p < NP; ++p)
 #pragma unroll
       for (int j = 0; j < V; ++j) at(0, p, j) = at(1, p, j) = 0.f;
-  const int64_t first = Fuse ? blockIdx.x * kChunkRows + warp
-                             : blockIdx.x * int64_t(kRowsPerBlock) + warp;
-  const int64_t last = Fuse ? min(rows, (blockIdx.x + 1) * kChunkRows) : min(rows, first + 1);
-  for (int64_t r = first; r < last; r += Fuse ? kFusedWarps : 1) {
+  // One row from its loaded packs (add: loaded there when Fuse, else here).
+  auto row = [&](int64_t r, const RowPacks<NP>& cur) {
     const float m = mean[r], s = rstd[r];
     float xhat[NP][V], d[NP][V];
     float sum_d = 0, sum_dx = 0;
@@ -235,8 +254,8 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
     for (int p = 0; p < NP; ++p) {
       const int col = (p * 32 + lane) * V;
       float wv[V];
-      Pack<T>::load(x + r * C + col, xhat[p]);
-      Pack<T>::load(g + r * C + col, d[p]);
+      Pack<T>::unpack(cur.x[p], xhat[p]);
+      Pack<T>::unpack(cur.g[p], d[p]);
       if (w) Pack<T>::load(w + col, wv);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
@@ -255,13 +274,36 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
     for (int p = 0; p < NP; ++p) {
       const int col = (p * 32 + lane) * V;
       float y[V], av[V];
-      if (add) Pack<T>::load(add + r * C + col, av);
+      if (add) {
+        if constexpr (Fuse) Pack<T>::unpack(cur.a[p], av);
+        else Pack<T>::load(add + r * C + col, av);
+      }
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         y[j] = s * (d[p][j] - mean_d - xhat[p][j] * mean_dx);
         if (add) y[j] += av[j];
       }
       Pack<T>::store(dx + r * C + col, y);
+    }
+  };
+  if constexpr (Fuse) {
+    // Warp w walks rows w, w + kFusedWarps, ... of the chunk; the next row's loads go out
+    // before this row's arithmetic.
+    const int64_t first = blockIdx.x * kChunkRows + warp;
+    const int64_t last = min(rows, (blockIdx.x + 1) * kChunkRows);
+    RowPacks<NP> cur, next;
+    if (first < last) load_row<T, NP>(cur, x, g, add, first, lane);
+    for (int64_t r = first; r < last; r += kFusedWarps) {
+      if (r + kFusedWarps < last) load_row<T, NP>(next, x, g, add, r + kFusedWarps, lane);
+      row(r, cur);
+      cur = next;
+    }
+  } else {
+    const int64_t r = blockIdx.x * int64_t(kRowsPerBlock) + warp;
+    if (r < rows) {
+      RowPacks<NP> cur;
+      load_row<T, NP>(cur, x, g, nullptr, r, lane);
+      row(r, cur);
     }
   }
   if constexpr (Fuse) {
@@ -397,8 +439,8 @@ void launch_layer_norm_backward(DType dtype, const void* g, const void* x, const
     }
     DL_CHECK((!accumulate || std::is_same_v<A, float>), "layer_norm",
              "accumulating f32 gradients needs an f32 accumulator");
-    layer_norm_dwb_final_kernel<T><<<col_sum_blocks(c), kColSumThreads>>>(part_w, part_b, dw, db,
-                                                                          chunks, c, accumulate);
+    layer_norm_dwb_final_kernel<T><<<dim3(col_sum_blocks(c), 2), kColSumThreads>>>(
+        part_w, part_b, dw, db, chunks, c, accumulate);
     DL_CUDA_LAUNCH_CHECK();
   });
 }

@@ -24,39 +24,68 @@ __device__ __forceinline__ uint16_t bf16_bits(float x) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(x));
 }
 
-// Elements [first, n) one at a time.
-__global__ void adamw_kernel(AdamWKernelArgs a, float decay, int64_t first) {
-  for (int64_t i = first + blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < a.n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    float m = a.m[i], v = a.v[i];
-    const float p = adamw_element(a, decay, a.params[i], a.grads[i], m, v);
-    a.m[i] = m;
-    a.v[i] = v;
-    a.params[i] = p;
-    if (a.compute) a.compute[i] = bf16_bits(p);
-  }
+__device__ __forceinline__ void adamw_one(const AdamWKernelArgs& a, float decay, int64_t i) {
+  float m = a.m[i], v = a.v[i];
+  const float p = adamw_element(a, decay, a.params[i], a.grads[i], m, v);
+  a.m[i] = m;
+  a.v[i] = v;
+  a.params[i] = p;
+  if (a.compute) a.compute[i] = bf16_bits(p);
 }
 
-// Elements [0, 4 quads) four at a time (16-byte loads and stores; the run's arrays aligned).
-__global__ void adamw_quads_kernel(AdamWKernelArgs a, float decay, int64_t quads) {
-  for (int64_t q = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; q < quads;
-       q += int64_t(gridDim.x) * blockDim.x) {
-    float4 p = reinterpret_cast<const float4*>(a.params)[q];
-    const float4 g = reinterpret_cast<const float4*>(a.grads)[q];
-    float4 m = reinterpret_cast<const float4*>(a.m)[q];
-    float4 v = reinterpret_cast<const float4*>(a.v)[q];
-    p.x = adamw_element(a, decay, p.x, g.x, m.x, v.x);
-    p.y = adamw_element(a, decay, p.y, g.y, m.y, v.y);
-    p.z = adamw_element(a, decay, p.z, g.z, m.z, v.z);
-    p.w = adamw_element(a, decay, p.w, g.w, m.w, v.w);
-    reinterpret_cast<float4*>(a.params)[q] = p;
-    reinterpret_cast<float4*>(a.m)[q] = m;
-    reinterpret_cast<float4*>(a.v)[q] = v;
-    if (a.compute)
-      reinterpret_cast<uint2*>(a.compute)[q] =
-          make_uint2(uint32_t(bf16_bits(p.x)) | (uint32_t(bf16_bits(p.y)) << 16),
-                     uint32_t(bf16_bits(p.z)) | (uint32_t(bf16_bits(p.w)) << 16));
+__device__ __forceinline__ void adamw_quad(const AdamWKernelArgs& a, float decay, float4& p,
+                                           const float4& g, float4& m, float4& v) {
+  p.x = adamw_element(a, decay, p.x, g.x, m.x, v.x);
+  p.y = adamw_element(a, decay, p.y, g.y, m.y, v.y);
+  p.z = adamw_element(a, decay, p.z, g.z, m.z, v.z);
+  p.w = adamw_element(a, decay, p.w, g.w, m.w, v.w);
+}
+
+__device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
+  return uint32_t(bf16_bits(lo)) | (uint32_t(bf16_bits(hi)) << 16);
+}
+
+// Elements [8 o, 8 o + 8): 16-byte loads and stores (all loads first), one 16-byte store of
+// the bf16 copy.
+__device__ __forceinline__ void adamw_oct(const AdamWKernelArgs& a, float decay, int64_t o) {
+  const int64_t q = 2 * o;
+  const float4* P = reinterpret_cast<const float4*>(a.params) + q;
+  const float4* G = reinterpret_cast<const float4*>(a.grads) + q;
+  const float4* M = reinterpret_cast<const float4*>(a.m) + q;
+  const float4* V = reinterpret_cast<const float4*>(a.v) + q;
+  float4 p0 = P[0], p1 = P[1], m0 = M[0], m1 = M[1], v0 = V[0], v1 = V[1];
+  const float4 g0 = G[0], g1 = G[1];
+  adamw_quad(a, decay, p0, g0, m0, v0);
+  adamw_quad(a, decay, p1, g1, m1, v1);
+  float4* Po = reinterpret_cast<float4*>(a.params) + q;
+  float4* Mo = reinterpret_cast<float4*>(a.m) + q;
+  float4* Vo = reinterpret_cast<float4*>(a.v) + q;
+  Po[0] = p0, Po[1] = p1, Mo[0] = m0, Mo[1] = m1, Vo[0] = v0, Vo[1] = v1;
+  if (a.compute)
+    reinterpret_cast<uint4*>(a.compute)[o] = make_uint4(bf16_pair(p0.x, p0.y), bf16_pair(p0.z, p0.w),
+                                                        bf16_pair(p1.x, p1.y), bf16_pair(p1.z, p1.w));
+}
+
+// Block b takes chunk b: kAdamWChunk elements of the run whose chunks hold it (a binary
+// search of the run table), eight per thread: 16-byte accesses where the eight are aligned
+// and inside the run (vec: the arrays themselves are), else one at a time.
+__global__ void __launch_bounds__(kAdamWChunk / 8)
+    adamw_runs_kernel(AdamWKernelArgs a, float decay_on, const AdamWRun* runs, int64_t n_runs,
+                      bool vec) {
+  const int64_t c = blockIdx.x;
+  int64_t lo = 0, hi = n_runs - 1;  // the last run with chunk_begin <= c
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (runs[mid].chunk_begin <= c) lo = mid;
+    else hi = mid - 1;
   }
+  const AdamWRun r = runs[lo];
+  const float decay = r.decay ? decay_on : 1.0f;  // 1 - lr * 0, as the CPU body computes it
+  const int64_t end = r.offset + r.n;
+  const int64_t i0 = r.offset + (c - r.chunk_begin) * kAdamWChunk + 8 * int64_t(threadIdx.x);
+  if (i0 >= end) return;
+  if (vec && i0 % 8 == 0 && i0 + 8 <= end) return adamw_oct(a, decay, i0 / 8);
+  for (int64_t i = i0; i < end && i < i0 + 8; ++i) adamw_one(a, decay, i);
 }
 
 bool aligned(const void* p, uintptr_t bytes) {
@@ -65,21 +94,15 @@ bool aligned(const void* p, uintptr_t bytes) {
 
 }  // namespace
 
-void adamw_update_cuda(const AdamWKernelArgs& args) {
-  if (args.n == 0) return;
-  const float decay = 1.0f - args.lr * args.weight_decay;  // as the CPU body, on the host
-  int64_t first = 0;
-  if (aligned(args.params, 16) && aligned(args.grads, 16) && aligned(args.m, 16) &&
-      aligned(args.v, 16) && (!args.compute || aligned(args.compute, 8))) {
-    const int64_t quads = args.n / 4;
-    if (quads > 0) {
-      adamw_quads_kernel<<<ops::gpu::grid_for(quads, 256), 256>>>(args, decay, quads);
-      DL_CUDA_LAUNCH_CHECK();
-    }
-    first = quads * 4;
-  }
-  if (first == args.n) return;
-  adamw_kernel<<<ops::gpu::grid_for(args.n - first, 256), 256>>>(args, decay, first);
+void adamw_update_cuda(const AdamWKernelArgs& args, const AdamWRun* runs, int64_t n_runs,
+                       int64_t chunks) {
+  if (n_runs == 0 || chunks == 0) return;
+  const float decay_on = 1.0f - args.lr * args.weight_decay;  // as the CPU body, on the host
+  const bool vec = aligned(args.params, 16) && aligned(args.grads, 16) && aligned(args.m, 16) &&
+                   aligned(args.v, 16) && (!args.compute || aligned(args.compute, 16));
+  DL_CHECK(chunks < (int64_t(1) << 31), "adamw", "too many elements for one launch: " << chunks
+                                                                                      << " chunks");
+  adamw_runs_kernel<<<unsigned(chunks), kAdamWChunk / 8>>>(args, decay_on, runs, n_runs, vec);
   DL_CUDA_LAUNCH_CHECK();
 }
 
