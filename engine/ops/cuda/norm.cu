@@ -143,7 +143,8 @@ struct Pack {
     for (int j = 0; j < V; ++j) v[j] = to_acc(e[j]);
   }
   __device__ __forceinline__ static void load(const T* p, float (&v)[V]) {
-    unpack(*reinterpret_cast<const uint4*>(p), v);
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);  // one 16-byte load: unpack given
+    unpack(raw, v);  // the dereference itself would read the elements one by one
   }
   __device__ __forceinline__ static void store(T* p, const float (&v)[V]) {
     uint4 raw;
