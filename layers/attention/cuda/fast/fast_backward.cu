@@ -26,25 +26,46 @@ constexpr int kBQ = kBwdBlockQ, kBK = kBwdBlockK, kThreads = 128;
 // delta[h * T_q + row] = sum_d dO * O, as the diagonal of the tensor-core product dO O^T
 // over 16 rows per warp: the same mma, operand positions and k order as dP = dO V^T in the
 // dQ kernel, so where O equals the one visible V row (a row that sees a single key) dP and
-// delta are bitwise equal and dS is exactly 0, like the CPU path's.
+// delta are bitwise equal and dS is exactly 0, like the CPU path's. A warp's 16 rows of dO
+// and O (contiguous) come in as 16-byte loads through shared memory, rows padded by 16
+// bytes so the fragment reads hit 32 different banks.
 template <int D>
-__global__ void delta_kernel(int64_t rows, int64_t heads, int64_t t_q, const bf16* out,
-                             const bf16* dout, float* delta) {
-  const int64_t r0 = (blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32) * 16;
+constexpr int kDeltaWarps = D == 64 ? 8 : 4;  // 32 KiB of staged rows per block
+template <int D>
+__global__ void __launch_bounds__(32 * kDeltaWarps<D>)
+    delta_kernel(int64_t rows, int64_t heads, int64_t t_q, const bf16* out, const bf16* dout,
+                 float* delta) {
+  constexpr int kLd = D + 8, kUnits = 16 * D / 8;  // staged row stride; 16-byte units per tile
+  __shared__ __align__(16) bf16 stage[kDeltaWarps<D>][2][16 * kLd];
+  const int warp = threadIdx.x / 32;
+  const int64_t r0 = (blockIdx.x * int64_t(kDeltaWarps<D>) + warp) * 16;
   if (r0 >= rows) return;
   const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  bf16* sdo = stage[warp][0];
+  bf16* so = stage[warp][1];
+  for (int u = lane; u < kUnits; u += 32) {
+    const int row = u / (D / 8), c8 = u % (D / 8);
+    const bool in = r0 + row < rows;
+    const int64_t at = (r0 + row) * D + c8 * 8;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4*>(sdo + row * kLd + c8 * 8) =
+        in ? *reinterpret_cast<const uint4*>(dout + at) : zero;
+    *reinterpret_cast<uint4*>(so + row * kLd + c8 * 8) =
+        in ? *reinterpret_cast<const uint4*>(out + at) : zero;
+  }
+  __syncwarp();
   const int64_t ra = r0 + g, rb = r0 + g + 8;  // rows of this lane (row * H + h)
-  auto ld = [&](const bf16* x, int64_t r, int col) -> uint32_t {
-    return r < rows ? *reinterpret_cast<const uint32_t*>(x + r * D + col) : 0u;
+  auto ld = [&](const bf16* x, int row, int col) -> uint32_t {
+    return *reinterpret_cast<const uint32_t*>(x + row * kLd + col);
   };
   float c0[4] = {0.f, 0.f, 0.f, 0.f}, c1[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int kd = 0; kd < D / 16; ++kd) {
     const int col = kd * 16 + 2 * t4;
-    const uint32_t a[4] = {ld(dout, ra, col), ld(dout, rb, col), ld(dout, ra, col + 8),
-                           ld(dout, rb, col + 8)};
-    mma_bf16(c0, a, ld(out, ra, col), ld(out, ra, col + 8));  // O rows r0 .. r0 + 7
-    mma_bf16(c1, a, ld(out, rb, col), ld(out, rb, col + 8));  // O rows r0 + 8 .. r0 + 15
+    const uint32_t a[4] = {ld(sdo, g, col), ld(sdo, g + 8, col), ld(sdo, g, col + 8),
+                           ld(sdo, g + 8, col + 8)};
+    mma_bf16(c0, a, ld(so, g, col), ld(so, g, col + 8));          // O rows r0 .. r0 + 7
+    mma_bf16(c1, a, ld(so, g + 8, col), ld(so, g + 8, col + 8));  // O rows r0 + 8 .. r0 + 15
   }
   // Diagonal: (g, g) sits in c0 of the lane with t4 == g / 2, (g + 8, g + 8) in c1.
   const int src = (lane & ~3) | (g >> 1);
@@ -450,7 +471,10 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
     configured = true;
   }
   const int64_t rows = p.t_q * p.heads;
-  delta_kernel<D><<<unsigned((rows + 127) / 128), 256>>>(rows, p.heads, p.t_q, out, dout, delta);
+  constexpr int kDeltaThreads = 32 * kDeltaWarps<D>;
+  constexpr int64_t kDeltaRows = 16 * kDeltaWarps<D>;
+  delta_kernel<D><<<unsigned((rows + kDeltaRows - 1) / kDeltaRows), kDeltaThreads>>>(
+      rows, p.heads, p.t_q, out, dout, delta);
   DL_CUDA_LAUNCH_CHECK();
   if (n_q_tiles > 0) {
     dq_kernel<D, M, W><<<unsigned(int64_t(n_q_tiles) * p.heads), DqRows<D>::value * 2, kSmemQ>>>(
