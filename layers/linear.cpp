@@ -2,7 +2,7 @@
 // in bf16. CPU: the generic matmul/add/gelu bodies. cuda: one cuBLASLt GEMM with the bias
 // (or bias and GELU, writing the pre-activation as its auxiliary output) in the epilogue.
 // Backward: dpre = gelu'(pre) g, then dx = dpre W, dW = dpre^T x, db = sum_rows dpre; on
-// cuda dW and db go straight into the parameters' f32 gradients (BGRADB epilogue for db),
+// cuda dW and db go straight into the parameters' f32 gradients (db from a column-sum kernel),
 // and the MLP node takes gelu' in the DGELU epilogue of the GEMM that produces g (which a
 // linear_gelu node cannot: that GEMM belongs to the next node, c_proj).
 #include "layers/linear.h"

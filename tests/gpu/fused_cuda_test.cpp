@@ -16,6 +16,7 @@
 #include "engine/core/allocator.h"
 #include "engine/core/device_ops.h"
 #include "engine/ops/cuda/cublaslt.h"
+#include "engine/ops/cuda/kernels.cuh"
 #include "engine/ops/ops.h"
 #include "layers/linear.h"
 #include "layers/lm_loss.h"
@@ -360,8 +361,8 @@ void check_into_f32_grads(const std::string& op, const std::string& name, const 
 
 // A Linear's weight and bias gradients go straight into f32 storage, not through the
 // compute dtype: in bf16 too they are as close to the CPU's f32 as an f32 sum (1e-5; a
-// bf16-rounded dW would miss by ~4e-3). At GPT shapes the bias gradient rides in the
-// weight-gradient GEMM (BGRADB epilogue).
+// bf16-rounded dW would miss by ~4e-3). The bias gradient is the column-sum kernel's
+// (launch_bias_grad), 16-byte packs at GPT shapes.
 TEST(FusedCuda, LinearGradsIntoF32Storage) {
   DL_REQUIRE_GPU();
   for (DType dt : {DType::f32, DType::bf16})
@@ -370,11 +371,38 @@ TEST(FusedCuda, LinearGradsIntoF32Storage) {
           "linear", shape_str({d.n, d.in, d.out}),
           [](const auto& x) { return linear(x[0], x[1], x[2]); },
           {rnd({d.n, d.in}), rnd({d.out, d.in}, 0.3), rnd({d.out})}, dt, 1e-5);
-  const int64_t before = ops::gpu::lt_matmul_count(ops::gpu::LtEpilogue::bgrad_a);
   check_into_f32_grads(
       "linear", "gpt-like 256x128x512", [](const auto& x) { return linear(x[0], x[1], x[2]); },
       {rnd({256, 128}), rnd({512, 128}, 0.1), rnd({512})}, DType::bf16, 1e-5);
-  EXPECT_EQ(ops::gpu::lt_matmul_count(ops::gpu::LtEpilogue::bgrad_a), before + 1);
+}
+
+// The bias-gradient column sums add into f32 storage in an order fixed by the shape alone:
+// 16-byte packs (an aligned dy) and one element at a time (the same rows 2 bytes off a
+// 16-byte boundary) give the same bits, the preset storage is added to, and the sums are
+// as close to float64's as f32 sums (rows over several 64-row chunks, a partial last one).
+TEST(FusedCuda, BiasGradientSumsAreTheSameBitsPackedOrNot) {
+  DL_REQUIRE_GPU();
+  for (DType dt : {DType::bf16, DType::f32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const int64_t rows = 300, n = 776;
+    const Tensor host = rnd({rows, n}).to(dt);
+    const Tensor flat = Tensor::zeros({rows * n + 8}, dt, Device::cuda);
+    const Tensor aligned = flat.narrow(0, 0, rows * n).view({rows, n});
+    const Tensor shifted = flat.narrow(0, 1, rows * n).view({rows, n});  // 2 or 4 bytes off
+    const Tensor preset = rnd({n}, 0.1).to(DType::f32);
+    Tensor scratch = Tensor::empty({ops::gpu::bias_grad_chunks(rows) * n}, DType::f32, Device::cuda);
+    auto sums = [&](const Tensor& dy) {
+      dy.copy_(host.to(Device::cuda));
+      Tensor db = preset.to(Device::cuda);
+      ops::gpu::launch_bias_grad(dt, dy.raw_data(), rows, n, db.data<float>(),
+                                 scratch.data<float>());
+      return db.to_vector<float>();
+    };
+    const std::vector<float> a = sums(aligned), b = sums(shifted);
+    EXPECT_EQ(a, b);
+    const Tensor ref = ops::add(ops::sum(host.to(DType::f64), 0), preset.to(DType::f64));
+    EXPECT_LE(max_err(Tensor::from_vector(a).to(DType::f64), ref), 1e-5);
+  }
 }
 
 // Layer norm's weight and bias gradients go straight into f32 storage from the column sums

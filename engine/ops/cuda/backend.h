@@ -36,8 +36,8 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
 // otherwise linear_forward then the gelu kernel.
 std::vector<Tensor> linear_gelu_forward(const Tensor& x, const Tensor& weight, const Tensor& bias);
 // A Linear's parameter gradients added straight into f32 storage: dw (out, in) += dy^T x and,
-// when db is defined, db (out) += the column sums of dy (in the product's BGRADB epilogue
-// where cuBLASLt has an algorithm, else a separate sum). dy (N, out) and x (N, in) are
+// when db is defined, db (out) += the column sums of dy (a deterministic column-sum kernel
+// that adds in place, launch_bias_grad). dy (N, out) and x (N, in) are
 // contiguous and share a dtype (f32 or bf16); dw and db are contiguous f32.
 void linear_param_grads(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db);
 // dpre (N, in) = (dy w) * gelu_tanh'(pre), the input gradient of a Linear (w (out, in))

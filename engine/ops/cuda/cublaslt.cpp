@@ -101,12 +101,9 @@ bool lt_matmul(const LtMatmul& p) {
   cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
   if (p.epilogue == LtEpilogue::bias) epi = CUBLASLT_EPILOGUE_BIAS;
   if (p.epilogue == LtEpilogue::gelu_aux_bias) epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-  // Our a is cuBLAS's B (see the top of the file): its sums over k are BGRADB's.
-  if (p.epilogue == LtEpilogue::bgrad_a) epi = CUBLASLT_EPILOGUE_BGRADB;
   if (p.epilogue == LtEpilogue::dgelu) epi = CUBLASLT_EPILOGUE_DGELU;
   set_attr(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(epi));
-  const bool has_bias = p.epilogue == LtEpilogue::bias || p.epilogue == LtEpilogue::gelu_aux_bias ||
-                        p.epilogue == LtEpilogue::bgrad_a;
+  const bool has_bias = p.epilogue == LtEpilogue::bias || p.epilogue == LtEpilogue::gelu_aux_bias;
   if (has_bias) {
     set_attr(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
     set_attr(desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(out));

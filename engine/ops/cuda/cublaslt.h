@@ -12,17 +12,18 @@ enum class LtEpilogue {
   none,
   bias,           // out = a b + bias (bias broadcast over rows)
   gelu_aux_bias,  // aux = a b + bias; out = gelu_tanh(aux). n must be a multiple of 8.
-  bgrad_a,        // out = a b, and bias (m) = the row sums of op(a) over the contraction:
-                  // a Linear's bias gradient in its weight-gradient product (cuBLAS BGRADB)
   dgelu,          // out = (a b) * gelu_tanh'(aux), aux (m, n) the pre-activation that
                   // gelu_aux_bias wrote. n must be a multiple of 8.
 };
-constexpr int kLtEpilogues = 5;
+constexpr int kLtEpilogues = 4;
 
 // Row-major out (m, n) = op(a) op(b) [+ out], a stored (ra, ca), b stored (rb, cb), rows
-// contiguous (lda/ldb/ldd apart, default packed), no batch. a and b share `ab` (f32 or bf16); out, bias (n) and aux (m, n) are
-// `out` (f32 or bf16); bgrad_a writes its bias (it does not accumulate into it, even with
-// `accumulate`). CUBLAS_COMPUTE_32F for both: fp32 accumulation, no TF32.
+// contiguous (lda/ldb/ldd apart, default packed), no batch. a and b share `ab` (f32 or
+// bf16); out, bias (n) and aux (m, n) are `out` (f32 or bf16). CUBLAS_COMPUTE_32F for both:
+// fp32 accumulation, no TF32. (A Linear's bias gradient is not BGRADB's: that epilogue ran
+// its sums as a kernel of its own at half the memory bandwidth and wrote them to be added to
+// the gradient; the column-sum kernel of reduce.cu adds them in place, 0.3 ms less per GPT-2
+// 124M step on an H200: BENCHMARKS.md session 9.)
 struct LtMatmul {
   DType ab = DType::f32;
   DType out = DType::f32;
@@ -37,7 +38,7 @@ struct LtMatmul {
   bool accumulate = false;  // d = product + c (beta = 1) instead of d = product
   const void* c = nullptr;  // accumulate's addend, laid out like d (ldd, `out`); null: d itself
   LtEpilogue epilogue = LtEpilogue::none;
-  const void* bias = nullptr;  // bgrad_a: written (m values of type `out`)
+  const void* bias = nullptr;
   void* aux = nullptr;
 };
 

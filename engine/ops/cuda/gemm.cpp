@@ -14,6 +14,7 @@
 #include "engine/ops/cuda/backend.h"
 #include "engine/ops/cuda/cublas_handle.h"
 #include "engine/ops/cuda/cublaslt.h"
+#include "engine/ops/cuda/kernels.cuh"
 
 namespace driftless::ops::gpu {
 
@@ -199,25 +200,12 @@ void linear_param_grads(const Tensor& dy, const Tensor& x, const Tensor& dw, con
                (!db.defined() || (db.dtype() == DType::f32 && db.shape() == Shape({out}))),
            "linear", "parameter gradients accumulate into contiguous f32 dw (out, in) and db (out)");
   if (rows == 0 || dw.numel() == 0) return;
-  if (db.defined()) {
-    Tensor part = Tensor::empty({out}, DType::f32, Device::cuda);
-    LtMatmul p;
-    p.ab = dy.dtype();
-    p.out = DType::f32;
-    p.a = dy.raw_data(), p.ra = rows, p.ca = out, p.ta = true;
-    p.b = x.raw_data(), p.rb = rows, p.cb = in;
-    p.d = dw.raw_data();
-    p.accumulate = true;
-    p.epilogue = LtEpilogue::bgrad_a;
-    p.bias = part.raw_data();
-    if (lt_matmul(p)) {
-      db.add_(part);
-      return;
-    }
-  }
   gemm_f32_out(dy.dtype(), dy.raw_data(), rows, out, true, x.raw_data(), rows, in, false,
                dw.raw_data(), true);
-  if (db.defined()) db.add_(sum_to(dy, {out}).to(DType::f32));
+  if (db.defined()) {
+    Tensor scratch = Tensor::empty({bias_grad_chunks(rows) * out}, DType::f32, Device::cuda);
+    launch_bias_grad(dy.dtype(), dy.raw_data(), rows, out, db.data<float>(), scratch.data<float>());
+  }
 }
 
 Tensor linear_dgelu_input_grad(const Tensor& dy, const Tensor& w, const Tensor& pre) {

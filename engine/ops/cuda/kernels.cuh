@@ -44,6 +44,12 @@ struct ReduceLayout {
 // chunks of rows, then the chunks in order: scratch holds chunks * n_out accumulators
 // (f32, f64 for f64), null when reduce_chunks is 1.
 int64_t reduce_chunks(const ReduceLayout& layout);
+// A Linear's bias gradient: db (n, f32 gradient storage) += the column sums of dy (rows, n)
+// row-major, f32 or bf16, summed over chunks of rows into scratch (bias_grad_chunks(rows) * n
+// floats), then over the chunks in order.
+int64_t bias_grad_chunks(int64_t rows);
+void launch_bias_grad(DType dtype, const void* dy, int64_t rows, int64_t n, float* db,
+                      float* scratch);
 void launch_reduce(DType dtype, const void* x, const ReduceLayout& layout, void* out,
                    double factor, void* scratch);
 

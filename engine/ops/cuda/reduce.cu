@@ -1,8 +1,10 @@
-// Deterministic reductions: sum over any set of dims (sum, mean, sum_to) and the
-// two-pass sum / sum of squares over everything (sum_all, gradient norm). Every output
-// is summed by one thread or one block in a fixed order; no atomics, so the same input
-// gives the same bits on every run.
+// Deterministic reductions: sum over any set of dims (sum, mean, sum_to), the two-pass
+// sum / sum of squares over everything (sum_all, gradient norm) and a Linear's bias
+// gradient (column sums added into f32 storage). Every output is summed in an order fixed
+// by the shape; no atomics, so the same input gives the same bits on every run.
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 
 #include "engine/ops/cuda/common.cuh"
 
@@ -99,7 +101,115 @@ __global__ void sum_final_kernel(const A* parts, int nparts, O* out, double fact
   if (threadIdx.x == 0) *out = from_acc<O>(acc * A(factor));
 }
 
+// Bias gradients: db (n) += the column sums of a (rows, n) row-major matrix. A block of
+// kBgThreads covers 32 * V columns (lane l: columns l V .. l V + V - 1, one 16-byte pack per
+// row where V > 1) over one chunk of kBgChunkRows rows, its kBgRowLanes warps taking every
+// kBgRowLanes-th row of the chunk in order, kBgBatch rows loaded before any is added; the
+// warps' sums are added in warp order into the chunk's partial, and col_sums adds the
+// chunks in order. Each column is summed in the same order whatever V, so alignment does
+// not change the bits. (cuBLASLt's BGRADB epilogue ran these sums as a kernel of its own
+// too, at about half the memory bandwidth, and wrote them to be added to the gradient.)
+constexpr int kBgRowLanes = 8;
+constexpr int kBgThreads = 32 * kBgRowLanes;
+constexpr int64_t kBgChunkRows = 64;
+constexpr int kBgBatch = 4;
+
+template <class T, int V>
+__device__ __forceinline__ void load_cols(const T* p, float (&v)[V]) {
+  if constexpr (V == 1) {
+    v[0] = to_acc(*p);
+  } else {
+    static_assert(V * sizeof(T) == 16, "V is one 16-byte pack");
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] = to_acc(e[j]);
+  }
+}
+
+template <class T, int V>
+__global__ void __launch_bounds__(kBgThreads)
+    bias_grad_partial_kernel(const T* __restrict__ x, int64_t rows, int64_t n,
+                             float* __restrict__ parts) {
+  const int lane = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  const int64_t c0 = (int64_t(blockIdx.y) * 32 + lane) * V;
+  const int64_t r0 = int64_t(blockIdx.x) * kBgChunkRows, r1 = min(rows, r0 + kBgChunkRows);
+  float acc[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) acc[j] = 0.0f;
+  if (c0 < n) {  // V divides n (the launcher's rule): a started pack is whole
+    int64_t r = r0 + ty;
+    for (; r + (kBgBatch - 1) * kBgRowLanes < r1; r += kBgBatch * kBgRowLanes) {
+      float v[kBgBatch][V];
+#pragma unroll
+      for (int u = 0; u < kBgBatch; ++u) load_cols<T, V>(x + (r + u * kBgRowLanes) * n + c0, v[u]);
+#pragma unroll
+      for (int u = 0; u < kBgBatch; ++u)
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc[j] += v[u][j];
+    }
+    for (; r < r1; r += kBgRowLanes) {
+      float v[V];
+      load_cols<T, V>(x + r * n + c0, v);
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc[j] += v[j];
+    }
+  }
+  __shared__ float part[kBgRowLanes][32 * V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) part[ty][lane * V + j] = acc[j];
+  __syncthreads();
+  for (int t = threadIdx.x; t < 32 * V; t += kBgThreads) {
+    const int64_t c = int64_t(blockIdx.y) * 32 * V + t;
+    if (c >= n) break;
+    float sum = part[0][t];
+#pragma unroll
+    for (int w = 1; w < kBgRowLanes; ++w) sum += part[w][t];
+    parts[int64_t(blockIdx.x) * n + c] = sum;
+  }
+}
+
+__global__ void bias_grad_final_kernel(const float* parts, int64_t chunks, int64_t n, float* db) {
+  col_sums(parts, chunks, n, [&](int64_t c, float v) { db[c] += v; });
+}
+
+template <class T, int V>
+void launch_bias_grad_passes(const T* x, int64_t rows, int64_t n, float* db, float* scratch) {
+  const int64_t col_blocks = (n + 32 * V - 1) / (32 * V), chunks = bias_grad_chunks(rows);
+  DL_CHECK(col_blocks <= 65535 && chunks <= INT32_MAX, "linear",
+           "(" << rows << ", " << n << ") is too large for the cuda bias-gradient grid");
+  bias_grad_partial_kernel<T, V>
+      <<<dim3(unsigned(chunks), unsigned(col_blocks)), kBgThreads>>>(x, rows, n, scratch);
+  DL_CUDA_LAUNCH_CHECK();
+  bias_grad_final_kernel<<<col_sum_blocks(n), kColSumThreads>>>(scratch, chunks, n, db);
+  DL_CUDA_LAUNCH_CHECK();
+}
+
 }  // namespace
+
+int64_t bias_grad_chunks(int64_t rows) {
+  return std::max<int64_t>(1, (rows + kBgChunkRows - 1) / kBgChunkRows);
+}
+
+void launch_bias_grad(DType dtype, const void* dy, int64_t rows, int64_t n, float* db,
+                      float* scratch) {
+  if (rows == 0 || n == 0) return;
+  auto go = [&](auto z) {
+    using T = decltype(z);
+    constexpr int P = 16 / int(sizeof(T));
+    const T* x = static_cast<const T*>(dy);
+    if (n % P == 0 && reinterpret_cast<uintptr_t>(dy) % 16 == 0)
+      launch_bias_grad_passes<T, P>(x, rows, n, db, scratch);
+    else
+      launch_bias_grad_passes<T, 1>(x, rows, n, db, scratch);
+  };
+  if (dtype == DType::bf16)
+    go(bf16_t{});
+  else if (dtype == DType::f32)
+    go(float{});
+  else
+    DL_FAIL("linear", "the bias-gradient kernel takes f32 or bf16, got " << dtype_name(dtype));
+}
 
 int64_t reduce_chunks(const ReduceLayout& layout) {
   // Chunked when outputs are adjacent in memory (threads of a warp read one row
