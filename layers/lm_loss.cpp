@@ -79,7 +79,7 @@ Tensor chunked_cuda(const Tensor& x, const Tensor& w, const std::vector<int64_t>
   Tensor targets = Tensor::from_vector(labels).to(Device::cuda);  // (T) i64
   Tensor scale = Tensor::full({}, loss_scale, DType::f32, Device::cuda);
   Tensor total = Tensor::zeros({}, DType::f32, Device::cuda);
-  // dlogits of up to kLmLossGradChunks chunks side by side (bf16: 4 x 1280 rows of GPT-2 is
+  // dlogits of up to kLmLossGradChunks chunks side by side (bf16: 2 x 2560 rows of GPT-2 is
   // 515 MB), so one dx and one dW product cover them all: dW is (V, C) f32 read and written
   // by every accumulating product (308 MB for GPT-2), which per chunk cost more than the
   // product itself.

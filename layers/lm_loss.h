@@ -9,18 +9,21 @@
 namespace driftless::layers {
 
 // Byte budget of one chunk of fp32 logits (chunk_rows x V x 4). On cuda the chunk's
-// dlogits go, in the operand dtype, into a buffer of kLmLossGradChunks chunks (bf16: 4 x
-// half the budget): the transient peak is about 3 x the budget, 768 MiB, instead of T x V x
-// 4 twice (1.6 GB each for 8k tokens of GPT-2's 50257). 256 MiB is 1280 rows of GPT-2:
-// every chunk's logits product reads all of W (77 MB for GPT-2) and each dx / dW pair reads
-// and writes the f32 dW, so fewer, larger chunks move less; on an H100 1280 rows took 0.7 ms
-// off a GPT-2 124M step (and 350M) against 640, for 0.36 GiB more peak (BENCHMARKS.md).
-constexpr int64_t kLmLossChunkBytes = int64_t(256) << 20;
+// dlogits go, in the operand dtype, into a buffer of kLmLossGradChunks chunks (bf16: 2 x
+// half the budget): the transient peak is about 2 x the budget, 1 GiB, instead of T x V x 4
+// twice (3.3 GB each for 16k tokens of GPT-2's 50257). 500 MiB is 2560 rows of GPT-2:
+// every chunk's logits product reads all of W (77 MB for GPT-2), so fewer, larger chunks
+// move less and run fewer, larger products and cross-entropy launches. On an H200, 2560-row
+// chunks in pairs took 0.3 ms off a GPT-2 124M step (0.1 ms off 350M) against 1280 rows in
+// fours, for 0.24 GiB more peak; 2560 in fours was no faster for 0.5 GiB more (BENCHMARKS.md
+// session 9; 640 -> 1280 rows took 0.7 ms off on an H100, session 8).
+constexpr int64_t kLmLossChunkBytes = int64_t(500) << 20;
 
 // Chunks whose dlogits (in the operand dtype) are kept side by side on cuda so that one dx
 // and one dW product cover them: the (V, C) f32 dW that every accumulating product reads
-// and writes (308 MB of traffic for GPT-2) is paid once per 4 chunks, not per chunk.
-constexpr int64_t kLmLossGradChunks = 4;
+// and writes (308 MB of traffic for GPT-2) is paid once per 2 chunks (5120 GPT-2 rows),
+// not per chunk.
+constexpr int64_t kLmLossGradChunks = 2;
 
 // Rows per chunk for a vocabulary of v: as many as fit the budget (a multiple of 64 when
 // that is at least 64), at least 1.

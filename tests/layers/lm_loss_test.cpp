@@ -201,7 +201,7 @@ TEST(LmLoss, NeverHoldsTheWholeLogits) {
 }
 
 TEST(LmLoss, ChunkRowsFollowTheByteBudget) {
-  EXPECT_EQ(lm_loss_chunk_rows(50257), kLmLossChunkBytes / (50257 * 4) / 64 * 64);  // 1280
+  EXPECT_EQ(lm_loss_chunk_rows(50257), kLmLossChunkBytes / (50257 * 4) / 64 * 64);  // 2560
   EXPECT_EQ(lm_loss_chunk_rows(50257) % 64, 0);
   EXPECT_LE(lm_loss_chunk_rows(50257) * 50257 * 4, kLmLossChunkBytes);
   EXPECT_EQ(lm_loss_chunk_rows(kLmLossChunkBytes / (4 * 40)), 40);  // under 64 rows: as many as fit
