@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -21,8 +22,13 @@ namespace driftless::testing {
 // A new seed per call: a random base per process (printed once with `tag`) plus a counter.
 inline uint64_t fresh_seed(const char* tag) {
   static const uint64_t base = [tag] {
-    uint64_t s = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
-    std::printf("[%s] random seed %llu\n", tag, (unsigned long long)s);
+    // DL_TEST_SEED=<printed seed> replays a failing run's inputs.
+    const char* env = std::getenv("DL_TEST_SEED");
+    const char* fixed = env && *env ? env : nullptr;
+    uint64_t s = fixed ? std::strtoull(fixed, nullptr, 10)
+                       : (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+    std::printf("[%s] random seed %llu%s\n", tag, (unsigned long long)s,
+                fixed ? " (DL_TEST_SEED)" : "");
     return s;
   }();
   static uint64_t counter = 0;
