@@ -8,7 +8,7 @@
 // the row by 3%). dlogits are computed in fp32 and rounded to bf16 once as they are
 // written, only as an operand of the dx and dW GEMMs, whose accumulation and outputs are
 // fp32 (dW accumulates over chunks with beta = 1). The loss is summed in fp32 on the
-// device in a fixed order: per chunk without gradients, over all rows' losses at once with.
+// device in a fixed order, over all rows' losses at once.
 #include "layers/lm_loss.h"
 
 #include <algorithm>
@@ -86,9 +86,10 @@ Tensor chunked_cuda(const Tensor& x, const Tensor& w, const std::vector<int64_t>
   const bool want_grads = gr.dx.defined() || gr.dw.defined();
   const int64_t group_rows = std::min(t_rows, rows * kLmLossGradChunks);
   Tensor dgroup = want_grads ? Tensor::empty({group_rows, ld}, dt, Device::cuda) : Tensor();
-  // With gradients every chunk writes its rows' losses here and one sum follows the chunks
-  // (three launches per chunk fewer than summing each chunk's rows and adding them up).
-  Tensor row_losses = want_grads ? Tensor::empty({t_rows}, DType::f32, Device::cuda) : Tensor();
+  // Every chunk writes its rows' losses here and one sum follows the chunks (three launches
+  // per chunk fewer than summing each chunk's rows and adding them up, and the same sum with
+  // or without gradients: a recomputing forward reports the loss bits of a plain one).
+  Tensor row_losses = Tensor::empty({t_rows}, DType::f32, Device::cuda);
   int64_t g0 = 0;  // first row of the group being filled
   auto flush = [&](int64_t end) {
     const int64_t n = end - g0;
@@ -110,7 +111,7 @@ Tensor chunked_cuda(const Tensor& x, const Tensor& w, const std::vector<int64_t>
     gpu::gemm_f32_out(dt, xr.raw_data(), n, c, false, w.raw_data(), v, c, true, logits.raw_data(),
                       false, 0, 0, ld);
     if (!want_grads) {
-      total = gpu::binary(gpu::Binary::add, total, gpu::cross_entropy_forward(logits, tr, mr)[0], {});
+      gpu::cross_entropy_forward(logits, tr, mr, row_losses.narrow(0, r0, n));
       continue;
     }
     // The loss and dlogits in one pass over the logits; dlogits straight in the GEMM
@@ -121,7 +122,7 @@ Tensor chunked_cuda(const Tensor& x, const Tensor& w, const std::vector<int64_t>
     logits = Tensor();  // the chunk's logits are dead: the allocator may reuse them
     if (r0 + n - g0 == group_rows || r0 + n == t_rows) flush(r0 + n);
   }
-  if (want_grads && t_rows > 0) total = ops::sum_all(row_losses);
+  if (t_rows > 0) total = ops::sum_all(row_losses);
   return gpu::unary(gpu::Unary::scale, total, {}, loss_scale);
 }
 

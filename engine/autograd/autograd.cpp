@@ -2,6 +2,8 @@
 // one pass in reverse order with per-node gradient slots freed as they are consumed.
 #include "engine/autograd/autograd.h"
 
+#include <atomic>
+
 #include <unordered_map>
 #include <unordered_set>
 
@@ -94,12 +96,24 @@ void accumulate(Tensor& slot, const Tensor& g) {
 }  // namespace
 
 namespace {
-// The running backward's gradient slots (per node, per output), for take_pending_grad.
+// The running backward's gradient slots (per node, per output) and the node whose backward
+// function runs, for take_pending_grad.
 thread_local std::unordered_map<Node*, std::vector<Tensor>>* t_slots = nullptr;
+thread_local const Node* t_running = nullptr;
+std::atomic<int64_t> g_pending_taken{0};
 }  // namespace
 
+int64_t pending_grads_taken() { return g_pending_taken.load(); }
+
 Tensor take_pending_grad(const Tensor& t) {
-  if (!t_slots || !t.defined() || !t.grad_fn()) return Tensor();
+  if (!t_slots || !t_running || !t.defined() || !t.grad_fn()) return Tensor();
+  // Only an input of the running node: its returned gradient is what replaces the slot.
+  bool input = false;
+  for (const Tensor& in : t_running->inputs())
+    input = input || (in.defined() && in.impl_ptr() == t.impl_ptr());
+  DL_CHECK(input, "take_pending_grad",
+           "the tensor is not an input of the running backward's node ("
+               << t_running->name() << "): its pending gradient would be lost");
   auto it = t_slots->find(t.grad_fn().get());
   if (it == t_slots->end() || size_t(t.output_nr()) >= it->second.size()) return Tensor();
   Tensor& slot = it->second[size_t(t.output_nr())];
@@ -108,6 +122,7 @@ Tensor take_pending_grad(const Tensor& t) {
     return Tensor();
   Tensor pending = slot;
   slot = Tensor();
+  ++g_pending_taken;
   return pending;
 }
 
@@ -198,7 +213,16 @@ void backward(const Tensor& root, const Tensor& grad, const LeafDoneHook& on_lea
       const OutputMeta& m = node->outputs()[k];
       if (!gouts[k].defined()) gouts[k] = Tensor::zeros(m.shape, m.dtype, m.device);
     }
-    std::vector<Tensor> grads = node->apply(gouts);
+    const Node* const outer = t_running;  // restored after: backward may nest
+    t_running = node;
+    std::vector<Tensor> grads;
+    try {
+      grads = node->apply(gouts);
+    } catch (...) {
+      t_running = outer;
+      throw;
+    }
+    t_running = outer;
     const std::vector<Tensor> inputs = node->inputs();
     for (size_t k = 0; k < inputs.size(); ++k) {
       const Tensor& in = inputs[k];

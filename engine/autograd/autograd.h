@@ -121,6 +121,9 @@ Tensor accumulating_grad(const Tensor& t);
 // add it in the same pass (layer norm's dx plus the residual stream's gradient) instead of
 // the engine summing the two into a third tensor afterwards.
 Tensor take_pending_grad(const Tensor& t);
+// How many pending gradients take_pending_grad has handed out in this process: tests check
+// that a fused path takes them, not only that the sums are right.
+int64_t pending_grads_taken();
 
 // Called once per leaf of the graph, right after the last gradient this backward pass
 // delivers to it has been accumulated into its .grad (data-parallel gradient buckets start

@@ -70,7 +70,8 @@ Tensor softmax_forward(const Tensor&, int64_t, bool) {
 Tensor softmax_backward(const Tensor&, const Tensor&, int64_t, bool) {
   no_cuda("softmax");
 }
-std::vector<Tensor> cross_entropy_forward(const Tensor&, const Tensor&, const Tensor&) {
+std::vector<Tensor> cross_entropy_forward(const Tensor&, const Tensor&, const Tensor&,
+                                          const Tensor&) {
   no_cuda("cross_entropy");
 }
 std::vector<Tensor> cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&,

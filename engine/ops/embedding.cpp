@@ -56,10 +56,15 @@ Tensor embedding(const Tensor& weight_in, const Tensor& ids_in) {
       op, {weight_in, ids_in}, out, std::move(ctx),
       [sw, dt, weight_in](Context& ctx, const std::vector<Tensor>& gs) {
         const auto& ids = std::any_cast<std::vector<int64_t>&>(ctx.data());
-        if (gs[0].device() == Device::cuda)
+        if (gs[0].device() == Device::cuda) {
+          // Into f32 storage from f32 or bf16 gradients (an f64 gradient keeps the engine's
+          // conversion and add).
+          const bool into_ok = gs[0].dtype() == DType::f32 || gs[0].dtype() == DType::bf16;
           return std::vector<Tensor>{
-              gpu::embedding_backward(gs[0], ids, sw, autograd::accumulating_grad(weight_in)),
+              gpu::embedding_backward(gs[0], ids, sw,
+                                      into_ok ? autograd::accumulating_grad(weight_in) : Tensor()),
               Tensor()};
+        }
         Tensor g = gs[0].contiguous();
         Tensor dw = Tensor::zeros(sw, dt);
         const int64_t c = sw[1];

@@ -145,7 +145,9 @@ TEST(Autograd, TakenPendingGradientIsNotAddedTwice) {
           seen.push_back(pending);
           return std::vector<Tensor>{pending.defined() ? ops::add(own, pending) : own};
         });
+    const int64_t taken_before = autograd::pending_grads_taken();
     autograd::backward(ops::sum_all(ops::add(t3, h)));
+    EXPECT_EQ(autograd::pending_grads_taken(), taken_before + (take ? 1 : 0));
     ASSERT_EQ(seen.size(), 1u);
     EXPECT_EQ(seen[0].defined(), take);
     if (take) EXPECT_TRUE(all_close(seen[0], {1, 1}));
@@ -154,6 +156,16 @@ TEST(Autograd, TakenPendingGradientIsNotAddedTwice) {
   // Outside a backward there is nothing pending.
   Tensor y = ops::scale(Tensor::from_vector<double>({1}).set_requires_grad(), 2.0);
   EXPECT_FALSE(autograd::take_pending_grad(y).defined());
+  // A tensor that is not an input of the running node: its gradient would be lost, so the
+  // engine refuses.
+  Tensor x = Tensor::from_vector<double>({1, -2}).set_requires_grad();
+  Tensor h = ops::scale(x, 2.0), u = ops::scale(x, 5.0);
+  Tensor t = autograd::record("takes_other", {u}, ops::scale(u.detach(), 1.0), autograd::Context(),
+                              [h](autograd::Context&, const std::vector<Tensor>& g) {
+                                autograd::take_pending_grad(h);
+                                return std::vector<Tensor>{g[0]};
+                              });
+  EXPECT_THROW(autograd::backward(ops::sum_all(ops::add(t, h))), Error);
 }
 
 }  // namespace

@@ -443,18 +443,25 @@ TEST(FusedCuda, LayerNormGradsIntoF32Storage) {
                            {rnd({rows, c}), rnd({c}, 0.5), rnd({c}, 0.1)}, dt, 1e-4);
 }
 
-// x + layer_norm(x), the residual stream's shape: the add's gradient of x is pending when
-// layer norm's backward runs, which takes it (autograd::take_pending_grad) and adds it to dx
-// in its kernel before the one rounding. Same tolerances as layer norm alone.
+// h + layer_norm(h) with h = 1 * x a non-leaf, the residual stream's shape: the add's
+// gradient of h is pending when layer norm's backward runs, which takes it
+// (autograd::take_pending_grad, counted) and adds it to dx in its kernel before the one
+// rounding. Widths: 768 and 1024 (the fused dx + dW/db kernel in bf16), 2048 bf16 (the
+// 16-byte row kernel without the partials), 768 f32 and 45 (the element-wise kernel). Same
+// tolerances as layer norm alone.
 TEST(FusedCuda, LayerNormAddsTheResidualGradient) {
   DL_REQUIRE_GPU();
   auto fn = [](const auto& x) {
-    return ops::add(x[0], ops::layer_norm(x[0], x[1], x[2], 1e-5));
+    const Tensor h = ops::scale(x[0], 1.0);
+    return ops::add(h, ops::layer_norm(h, x[1], x[2], 1e-5));
   };
   for (DType dt : {DType::f32, DType::bf16})
-    for (auto [rows, c] : {std::pair<int64_t, int64_t>{300, 768}, {37, 45}, {70, 1024}}) {
+    for (auto [rows, c] :
+         {std::pair<int64_t, int64_t>{300, 768}, {37, 45}, {70, 1024}, {33, 2048}}) {
       const std::vector<Tensor> in{rnd({rows, c}), rnd({c}, 0.5), rnd({c}, 0.1)};
+      const int64_t before = autograd::pending_grads_taken();
       check("layer_norm", shape_str({rows, c}) + " + residual", fn, in, dt, dt, {});
+      EXPECT_EQ(autograd::pending_grads_taken(), before + 2) << "two cuda runs, one take each";
       check_into_f32_grads("layer_norm", shape_str({rows, c}) + " + residual", fn, in, dt, 1e-4);
     }
 }

@@ -192,7 +192,6 @@ std::vector<Tensor> layer_norm_backward(const Tensor& g_in, const Tensor& x, con
   Tensor dw = want_w ? (into ? dw_into : empty_like_shape({c}, x.dtype())) : Tensor();
   Tensor db = want_b ? (into ? db_into : empty_like_shape({c}, x.dtype())) : Tensor();
   const int64_t chunks = layer_norm_chunks(rows);
-  DL_CHECK(chunks <= 65535, "layer_norm", "too many rows (" << rows << ") for the cuda backward");
   Tensor scratch;
   if (want_w || want_b)
     scratch = empty_like_shape({std::max<int64_t>(2 * chunks * c, 1)}, acc_dtype(x.dtype()));
@@ -275,8 +274,9 @@ std::vector<Tensor> cross_entropy_rows(const Tensor& logits, const Tensor& targe
 }  // namespace
 
 std::vector<Tensor> cross_entropy_forward(const Tensor& logits, const Tensor& targets,
-                                          const Tensor& mask) {
-  std::vector<Tensor> r = cross_entropy_rows(logits, targets, mask, Tensor(), logits.dtype());
+                                          const Tensor& mask, const Tensor& row_loss_into) {
+  std::vector<Tensor> r = cross_entropy_rows(logits, targets, mask, Tensor(), logits.dtype(),
+                                             Tensor(), row_loss_into);
   return {r[0], r[1]};
 }
 

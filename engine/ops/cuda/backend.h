@@ -76,8 +76,11 @@ Tensor softmax_backward(const Tensor& g, const Tensor& y, int64_t dim, bool log)
 
 // logits (N, V) contiguous, targets (N) i64 on cuda, mask (N) or undefined.
 // Returns {loss (), lse (N) f32/f64}.
+// With row_loss_into (as in cross_entropy_forward_backward) the per-row losses go there and
+// the loss comes back undefined.
 std::vector<Tensor> cross_entropy_forward(const Tensor& logits, const Tensor& targets,
-                                          const Tensor& mask);
+                                          const Tensor& mask,
+                                          const Tensor& row_loss_into = Tensor());
 // {dlogits, dmask or undefined}; go is the () upstream gradient. dlogits have the logits'
 // row stride and grad_dtype (default the logits' dtype; bf16 from f32 logits writes the
 // operand of a bf16 GEMM directly, without an f32 pass).

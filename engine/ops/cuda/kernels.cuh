@@ -40,7 +40,7 @@ struct ReduceLayout {
   int64_t red_shape[kMaxDims] = {}, red_strides[kMaxDims] = {};
   int64_t n_out = 1, n_red = 1;
 };
-// Outputs few and sums long (a bias gradient) are summed in reduce_chunks(layout) > 1
+// Outputs few and sums long (a broadcast bias's gradient) are summed in reduce_chunks(layout) > 1
 // chunks of rows, then the chunks in order: scratch holds chunks * n_out accumulators
 // (f32, f64 for f64), null when reduce_chunks is 1.
 int64_t reduce_chunks(const ReduceLayout& layout);

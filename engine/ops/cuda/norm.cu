@@ -156,7 +156,10 @@ struct Pack {
 };
 constexpr int kMaxPacks = 8;  // packs per lane: rows of up to 2048 bf16 / 1024 f32
 // Packs per lane up to which the dx kernel also makes the dweight / dbias partials (its sums
-// in registers: 4 x NP x V floats per lane; GPT-2's 768 and 1024 bf16 are 3 and 4).
+// in shared memory, kFusedWarps x 2 x C floats; GPT-2's 768 and 1024 bf16 are 3 and 4). Its
+// partials sum a chunk's rows warp by warp, the separate partial kernel row by row: the two
+// give different bits, and which runs depends on the width and on 16-byte alignment of the
+// row pointers (always met by this project's allocations for widths of whole packs).
 constexpr int kMaxFusedPacks = 4;
 constexpr int kFusedWarps = 4;  // warps per block of the fused kernel (its sums: 32 KiB at 1024)
 
@@ -434,6 +437,7 @@ void launch_layer_norm_backward(DType dtype, const void* g, const void* x, const
     DL_CUDA_LAUNCH_CHECK();
     if (!want) return;
     if (!fused) {
+      DL_CHECK(chunks <= 65535, "layer_norm", "too many rows (" << rows << ") for the cuda backward");
       const dim3 grid(unsigned((c + 255) / 256), unsigned(chunks));
       layer_norm_dwb_partial_kernel<T><<<grid, 256>>>(pg, px, pm, pr, part_w, part_b, rows, c);
       DL_CUDA_LAUNCH_CHECK();

@@ -32,7 +32,7 @@ __device__ __forceinline__ A sum_rows(const T* base, const ReduceLayout& L, int6
 }
 
 // One thread per output: used when there are many outputs (adjacent threads read
-// adjacent kept elements, e.g. a bias gradient summed over rows).
+// adjacent kept elements, e.g. a broadcast bias's gradient summed over rows).
 template <class T>
 __global__ void reduce_thread_kernel(const T* x, ReduceLayout L, T* out, double factor) {
   using A = acc_t<T>;
@@ -44,7 +44,7 @@ __global__ void reduce_thread_kernel(const T* x, ReduceLayout L, T* out, double 
 }
 
 // The thread-per-output sum in two passes when outputs are too few to fill the GPU (a
-// bias gradient: a few thousand outputs, each a sum over ~10^4 rows): pass 1 gives each
+// broadcast bias's gradient: a few thousand outputs, each a sum over ~10^4 rows): pass 1 gives each
 // (chunk of rows, output) pair a thread and writes its partial sum to scratch, pass 2 sums
 // each output's chunks in order. The chunking depends on the shape only: deterministic.
 template <class T>

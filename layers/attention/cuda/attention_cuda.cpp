@@ -169,7 +169,14 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
   check_cuda(lse, "lse");
   check_cuda(dout, "d_out");
   DeviceProblem d = make_device_problem(r, q, k, v, spec);
-  Tensor oc = out.to(q.dtype()).contiguous(), doc = dout.to(q.dtype()).contiguous();
+  // The fast delta kernel reads out and dout in 16-byte units: a view that starts off a
+  // 16-byte boundary is copied (fresh allocations are aligned).
+  auto aligned16 = [](const Tensor& t) {
+    return t.is_contiguous() && reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0 ? t
+                                                                                       : t.clone();
+  };
+  Tensor oc = aligned16(out.to(q.dtype()).contiguous());
+  Tensor doc = aligned16(dout.to(q.dtype()).contiguous());
   Tensor lc = lse.to(DType::f32).contiguous();
   Tensor delta = Tensor::empty({r.t_q * r.heads}, DType::f32, Device::cuda);
   AttentionGrads g;
