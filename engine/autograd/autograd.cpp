@@ -101,6 +101,18 @@ namespace {
 thread_local std::unordered_map<Node*, std::vector<Tensor>>* t_slots = nullptr;
 thread_local const Node* t_running = nullptr;
 std::atomic<int64_t> g_pending_taken{0};
+
+// Sets a thread-local for a scope and puts the previous value back on exit (a backward may
+// run inside another's node, and an exception may leave it).
+template <class T>
+struct Restore {
+  T& var;
+  T prev;
+  Restore(T& v, T now) : var(v), prev(v) { var = now; }
+  ~Restore() { var = prev; }
+  Restore(const Restore&) = delete;
+  Restore& operator=(const Restore&) = delete;
+};
 }  // namespace
 
 int64_t pending_grads_taken() { return g_pending_taken.load(); }
@@ -188,13 +200,7 @@ void backward(const Tensor& root, const Tensor& grad, const LeafDoneHook& on_lea
   };
 
   std::unordered_map<Node*, std::vector<Tensor>> slots;
-  struct SlotsScope {  // take_pending_grad sees this backward's slots (restored on exit)
-    std::unordered_map<Node*, std::vector<Tensor>>* prev;
-    explicit SlotsScope(std::unordered_map<Node*, std::vector<Tensor>>* s) : prev(t_slots) {
-      t_slots = s;
-    }
-    ~SlotsScope() { t_slots = prev; }
-  } slots_scope(&slots);
+  const Restore slots_scope(t_slots, &slots);  // take_pending_grad sees this backward's slots
   slots[root.grad_fn().get()].resize(root.grad_fn()->outputs().size());
   slots[root.grad_fn().get()][root.output_nr()] = seed;
   // Keep nodes alive while we run them even as their consumers release edges.
@@ -213,16 +219,11 @@ void backward(const Tensor& root, const Tensor& grad, const LeafDoneHook& on_lea
       const OutputMeta& m = node->outputs()[k];
       if (!gouts[k].defined()) gouts[k] = Tensor::zeros(m.shape, m.dtype, m.device);
     }
-    const Node* const outer = t_running;  // restored after: backward may nest
-    t_running = node;
     std::vector<Tensor> grads;
-    try {
+    {
+      const Restore running(t_running, static_cast<const Node*>(node));
       grads = node->apply(gouts);
-    } catch (...) {
-      t_running = outer;
-      throw;
     }
-    t_running = outer;
     const std::vector<Tensor> inputs = node->inputs();
     for (size_t k = 0; k < inputs.size(); ++k) {
       const Tensor& in = inputs[k];

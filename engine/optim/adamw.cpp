@@ -79,19 +79,19 @@ AdamW::AdamW(const AdamWConfig& config, std::vector<ParamRange> ranges, int64_t 
     prev_end = r.end;
     const int64_t b = std::max(r.begin, shard_begin), e = std::min(r.end, shard_end);
     if (b >= e) continue;
-    if (!runs_.empty() && runs_.back().end == b && runs_.back().decay == r.weight_decay) {
-      runs_.back().end = e;
-    } else {
-      runs_.push_back({b, e, r.weight_decay});
-    }
+    const int64_t off = b - shard_begin, decay = r.weight_decay ? 1 : 0;
+    if (!runs_.empty() && runs_.back().offset + runs_.back().n == off && runs_.back().decay == decay)
+      runs_.back().n += e - b;
+    else
+      runs_.push_back({off, e - b, 0, decay});
   }
+  // Each run's first block of the cuda launch, and the table that launch reads.
   int64_t chunks = 0;
-  std::vector<int64_t> table;  // the runs as i64 x 4 (AdamWRun), for the cuda launch
-  for (const Run& r : runs_) {
-    const AdamWRun k{r.begin - shard_begin_, r.end - r.begin, chunks, r.decay ? 1 : 0};
-    runs_k_.push_back(k);
-    table.insert(table.end(), {k.offset, k.n, k.chunk_begin, k.decay});
+  std::vector<int64_t> table;  // the runs as i64 x 4 (AdamWRun)
+  for (AdamWRun& k : runs_) {
+    k.chunk_begin = chunks;
     chunks += (k.n + kAdamWChunk - 1) / kAdamWChunk;
+    table.insert(table.end(), {k.offset, k.n, k.chunk_begin, k.decay});
   }
   static_assert(sizeof(AdamWRun) == 4 * sizeof(int64_t), "AdamWRun is four i64");
   if (device == Device::cuda && !table.empty())
@@ -154,7 +154,7 @@ void AdamW::step(const Tensor& params, const Tensor& grads, double lr, double gr
   args.compute = c;
   args.n = shard_end_ - shard_begin_;
   args.weight_decay = float(config_.weight_decay);
-  adamw_update(device_, args, runs_k_, device_runs_);
+  adamw_update(device_, args, runs_, device_runs_);
   state_.step = t;
 }
 

@@ -72,17 +72,12 @@ class AdamW {
   void load_state(const Tensor& m, const Tensor& v, int64_t step);
 
  private:
-  struct Run {  // a maximal run of the shard with one decay flag, in slab indices
-    int64_t begin, end;
-    bool decay;
-  };
   float* shard_pointer(const Tensor& t, const char* what) const;
 
   AdamWConfig config_;
   std::vector<ParamRange> ranges_;
-  std::vector<Run> runs_;
-  std::vector<AdamWRun> runs_k_;  // runs_ in shard indices, with their chunks of the cuda launch
-  Tensor device_runs_;            // runs_k_ on the device (cuda only)
+  std::vector<AdamWRun> runs_;  // maximal runs of the shard with one decay flag, shard indices
+  Tensor device_runs_;          // runs_ on the device (cuda only)
   int64_t slab_numel_ = 0;
   int64_t shard_begin_ = 0;
   int64_t shard_end_ = 0;

@@ -35,6 +35,27 @@ inline uint64_t fresh_seed(const char* tag) {
   return base + 7919 * ++counter;
 }
 
+// The inputs of a backends-agree check as each side sees them: floating ones (f64 on the
+// CPU) rounded to dt, then f32 on the CPU (f64 for f64) and dt on cuda; integer ones as they
+// are (copied to cuda); undefined ones stay undefined.
+inline void inputs_for(const std::vector<Tensor>& in, DType dt, std::vector<Tensor>& cpu_in,
+                       std::vector<Tensor>& gpu_in) {
+  const DType cpu_dt = dt == DType::f64 ? DType::f64 : DType::f32;
+  for (const Tensor& t : in) {
+    if (!t.defined()) {
+      cpu_in.emplace_back();
+      gpu_in.emplace_back();
+    } else if (is_floating(t.dtype())) {
+      Tensor rounded = t.to(dt);
+      cpu_in.push_back(rounded.to(cpu_dt));
+      gpu_in.push_back(rounded.to(Device::cuda));
+    } else {
+      cpu_in.push_back(t);
+      gpu_in.push_back(t.to(Device::cuda));
+    }
+  }
+}
+
 // Fills the caching allocator's free lists with `copies` NaN blocks of every size class,
 // so the next outputs of an op start as NaN wherever a kernel does not write.
 inline void poison_cache(int copies = 4) {

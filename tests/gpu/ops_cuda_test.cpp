@@ -145,16 +145,7 @@ void check(const std::string& op, const std::string& name, const Fn& fn,
   SCOPED_TRACE(op + " " + name + " " + dtype_name(dt));
   const DType cpu_dt = dt == DType::f64 ? DType::f64 : DType::f32;
   std::vector<Tensor> cpu_in, gpu_in;
-  for (const Tensor& t : in) {
-    if (is_floating(t.dtype())) {
-      Tensor rounded = t.to(dt);
-      cpu_in.push_back(rounded.to(cpu_dt));
-      gpu_in.push_back(rounded.to(Device::cuda));
-    } else {
-      cpu_in.push_back(t);
-      gpu_in.push_back(t.to(Device::cuda));
-    }
-  }
+  testing::inputs_for(in, dt, cpu_in, gpu_in);
   // The cotangent: random values representable in dt.
   Tensor probe = fn(cpu_in);
   Tensor cot64 = Tensor::randn(probe.shape(), testing::fresh_seed("ops_cuda"), DType::f64).to(dt);

@@ -201,7 +201,8 @@ std::vector<Tensor> layer_norm_backward(const Tensor& g_in, const Tensor& x, con
   }
   launch_layer_norm_backward(x.dtype(), g.raw_data(), x.raw_data(),
                              w.defined() ? w.raw_data() : nullptr, mean.raw_data(), rstd.raw_data(),
-                             dx_add.defined() ? dx_add.raw_data() : nullptr, dx.raw_data(), dw.defined() ? dw.raw_data() : nullptr,
+                             dx_add.defined() ? dx_add.raw_data() : nullptr, dx.raw_data(),
+                             dw.defined() ? dw.raw_data() : nullptr,
                              db.defined() ? db.raw_data() : nullptr,
                              scratch.defined() ? scratch.raw_data() : nullptr, rows, c, into);
   if (into) return {dx, Tensor(), Tensor()};

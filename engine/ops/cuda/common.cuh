@@ -49,6 +49,12 @@ __device__ __forceinline__ T from_acc(A v) {
   }
 }
 
+// Two floats rounded to bf16 (as from_acc) and packed, lo in the low half: one 4-byte store.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  return uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
+         (uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
+}
+
 // Calls f(T{}) with T = float, double or __nv_bfloat16 for the storage dtype.
 template <class F>
 void dispatch_float(const char* op, DType dtype, F&& f) {

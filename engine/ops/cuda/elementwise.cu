@@ -164,9 +164,9 @@ __global__ void scaled_f32_kernel(const float* src, const float* scale, void* ds
         o.w = __fadd_rn(o.w, __fmul_rn(v.w, s));
         d = o;
       } else {
-        auto bits = [&](float x) { return uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(__fmul_rn(x, s)))); };
         reinterpret_cast<uint2*>(dst)[q] =
-            make_uint2(bits(v.x) | (bits(v.y) << 16), bits(v.z) | (bits(v.w) << 16));
+            make_uint2(pack_bf16x2(__fmul_rn(v.x, s), __fmul_rn(v.y, s)),
+                       pack_bf16x2(__fmul_rn(v.z, s), __fmul_rn(v.w, s)));
       }
     }
     first = nq * 4;

@@ -81,6 +81,15 @@ __global__ void embedding_backward_into_units_kernel(const uint4* g, const int64
   }
 }
 
+// Launch shape of the backward kernels: a block per weight row (grid-stride past the cap),
+// a thread per column (or 16-byte unit) up to 256, whole warps.
+unsigned row_blocks(int64_t n_rows) {
+  return unsigned(n_rows < 65535 * 16 ? n_rows : 65535 * 16);
+}
+int row_threads(int64_t width) {
+  return width >= 256 ? 256 : int((width + 31) / 32 * 32);
+}
+
 }  // namespace
 
 void launch_embedding_forward(DType dtype, const void* w, const int64_t* ids, void* out, int64_t n,
@@ -107,10 +116,8 @@ void launch_embedding_backward(DType dtype, const void* g, const int64_t* offset
   if (v * c == 0) return;
   dispatch_float("embedding", dtype, [&](auto z) {
     using T = decltype(z);
-    const unsigned blocks = unsigned(v < 65535 * 16 ? v : 65535 * 16);
-    const int threads = c >= 256 ? 256 : int((c + 31) / 32 * 32);
-    embedding_backward_kernel<T><<<blocks, threads>>>(static_cast<const T*>(g), offsets, positions,
-                                                      static_cast<T*>(dw), v, c);
+    embedding_backward_kernel<T><<<row_blocks(v), row_threads(c)>>>(
+        static_cast<const T*>(g), offsets, positions, static_cast<T*>(dw), v, c);
   });
   DL_CUDA_LAUNCH_CHECK();
 }
@@ -121,28 +128,21 @@ void launch_embedding_backward_into(DType dtype, const void* g, const int64_t* o
   if (n_rows * c == 0) return;
   DL_CHECK(dtype == DType::f32 || dtype == DType::bf16, "embedding",
            "f32 gradient storage takes f32 or bf16 gradients, got " << dtype_name(dtype));
-  const unsigned blocks = unsigned(n_rows < 65535 * 16 ? n_rows : 65535 * 16);
-  const int64_t per = dtype == DType::f32 ? 4 : 8;  // elements per 16 bytes of g
-  if (c % per == 0 && reinterpret_cast<uintptr_t>(g) % 16 == 0 &&
-      reinterpret_cast<uintptr_t>(into) % 16 == 0) {
-    const int64_t units = c / per;
-    const int threads = units >= 256 ? 256 : int((units + 31) / 32 * 32);
-    if (dtype == DType::f32)
-      embedding_backward_into_units_kernel<float><<<blocks, threads>>>(
-          static_cast<const uint4*>(g), offsets, positions, rows, n_rows, into, units);
+  auto go = [&](auto z) {
+    using T = decltype(z);
+    constexpr int64_t per = 16 / int64_t(sizeof(T));  // elements per 16 bytes of g
+    if (c % per == 0 && reinterpret_cast<uintptr_t>(g) % 16 == 0 &&
+        reinterpret_cast<uintptr_t>(into) % 16 == 0)
+      embedding_backward_into_units_kernel<T><<<row_blocks(n_rows), row_threads(c / per)>>>(
+          static_cast<const uint4*>(g), offsets, positions, rows, n_rows, into, c / per);
     else
-      embedding_backward_into_units_kernel<bf16_t><<<blocks, threads>>>(
-          static_cast<const uint4*>(g), offsets, positions, rows, n_rows, into, units);
-    DL_CUDA_LAUNCH_CHECK();
-    return;
-  }
-  const int threads = c >= 256 ? 256 : int((c + 31) / 32 * 32);
+      embedding_backward_into_kernel<T><<<row_blocks(n_rows), row_threads(c)>>>(
+          static_cast<const T*>(g), offsets, positions, rows, n_rows, into, c);
+  };
   if (dtype == DType::f32)
-    embedding_backward_into_kernel<float><<<blocks, threads>>>(
-        static_cast<const float*>(g), offsets, positions, rows, n_rows, into, c);
+    go(float{});
   else
-    embedding_backward_into_kernel<bf16_t><<<blocks, threads>>>(
-        static_cast<const bf16_t*>(g), offsets, positions, rows, n_rows, into, c);
+    go(bf16_t{});
   DL_CUDA_LAUNCH_CHECK();
 }
 

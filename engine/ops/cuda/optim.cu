@@ -8,6 +8,8 @@
 namespace driftless::optim {
 namespace {
 
+using ops::gpu::pack_bf16x2;
+
 // One element: m and v updated in place, the new parameter returned.
 __device__ __forceinline__ float adamw_element(const AdamWKernelArgs& a, float decay, float p,
                                                float g_raw, float& m, float& v) {
@@ -41,10 +43,6 @@ __device__ __forceinline__ void adamw_quad(const AdamWKernelArgs& a, float decay
   p.w = adamw_element(a, decay, p.w, g.w, m.w, v.w);
 }
 
-__device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
-  return uint32_t(bf16_bits(lo)) | (uint32_t(bf16_bits(hi)) << 16);
-}
-
 // Elements [8 o, 8 o + 8): 16-byte loads and stores (all loads first), one 16-byte store of
 // the bf16 copy.
 __device__ __forceinline__ void adamw_oct(const AdamWKernelArgs& a, float decay, int64_t o) {
@@ -62,8 +60,9 @@ __device__ __forceinline__ void adamw_oct(const AdamWKernelArgs& a, float decay,
   float4* Vo = reinterpret_cast<float4*>(a.v) + q;
   Po[0] = p0, Po[1] = p1, Mo[0] = m0, Mo[1] = m1, Vo[0] = v0, Vo[1] = v1;
   if (a.compute)
-    reinterpret_cast<uint4*>(a.compute)[o] = make_uint4(bf16_pair(p0.x, p0.y), bf16_pair(p0.z, p0.w),
-                                                        bf16_pair(p1.x, p1.y), bf16_pair(p1.z, p1.w));
+    reinterpret_cast<uint4*>(a.compute)[o] =
+        make_uint4(pack_bf16x2(p0.x, p0.y), pack_bf16x2(p0.z, p0.w), pack_bf16x2(p1.x, p1.y),
+                   pack_bf16x2(p1.z, p1.w));
 }
 
 // Block b takes chunk b: kAdamWChunk elements of the run whose chunks hold it (a binary

@@ -171,9 +171,8 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
   DeviceProblem d = make_device_problem(r, q, k, v, spec);
   // The fast delta kernel reads out and dout in 16-byte units: a view that starts off a
   // 16-byte boundary is copied (fresh allocations are aligned).
-  auto aligned16 = [](const Tensor& t) {
-    return t.is_contiguous() && reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0 ? t
-                                                                                       : t.clone();
+  auto aligned16 = [](const Tensor& t) {  // t contiguous
+    return reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0 ? t : t.clone();
   };
   Tensor oc = aligned16(out.to(q.dtype()).contiguous());
   Tensor doc = aligned16(dout.to(q.dtype()).contiguous());
