@@ -3,6 +3,7 @@
 // the caching allocator reuses blocks. Skips when no GPU is present.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "engine/core/device_ops.h"
@@ -166,6 +167,34 @@ TEST(CoreCuda, CachingAllocatorKeepsStreamsApartAndEmptiesItsCache) {
   }
   cuda::empty_cache();
   EXPECT_EQ(memory_stats(Device::cuda).bytes_cached, 0u);
+}
+
+// Kernels launch through cuda::launch, which on sm_90 lets a kernel be placed before the
+// one ahead of it ends (programmatic dependent launch); each must wait for that one's writes
+// before it reads. A long chain in which every kernel reads what the one before wrote, of
+// several kernel kinds (16-byte adds, strided copies, fills, fresh sums), gives the CPU's
+// bits only if none reads early.
+TEST(CoreCuda, DependentLaunchesSeeEveryEarlierWrite) {
+  DL_REQUIRE_GPU();
+  int device = 0, major = 0;
+  DL_CUDA_CHECK(cudaGetDevice(&device));
+  DL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  const char* env = std::getenv("DL_PDL");
+  EXPECT_EQ(cuda::dependent_launch_enabled(), major >= 9 && !(env && std::string(env) == "0"));
+  auto chain = [](Tensor a, Tensor b) {
+    for (int i = 0; i < 40; ++i) {
+      a.add_(b);
+      b.add_(a);
+      b.narrow(0, 7, 300).fill_(double(i));
+      a = a.reshape({512, 1024}).transpose(0, 1).contiguous().reshape({512 * 1024});
+      b = b.plus(a);
+    }
+    return a.plus(b);
+  };
+  const Tensor a = Tensor::randn({512 * 1024}, 41), b = Tensor::randn({512 * 1024}, 42);
+  const Tensor want = chain(a.clone(), b.clone());
+  const Tensor got = chain(a.to(Device::cuda), b.to(Device::cuda));
+  EXPECT_EQ(got.to_vector<float>(), want.to_vector<float>());
 }
 
 TEST(CoreCuda, EventsOrderASideStreamAfterTheComputeStream) {

@@ -17,6 +17,7 @@
 
 #include "engine/core/cuda/check.h"
 #include "engine/core/cuda/elementwise.cuh"
+#include "engine/core/cuda/launch.cuh"
 #include "engine/core/cuda/stream.h"
 #include "engine/core/cuda/strided_offset.cuh"
 
@@ -56,6 +57,7 @@ __device__ __forceinline__ void store(void* p, int64_t off, double v) {
 
 template <class D, class S, int M>
 __global__ void copy_kernel(StridedView dst, StridedView src, int64_t n) {
+  cuda::dependent_kernel_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     store<D>(dst.data, offset_at<M>(dst, i), load<S>(src.data, offset_at<M>(src, i)));
@@ -65,6 +67,7 @@ __global__ void copy_kernel(StridedView dst, StridedView src, int64_t n) {
 // thread moves 16 bytes with one offset computation instead of one per element.
 template <int M>
 __global__ void copy_units_kernel(StridedView dst, StridedView src, int64_t n) {
+  cuda::dependent_kernel_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     static_cast<uint4*>(dst.data)[offset_at<M>(dst, i)] =
@@ -73,6 +76,7 @@ __global__ void copy_units_kernel(StridedView dst, StridedView src, int64_t n) {
 
 template <class D, int M>
 __global__ void fill_kernel(StridedView dst, double value, int64_t n) {
+  cuda::dependent_kernel_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     store<D>(dst.data, offset_at<M>(dst, i), value);
@@ -82,6 +86,7 @@ __global__ void fill_kernel(StridedView dst, double value, int64_t n) {
 // thread adds a unit of elements with add_kernel's per-element arithmetic (the same bits).
 template <class D>
 __global__ void add3_units_kernel(void* dst, const void* a, const void* b, int64_t units) {
+  cuda::dependent_kernel_begin();
   constexpr int kPer = 16 / int(sizeof(D));
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < units;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -95,6 +100,7 @@ __global__ void add3_units_kernel(void* dst, const void* a, const void* b, int64
 
 template <class D, int M>
 __global__ void add_kernel(StridedView dst, StridedView src, int64_t n) {
+  cuda::dependent_kernel_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t o = offset_at<M>(dst, i);
@@ -131,7 +137,9 @@ StridedView coalesced(const StridedView& v) {
   return r;
 }
 
-bool is_linear(const StridedView& v) { return v.rank == 1 && v.strides[0] == 1; }
+bool is_linear(const StridedView& v) {
+  return v.rank == 1 && v.strides[0] == 1;
+}
 
 // v (coalesced) recounted in 16-byte units, when its innermost dim is contiguous and every
 // row of it starts on a 16-byte boundary and holds whole units; false otherwise.
@@ -193,7 +201,7 @@ void launch_copy(const StridedView& dst_in, const StridedView& src_in, int64_t n
     // a fused projection) move 16 bytes per offset computation.
     const int64_t units = numel / (16 / int64_t(dtype_size(dst.dtype)));
     with_mode(mode_of({&du, &su}, units), [&](auto m) {
-      copy_units_kernel<decltype(m)::value><<<blocks_for(units), 256>>>(du, su, units);
+      cuda::launch(copy_units_kernel<decltype(m)::value>, blocks_for(units), 256, 0, du, su, units);
     });
     DL_CUDA_LAUNCH_CHECK();
     return;
@@ -201,8 +209,8 @@ void launch_copy(const StridedView& dst_in, const StridedView& src_in, int64_t n
   visit_dtype(dst.dtype, [&](auto zd) {
     visit_dtype(src.dtype, [&](auto zs) {
       with_mode(mode, [&](auto m) {
-        copy_kernel<decltype(zd), decltype(zs), decltype(m)::value>
-            <<<blocks_for(numel), 256>>>(dst, src, numel);
+        cuda::launch(copy_kernel<decltype(zd), decltype(zs), decltype(m)::value>, blocks_for(numel),
+                     256, 0, dst, src, numel);
       });
     });
   });
@@ -214,13 +222,14 @@ void launch_fill(const StridedView& dst_in, double value, int64_t numel) {
   const StridedView dst = coalesced(dst_in);
   const int mode = mode_of({&dst}, numel);
   if (mode == kLinear && value == 0.0 && !std::signbit(value)) {  // +0 is all-zero bytes
-    DL_CUDA_CHECK(cudaMemsetAsync(dst.data, 0, size_t(numel) * dtype_size(dst.dtype),
-                                  compute_stream()));
+    DL_CUDA_CHECK(
+        cudaMemsetAsync(dst.data, 0, size_t(numel) * dtype_size(dst.dtype), compute_stream()));
     return;
   }
   visit_dtype(dst.dtype, [&](auto zd) {
     with_mode(mode, [&](auto m) {
-      fill_kernel<decltype(zd), decltype(m)::value><<<blocks_for(numel), 256>>>(dst, value, numel);
+      cuda::launch(fill_kernel<decltype(zd), decltype(m)::value>, blocks_for(numel), 256, 0, dst,
+                   value, numel);
     });
   });
   DL_CUDA_LAUNCH_CHECK();
@@ -239,7 +248,8 @@ void launch_add(const StridedView& dst_in, const StridedView& src_in, int64_t nu
     visit_dtype(dst.dtype, [&](auto zd) {
       using D = decltype(zd);
       if constexpr (sizeof(D) < 16)
-        add3_units_kernel<D><<<blocks_for(units), 256>>>(dst.data, dst.data, src.data, units);
+        cuda::launch(add3_units_kernel<D>, blocks_for(units), 256, 0, dst.data, dst.data, src.data,
+                     units);
     });
     DL_CUDA_LAUNCH_CHECK();
     const int64_t done = units * per, tail = numel - done;
@@ -252,7 +262,8 @@ void launch_add(const StridedView& dst_in, const StridedView& src_in, int64_t nu
   }
   visit_dtype(dst.dtype, [&](auto zd) {
     with_mode(mode, [&](auto m) {
-      add_kernel<decltype(zd), decltype(m)::value><<<blocks_for(numel), 256>>>(dst, src, numel);
+      cuda::launch(add_kernel<decltype(zd), decltype(m)::value>, blocks_for(numel), 256, 0, dst,
+                   src, numel);
     });
   });
   DL_CUDA_LAUNCH_CHECK();
@@ -264,7 +275,8 @@ void launch_add3(const StridedView& dst, const StridedView& a, const StridedView
   visit_dtype(dst.dtype, [&](auto zd) {
     using D = decltype(zd);
     if constexpr (sizeof(D) < 16)
-      add3_units_kernel<D><<<blocks_for(units), 256>>>(dst.data, a.data, b.data, units);
+      cuda::launch(add3_units_kernel<D>, blocks_for(units), 256, 0, dst.data, a.data, b.data,
+                   units);
   });
   DL_CUDA_LAUNCH_CHECK();
 }

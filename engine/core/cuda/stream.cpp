@@ -2,30 +2,55 @@
 // already be shutting down.
 #include "engine/core/cuda/stream.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "engine/core/cuda/check.h"
 
 namespace driftless::cuda {
 
-Event::Event() { DL_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
+Event::Event() {
+  DL_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+}
 Event::~Event() {
   if (event_) cudaEventDestroy(event_);
 }
-void Event::record(cudaStream_t stream) { DL_CUDA_CHECK(cudaEventRecord(event_, stream)); }
+void Event::record(cudaStream_t stream) {
+  DL_CUDA_CHECK(cudaEventRecord(event_, stream));
+}
 bool Event::done() const {
   const cudaError_t st = cudaEventQuery(event_);
   if (st == cudaErrorNotReady) return false;
   DL_CUDA_CHECK(st);
   return true;
 }
-void Event::synchronize() const { DL_CUDA_CHECK(cudaEventSynchronize(event_)); }
+void Event::synchronize() const {
+  DL_CUDA_CHECK(cudaEventSynchronize(event_));
+}
 
-Stream::Stream() { DL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+Stream::Stream() {
+  DL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+}
 Stream::~Stream() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 void Stream::wait(const Event& event) const {
   DL_CUDA_CHECK(cudaStreamWaitEvent(stream_, event.get(), 0));
 }
-void Stream::synchronize() const { DL_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void Stream::synchronize() const {
+  DL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+bool dependent_launch_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("DL_PDL");
+    if (env && std::strcmp(env, "0") == 0) return false;
+    int device = 0, major = 0;
+    DL_CUDA_CHECK(cudaGetDevice(&device));
+    DL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    return major >= 9;
+  }();
+  return enabled;
+}
 
 }  // namespace driftless::cuda

@@ -8,7 +8,13 @@
 namespace driftless::cuda {
 
 // The stream every kernel, copy and cuBLAS call of a step is issued on.
-inline cudaStream_t compute_stream() { return cudaStreamLegacy; }
+inline cudaStream_t compute_stream() {
+  return cudaStreamLegacy;
+}
+
+// Whether cuda::launch (launch.cuh) uses programmatic dependent launch: the device is
+// sm_90 or later and DL_PDL is not 0 (read once per process).
+bool dependent_launch_enabled();
 
 class Event {
  public:

@@ -2,6 +2,7 @@
 // (copy/broadcast_to, scale, add_scalar, neg, gelu, dropout). f32 and f64 do the same
 // arithmetic as the CPU bodies (scalars applied in double, then rounded), so those agree
 // bit for bit; gelu differs only by the device tanh.
+#include "engine/core/cuda/launch.cuh"
 #include "engine/core/random.h"
 #include "engine/ops/cuda/common.cuh"
 
@@ -21,8 +22,9 @@ __device__ __forceinline__ A tanh_acc(A u) {
 }
 
 template <class T, BinaryKind K, int M>
-__global__ void binary_kernel(Layout layout, const T* a, Strides sa, const T* b, Strides sb,
-                              T* out, int64_t n) {
+__global__ void binary_kernel(Layout layout, const T* a, Strides sa, const T* b, Strides sb, T* out,
+                              int64_t n) {
+  cuda::dependent_kernel_begin();
   using A = acc_t<T>;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -49,6 +51,7 @@ __global__ void binary_kernel(Layout layout, const T* a, Strides sa, const T* b,
 template <class T, UnaryKind K, int M>
 __global__ void unary_kernel(Layout layout, const T* x, Strides sx, T* out, int64_t n, double s,
                              double p, uint64_t seed) {
+  cuda::dependent_kernel_begin();
   using A = acc_t<T>;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -83,8 +86,8 @@ void launch_binary(BinaryKind kind, DType dtype, const Layout& layout, bool dens
     with_index_mode(mode, [&](auto m) {
       constexpr int M = decltype(m)::value;
       auto go = [&](auto kernel) {
-        kernel<<<grid_for(n, 256), 256>>>(layout, static_cast<const T*>(a), sa,
-                                          static_cast<const T*>(b), sb, static_cast<T*>(out), n);
+        cuda::launch(kernel, grid_for(n, 256), 256, 0, layout, static_cast<const T*>(a), sa,
+                     static_cast<const T*>(b), sb, static_cast<T*>(out), n);
       };
       switch (kind) {
         case BinaryKind::add:
@@ -110,8 +113,8 @@ void launch_unary(UnaryKind kind, DType dtype, const Layout& layout, bool dense,
     with_index_mode(mode, [&](auto m) {
       constexpr int M = decltype(m)::value;
       auto go = [&](auto kernel) {
-        kernel<<<grid_for(n, 256), 256>>>(layout, static_cast<const T*>(x), sx,
-                                          static_cast<T*>(out), n, s, p, seed);
+        cuda::launch(kernel, grid_for(n, 256), 256, 0, layout, static_cast<const T*>(x), sx,
+                     static_cast<T*>(out), n, s, p, seed);
       };
       switch (kind) {
         case UnaryKind::copy:
@@ -148,6 +151,7 @@ __device__ __forceinline__ void put_scaled(void* dst, int64_t i, float v, float 
 template <bool Accumulate>
 __global__ void scaled_f32_kernel(const float* src, const float* scale, void* dst, int64_t n,
                                   bool quads) {
+  cuda::dependent_kernel_begin();
   const float s = *scale;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   int64_t first = 0;
@@ -184,9 +188,11 @@ void launch_scaled_f32(const float* src, const float* scale, void* dst, DType ds
                      reinterpret_cast<uintptr_t>(dst) % (dst_dtype == DType::f32 ? 16 : 8) == 0;
   const int64_t threads = quads ? (n + 3) / 4 : n;
   if (dst_dtype == DType::f32)
-    scaled_f32_kernel<true><<<grid_for(threads, 256), 256>>>(src, scale, dst, n, quads);
+    cuda::launch(scaled_f32_kernel<true>, grid_for(threads, 256), 256, 0, src, scale, dst, n,
+                 quads);
   else
-    scaled_f32_kernel<false><<<grid_for(threads, 256), 256>>>(src, scale, dst, n, quads);
+    cuda::launch(scaled_f32_kernel<false>, grid_for(threads, 256), 256, 0, src, scale, dst, n,
+                 quads);
   DL_CUDA_LAUNCH_CHECK();
 }
 
@@ -199,13 +205,13 @@ void launch_scale_inplace(DType dtype, void* p, int64_t n, double factor) {
     layout.rank = 1;
     layout.shape[0] = n;
     if constexpr (std::is_same_v<T, bf16_t>) {
-      unary_kernel<T, UnaryKind::scale, kDense><<<grid_for(n, 256), 256>>>(
-          layout, static_cast<const T*>(p), Strides{}, static_cast<T*>(p), n, factor, 0, 0);
+      cuda::launch(unary_kernel<T, UnaryKind::scale, kDense>, grid_for(n, 256), 256, 0, layout,
+                   static_cast<const T*>(p), Strides{}, static_cast<T*>(p), n, factor, 0, 0);
     } else {
       // T(v * T(factor)) in T, not in double: that is what `p[i] *= f` does on the host.
-      unary_kernel<T, UnaryKind::scale, kDense>
-          <<<grid_for(n, 256), 256>>>(layout, static_cast<const T*>(p), Strides{},
-                                      static_cast<T*>(p), n, double(T(factor)), 0, 0);
+      cuda::launch(unary_kernel<T, UnaryKind::scale, kDense>, grid_for(n, 256), 256, 0, layout,
+                   static_cast<const T*>(p), Strides{}, static_cast<T*>(p), n, double(T(factor)), 0,
+                   0);
     }
   });
   DL_CUDA_LAUNCH_CHECK();

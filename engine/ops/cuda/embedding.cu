@@ -1,6 +1,7 @@
 // Embedding gather and its deterministic backward: every weight row is owned by one block
 // that sums the gradient rows of its positions in increasing position order (the CPU
 // order), from a per-row position list built on the host. No atomics.
+#include "engine/core/cuda/launch.cuh"
 #include "engine/ops/cuda/common.cuh"
 
 namespace driftless::ops::gpu {
@@ -9,6 +10,7 @@ namespace {
 template <class T>
 __global__ void embedding_forward_kernel(const T* w, const int64_t* ids, T* out, int64_t n,
                                          int64_t c) {
+  cuda::dependent_kernel_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * c;
        i += int64_t(gridDim.x) * blockDim.x)
     out[i] = w[ids[i / c] * c + i % c];
@@ -17,6 +19,7 @@ __global__ void embedding_forward_kernel(const T* w, const int64_t* ids, T* out,
 // The same gather, 16 bytes per thread: rows of `units` 16-byte units, aligned.
 __global__ void embedding_forward_units_kernel(const uint4* w, const int64_t* ids, uint4* out,
                                                int64_t n, int64_t units) {
+  cuda::dependent_kernel_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * units;
        i += int64_t(gridDim.x) * blockDim.x)
     out[i] = w[ids[i / units] * units + i % units];
@@ -25,6 +28,7 @@ __global__ void embedding_forward_units_kernel(const uint4* w, const int64_t* id
 template <class T>
 __global__ void embedding_backward_kernel(const T* g, const int64_t* offsets,
                                           const int64_t* positions, T* dw, int64_t v, int64_t c) {
+  cuda::dependent_kernel_begin();
   using A = acc_t<T>;
   for (int64_t r = blockIdx.x; r < v; r += gridDim.x) {
     const int64_t k0 = offsets[r], k1 = offsets[r + 1];
@@ -41,6 +45,7 @@ template <class T>
 __global__ void embedding_backward_into_kernel(const T* g, const int64_t* offsets,
                                                const int64_t* positions, const int64_t* rows,
                                                int64_t n_rows, float* into, int64_t c) {
+  cuda::dependent_kernel_begin();
   for (int64_t b = blockIdx.x; b < n_rows; b += gridDim.x) {
     const int64_t r = rows[b], k0 = offsets[r], k1 = offsets[r + 1];
     for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
@@ -57,6 +62,7 @@ template <class T>
 __global__ void embedding_backward_into_units_kernel(const uint4* g, const int64_t* offsets,
                                                      const int64_t* positions, const int64_t* rows,
                                                      int64_t n_rows, float* into, int64_t units) {
+  cuda::dependent_kernel_begin();
   constexpr int P = 16 / int(sizeof(T));
   for (int64_t b = blockIdx.x; b < n_rows; b += gridDim.x) {
     const int64_t r = rows[b], k0 = offsets[r], k1 = offsets[r + 1];
@@ -101,12 +107,12 @@ void launch_embedding_forward(DType dtype, const void* w, const int64_t* ids, vo
     if (c % per == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 &&
         reinterpret_cast<uintptr_t>(out) % 16 == 0) {
       const int64_t units = c / per;
-      embedding_forward_units_kernel<<<grid_for(n * units, 256), 256>>>(
-          static_cast<const uint4*>(w), ids, static_cast<uint4*>(out), n, units);
+      cuda::launch(embedding_forward_units_kernel, grid_for(n * units, 256), 256, 0,
+                   static_cast<const uint4*>(w), ids, static_cast<uint4*>(out), n, units);
       return;
     }
-    embedding_forward_kernel<T>
-        <<<grid_for(n * c, 256), 256>>>(static_cast<const T*>(w), ids, static_cast<T*>(out), n, c);
+    cuda::launch(embedding_forward_kernel<T>, grid_for(n * c, 256), 256, 0,
+                 static_cast<const T*>(w), ids, static_cast<T*>(out), n, c);
   });
   DL_CUDA_LAUNCH_CHECK();
 }
@@ -116,8 +122,8 @@ void launch_embedding_backward(DType dtype, const void* g, const int64_t* offset
   if (v * c == 0) return;
   dispatch_float("embedding", dtype, [&](auto z) {
     using T = decltype(z);
-    embedding_backward_kernel<T><<<row_blocks(v), row_threads(c)>>>(
-        static_cast<const T*>(g), offsets, positions, static_cast<T*>(dw), v, c);
+    cuda::launch(embedding_backward_kernel<T>, row_blocks(v), row_threads(c), 0,
+                 static_cast<const T*>(g), offsets, positions, static_cast<T*>(dw), v, c);
   });
   DL_CUDA_LAUNCH_CHECK();
 }
@@ -133,11 +139,12 @@ void launch_embedding_backward_into(DType dtype, const void* g, const int64_t* o
     constexpr int64_t per = 16 / int64_t(sizeof(T));  // elements per 16 bytes of g
     if (c % per == 0 && reinterpret_cast<uintptr_t>(g) % 16 == 0 &&
         reinterpret_cast<uintptr_t>(into) % 16 == 0)
-      embedding_backward_into_units_kernel<T><<<row_blocks(n_rows), row_threads(c / per)>>>(
-          static_cast<const uint4*>(g), offsets, positions, rows, n_rows, into, c / per);
+      cuda::launch(embedding_backward_into_units_kernel<T>, row_blocks(n_rows),
+                   row_threads(c / per), 0, static_cast<const uint4*>(g), offsets, positions, rows,
+                   n_rows, into, c / per);
     else
-      embedding_backward_into_kernel<T><<<row_blocks(n_rows), row_threads(c)>>>(
-          static_cast<const T*>(g), offsets, positions, rows, n_rows, into, c);
+      cuda::launch(embedding_backward_into_kernel<T>, row_blocks(n_rows), row_threads(c), 0,
+                   static_cast<const T*>(g), offsets, positions, rows, n_rows, into, c);
   };
   if (dtype == DType::f32)
     go(float{});

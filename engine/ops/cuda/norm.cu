@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <type_traits>
 
+#include "engine/core/cuda/launch.cuh"
 #include "engine/ops/cuda/common.cuh"
 
 namespace driftless::ops::gpu {
@@ -34,6 +35,7 @@ template <class T>
 __global__ void layer_norm_forward_kernel(const T* x, const T* w, const T* b, T* out,
                                           acc_t<T>* mean, acc_t<T>* rstd, int64_t rows, int64_t c,
                                           double eps) {
+  cuda::dependent_kernel_begin();
   using A = acc_t<T>;
   const int lane = threadIdx.x & 31;
   const int64_t r = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);
@@ -67,6 +69,7 @@ template <class T>
 __global__ void layer_norm_dx_kernel(const T* g, const T* x, const T* w, const acc_t<T>* mean,
                                      const acc_t<T>* rstd, const T* add, T* dx, int64_t rows,
                                      int64_t c) {
+  cuda::dependent_kernel_begin();
   using A = acc_t<T>;
   const int lane = threadIdx.x & 31;
   const int64_t r = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);
@@ -97,6 +100,7 @@ template <class T>
 __global__ void layer_norm_dwb_partial_kernel(const T* g, const T* x, const acc_t<T>* mean,
                                               const acc_t<T>* rstd, acc_t<T>* part_w,
                                               acc_t<T>* part_b, int64_t rows, int64_t c) {
+  cuda::dependent_kernel_begin();
   using A = acc_t<T>;
   const int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   const int64_t chunk = blockIdx.y;
@@ -116,8 +120,10 @@ __global__ void layer_norm_dwb_partial_kernel(const T* g, const T* x, const acc_
 // With `accumulate` (T's accumulator is f32) dw and db are f32 gradient storage that the sums
 // are added to: a parameter's slab gradient, without a rounding to T and a separate add.
 template <class T>
-__global__ void layer_norm_dwb_final_kernel(const acc_t<T>* part_w, const acc_t<T>* part_b, void* dw,
-                                            void* db, int64_t chunks, int64_t c, bool accumulate) {
+__global__ void layer_norm_dwb_final_kernel(const acc_t<T>* part_w, const acc_t<T>* part_b,
+                                            void* dw, void* db, int64_t chunks, int64_t c,
+                                            bool accumulate) {
+  cuda::dependent_kernel_begin();
   using A = acc_t<T>;
   auto put = [&](void* out, int64_t col, A v) {
     if (accumulate)
@@ -126,8 +132,10 @@ __global__ void layer_norm_dwb_final_kernel(const acc_t<T>* part_w, const acc_t<
       static_cast<T*>(out)[col] = from_acc<T>(v);
   };
   // blockIdx.y: 0 sums the weight's column partials, 1 the bias's (twice the blocks).
-  if (blockIdx.y == 0 && dw) col_sums(part_w, chunks, c, [&](int64_t col, A v) { put(dw, col, v); });
-  if (blockIdx.y == 1 && db) col_sums(part_b, chunks, c, [&](int64_t col, A v) { put(db, col, v); });
+  if (blockIdx.y == 0 && dw)
+    col_sums(part_w, chunks, c, [&](int64_t col, A v) { put(dw, col, v); });
+  if (blockIdx.y == 1 && db)
+    col_sums(part_b, chunks, c, [&](int64_t col, A v) { put(db, col, v); });
 }
 
 // Rows of c = NP * 32 * V elements (V = 16 / sizeof(T)), 16-byte aligned (GPT widths: 768 =
@@ -184,6 +192,7 @@ __device__ __forceinline__ void load_row(RowPacks<NP>& rp, const T* x, const T* 
 template <class T, int NP>
 __global__ void layer_norm_forward_vec_kernel(const T* x, const T* w, const T* b, T* out,
                                               float* mean, float* rstd, int64_t rows, float eps) {
+  cuda::dependent_kernel_begin();
   constexpr int V = Pack<T>::V, C = NP * 32 * V;
   const int lane = threadIdx.x & 31;
   const int64_t r = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);
@@ -236,6 +245,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
     layer_norm_dx_vec_kernel(const T* g, const T* x, const T* w, const float* mean,
                              const float* rstd, const T* add, T* dx, float* part_w, float* part_b,
                              int64_t rows) {
+  cuda::dependent_kernel_begin();
   constexpr int V = Pack<T>::V, C = NP * 32 * V;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   // Fuse: [warp][sum (w, b)][p][j][lane], lane fastest (conflict-free).
@@ -279,8 +289,10 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
       const int col = (p * 32 + lane) * V;
       float y[V], av[V];
       if (add) {
-        if constexpr (Fuse) Pack<T>::unpack(cur.a[p], av);
-        else Pack<T>::load(add + r * C + col, av);
+        if constexpr (Fuse)
+          Pack<T>::unpack(cur.a[p], av);
+        else
+          Pack<T>::load(add + r * C + col, av);
       }
 #pragma unroll
       for (int j = 0; j < V; ++j) {
@@ -373,17 +385,17 @@ void launch_layer_norm_forward(DType dtype, const void* x, const void* w, const 
       const int np = packs_for<T>(c);
       if (np > 0 && aligned16({x, w, b, out})) {
         with_packs(np, [&](auto n) {
-          layer_norm_forward_vec_kernel<T, decltype(n)::value><<<blocks, 32 * kRowsPerBlock>>>(
-              static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(b),
-              static_cast<T*>(out), static_cast<float*>(mean), static_cast<float*>(rstd), rows,
-              float(eps));
+          cuda::launch(layer_norm_forward_vec_kernel<T, decltype(n)::value>, blocks,
+                       32 * kRowsPerBlock, 0, static_cast<const T*>(x), static_cast<const T*>(w),
+                       static_cast<const T*>(b), static_cast<T*>(out), static_cast<float*>(mean),
+                       static_cast<float*>(rstd), rows, float(eps));
         });
         return;
       }
     }
-    layer_norm_forward_kernel<T><<<blocks, 32 * kRowsPerBlock>>>(
-        static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(b),
-        static_cast<T*>(out), static_cast<A*>(mean), static_cast<A*>(rstd), rows, c, eps);
+    cuda::launch(layer_norm_forward_kernel<T>, blocks, 32 * kRowsPerBlock, 0,
+                 static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(b),
+                 static_cast<T*>(out), static_cast<A*>(mean), static_cast<A*>(rstd), rows, c, eps);
   });
   DL_CUDA_LAUNCH_CHECK();
 }
@@ -420,32 +432,34 @@ void launch_layer_norm_backward(DType dtype, const void* g, const void* x, const
           constexpr int NP = decltype(n)::value;
           if constexpr (NP <= kMaxFusedPacks) {
             if (fused) {
-              layer_norm_dx_vec_kernel<T, NP, true><<<unsigned(chunks), 32 * kFusedWarps>>>(
-                  pg, px, static_cast<const T*>(w), pm, pr, pa, static_cast<T*>(dx), part_w,
-                  part_b, rows);
+              cuda::launch(layer_norm_dx_vec_kernel<T, NP, true>, unsigned(chunks),
+                           32 * kFusedWarps, 0, pg, px, static_cast<const T*>(w), pm, pr, pa,
+                           static_cast<T*>(dx), part_w, part_b, rows);
               return;
             }
           }
-          layer_norm_dx_vec_kernel<T, NP, false><<<blocks, 32 * kRowsPerBlock>>>(
-              pg, px, static_cast<const T*>(w), pm, pr, pa, static_cast<T*>(dx), nullptr, nullptr,
-              rows);
+          cuda::launch(layer_norm_dx_vec_kernel<T, NP, false>, blocks, 32 * kRowsPerBlock, 0, pg,
+                       px, static_cast<const T*>(w), pm, pr, pa, static_cast<T*>(dx), nullptr,
+                       nullptr, rows);
         });
     }
     if (!vec)
-      layer_norm_dx_kernel<T><<<blocks, 32 * kRowsPerBlock>>>(
-          pg, px, static_cast<const T*>(w), pm, pr, pa, static_cast<T*>(dx), rows, c);
+      cuda::launch(layer_norm_dx_kernel<T>, blocks, 32 * kRowsPerBlock, 0, pg, px,
+                   static_cast<const T*>(w), pm, pr, pa, static_cast<T*>(dx), rows, c);
     DL_CUDA_LAUNCH_CHECK();
     if (!want) return;
     if (!fused) {
-      DL_CHECK(chunks <= 65535, "layer_norm", "too many rows (" << rows << ") for the cuda backward");
+      DL_CHECK(chunks <= 65535, "layer_norm",
+               "too many rows (" << rows << ") for the cuda backward");
       const dim3 grid(unsigned((c + 255) / 256), unsigned(chunks));
-      layer_norm_dwb_partial_kernel<T><<<grid, 256>>>(pg, px, pm, pr, part_w, part_b, rows, c);
+      cuda::launch(layer_norm_dwb_partial_kernel<T>, grid, 256, 0, pg, px, pm, pr, part_w, part_b,
+                   rows, c);
       DL_CUDA_LAUNCH_CHECK();
     }
     DL_CHECK((!accumulate || std::is_same_v<A, float>), "layer_norm",
              "accumulating f32 gradients needs an f32 accumulator");
-    layer_norm_dwb_final_kernel<T><<<dim3(col_sum_blocks(c), 2), kColSumThreads>>>(
-        part_w, part_b, dw, db, chunks, c, accumulate);
+    cuda::launch(layer_norm_dwb_final_kernel<T>, dim3(col_sum_blocks(c), 2), kColSumThreads, 0,
+                 part_w, part_b, dw, db, chunks, c, accumulate);
     DL_CUDA_LAUNCH_CHECK();
   });
 }

@@ -2,6 +2,7 @@
 // because driftless_optim compiles no CUDA sources; it does the CPU body's f32 operations
 // in the same order with explicit round-to-nearest intrinsics, so nvcc cannot contract
 // them into FMAs and the two backends agree bit for bit.
+#include "engine/core/cuda/launch.cuh"
 #include "engine/ops/cuda/common.cuh"
 #include "engine/optim/adamw_kernel.h"
 
@@ -71,12 +72,15 @@ __device__ __forceinline__ void adamw_oct(const AdamWKernelArgs& a, float decay,
 __global__ void __launch_bounds__(kAdamWChunk / 8)
     adamw_runs_kernel(AdamWKernelArgs a, float decay_on, const AdamWRun* runs, int64_t n_runs,
                       bool vec) {
+  cuda::dependent_kernel_begin();
   const int64_t c = blockIdx.x;
   int64_t lo = 0, hi = n_runs - 1;  // the last run with chunk_begin <= c
   while (lo < hi) {
     const int64_t mid = (lo + hi + 1) / 2;
-    if (runs[mid].chunk_begin <= c) lo = mid;
-    else hi = mid - 1;
+    if (runs[mid].chunk_begin <= c)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   const AdamWRun r = runs[lo];
   const float decay = r.decay ? decay_on : 1.0f;  // 1 - lr * 0, as the CPU body computes it
@@ -99,9 +103,10 @@ void adamw_update_cuda(const AdamWKernelArgs& args, const AdamWRun* runs, int64_
   const float decay_on = 1.0f - args.lr * args.weight_decay;  // as the CPU body, on the host
   const bool vec = aligned(args.params, 16) && aligned(args.grads, 16) && aligned(args.m, 16) &&
                    aligned(args.v, 16) && (!args.compute || aligned(args.compute, 16));
-  DL_CHECK(chunks < (int64_t(1) << 31), "adamw", "too many elements for one launch: " << chunks
-                                                                                      << " chunks");
-  adamw_runs_kernel<<<unsigned(chunks), kAdamWChunk / 8>>>(args, decay_on, runs, n_runs, vec);
+  DL_CHECK(chunks < (int64_t(1) << 31), "adamw",
+           "too many elements for one launch: " << chunks << " chunks");
+  cuda::launch(adamw_runs_kernel, unsigned(chunks), kAdamWChunk / 8, 0, args, decay_on, runs,
+               n_runs, vec);
   DL_CUDA_LAUNCH_CHECK();
 }
 

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "engine/core/cuda/launch.cuh"
 #include "engine/ops/cuda/common.cuh"
 
 namespace driftless::ops::gpu {
@@ -35,6 +36,7 @@ __device__ __forceinline__ A sum_rows(const T* base, const ReduceLayout& L, int6
 // adjacent kept elements, e.g. a broadcast bias's gradient summed over rows).
 template <class T>
 __global__ void reduce_thread_kernel(const T* x, ReduceLayout L, T* out, double factor) {
+  cuda::dependent_kernel_begin();
   using A = acc_t<T>;
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < L.n_out;
        o += int64_t(gridDim.x) * blockDim.x) {
@@ -50,6 +52,7 @@ __global__ void reduce_thread_kernel(const T* x, ReduceLayout L, T* out, double 
 template <class T>
 __global__ void reduce_chunk_kernel(const T* x, ReduceLayout L, int64_t rows_per_chunk,
                                     int64_t chunks, acc_t<T>* parts) {
+  cuda::dependent_kernel_begin();
   using A = acc_t<T>;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < L.n_out * chunks;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -63,6 +66,7 @@ __global__ void reduce_chunk_kernel(const T* x, ReduceLayout L, int64_t rows_per
 template <class T>
 __global__ void reduce_parts_kernel(const acc_t<T>* parts, int64_t n_out, int64_t chunks, T* out,
                                     double factor) {
+  cuda::dependent_kernel_begin();
   using A = acc_t<T>;
   col_sums(parts, chunks, n_out, [&](int64_t o, A v) { out[o] = from_acc<T>(v * A(factor)); });
 }
@@ -70,6 +74,7 @@ __global__ void reduce_parts_kernel(const acc_t<T>* parts, int64_t n_out, int64_
 // One block per output: used when outputs are few and long.
 template <class T>
 __global__ void reduce_block_kernel(const T* x, ReduceLayout L, T* out, double factor) {
+  cuda::dependent_kernel_begin();
   using A = acc_t<T>;
   for (int64_t o = blockIdx.x; o < L.n_out; o += gridDim.x) {
     const T* base = x + strided_offset<int64_t>(L.kept_rank, L.kept_shape, L.kept_strides, o);
@@ -83,6 +88,7 @@ __global__ void reduce_block_kernel(const T* x, ReduceLayout L, T* out, double f
 
 template <class T, class A, bool Square>
 __global__ void sum_parts_kernel(const T* x, int64_t n, A* parts) {
+  cuda::dependent_kernel_begin();
   A acc = 0;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -95,6 +101,7 @@ __global__ void sum_parts_kernel(const T* x, int64_t n, A* parts) {
 
 template <class A, class O>
 __global__ void sum_final_kernel(const A* parts, int nparts, O* out, double factor) {
+  cuda::dependent_kernel_begin();
   A acc = 0;
   for (int i = threadIdx.x; i < nparts; i += blockDim.x) acc += parts[i];
   acc = block_sum(acc);
@@ -131,6 +138,7 @@ template <class T, int V>
 __global__ void __launch_bounds__(kBgThreads)
     bias_grad_partial_kernel(const T* __restrict__ x, int64_t rows, int64_t n,
                              float* __restrict__ parts) {
+  cuda::dependent_kernel_begin();
   const int lane = threadIdx.x & 31, ty = threadIdx.x >> 5;
   const int64_t c0 = (int64_t(blockIdx.y) * 32 + lane) * V;
   const int64_t r0 = int64_t(blockIdx.x) * kBgChunkRows, r1 = min(rows, r0 + kBgChunkRows);
@@ -170,6 +178,7 @@ __global__ void __launch_bounds__(kBgThreads)
 }
 
 __global__ void bias_grad_final_kernel(const float* parts, int64_t chunks, int64_t n, float* db) {
+  cuda::dependent_kernel_begin();
   col_sums(parts, chunks, n, [&](int64_t c, float v) { db[c] += v; });
 }
 
@@ -178,10 +187,11 @@ void launch_bias_grad_passes(const T* x, int64_t rows, int64_t n, float* db, flo
   const int64_t col_blocks = (n + 32 * V - 1) / (32 * V), chunks = bias_grad_chunks(rows);
   DL_CHECK(col_blocks <= 65535 && chunks <= INT32_MAX, "linear",
            "(" << rows << ", " << n << ") is too large for the cuda bias-gradient grid");
-  bias_grad_partial_kernel<T, V>
-      <<<dim3(unsigned(chunks), unsigned(col_blocks)), kBgThreads>>>(x, rows, n, scratch);
+  cuda::launch(bias_grad_partial_kernel<T, V>, dim3(unsigned(chunks), unsigned(col_blocks)),
+               kBgThreads, 0, x, rows, n, scratch);
   DL_CUDA_LAUNCH_CHECK();
-  bias_grad_final_kernel<<<col_sum_blocks(n), kColSumThreads>>>(scratch, chunks, n, db);
+  cuda::launch(bias_grad_final_kernel, col_sum_blocks(n), kColSumThreads, 0, scratch, chunks, n,
+               db);
   DL_CUDA_LAUNCH_CHECK();
 }
 
@@ -236,16 +246,17 @@ void launch_reduce(DType dtype, const void* x, const ReduceLayout& layout, void*
       DL_CHECK(scratch != nullptr, "reduce", "the chunked reduction needs scratch");
       const int64_t per = (layout.n_red + chunks - 1) / chunks;
       auto* parts = static_cast<acc_t<T>*>(scratch);
-      reduce_chunk_kernel<T>
-          <<<grid_for(layout.n_out * chunks, kBlock), kBlock>>>(px, layout, per, chunks, parts);
+      cuda::launch(reduce_chunk_kernel<T>, grid_for(layout.n_out * chunks, kBlock), kBlock, 0, px,
+                   layout, per, chunks, parts);
       DL_CUDA_LAUNCH_CHECK();
-      reduce_parts_kernel<T><<<col_sum_blocks(layout.n_out), kColSumThreads>>>(parts, layout.n_out,
-                                                                               chunks, po, factor);
+      cuda::launch(reduce_parts_kernel<T>, col_sum_blocks(layout.n_out), kColSumThreads, 0, parts,
+                   layout.n_out, chunks, po, factor);
     } else if (layout.n_out >= 1024 || layout.n_red <= 32) {
-      reduce_thread_kernel<T><<<grid_for(layout.n_out, kBlock), kBlock>>>(px, layout, po, factor);
+      cuda::launch(reduce_thread_kernel<T>, grid_for(layout.n_out, kBlock), kBlock, 0, px, layout,
+                   po, factor);
     } else {
       const int64_t blocks = layout.n_out < 65535 ? layout.n_out : 65535;
-      reduce_block_kernel<T><<<unsigned(blocks), kBlock>>>(px, layout, po, factor);
+      cuda::launch(reduce_block_kernel<T>, unsigned(blocks), kBlock, 0, px, layout, po, factor);
     }
   });
   DL_CUDA_LAUNCH_CHECK();
@@ -266,13 +277,15 @@ void launch_sum_all(DType dtype, const void* x, int64_t n, bool square, bool dou
       using A = decltype(acc_zero);
       A* pp = static_cast<A*>(scratch);
       if (square)
-        sum_parts_kernel<T, A, true><<<parts, kBlock>>>(static_cast<const T*>(x), n, pp);
+        cuda::launch(sum_parts_kernel<T, A, true>, parts, kBlock, 0, static_cast<const T*>(x), n,
+                     pp);
       else
-        sum_parts_kernel<T, A, false><<<parts, kBlock>>>(static_cast<const T*>(x), n, pp);
+        cuda::launch(sum_parts_kernel<T, A, false>, parts, kBlock, 0, static_cast<const T*>(x), n,
+                     pp);
       DL_CUDA_LAUNCH_CHECK();
       dispatch_float("sum_all", out_dtype, [&](auto zo) {
         using O = decltype(zo);
-        sum_final_kernel<A, O><<<1, 1024>>>(pp, parts, static_cast<O*>(out), factor);
+        cuda::launch(sum_final_kernel<A, O>, 1, 1024, 0, pp, parts, static_cast<O*>(out), factor);
       });
       DL_CUDA_LAUNCH_CHECK();
     };

@@ -2,12 +2,14 @@
 // log-sum-exp in fp32 (f64 for f64). Lines along the last dim use one warp (cross-entropy
 // one block) per line; lines with a stride use one thread per line, so reads stay
 // coalesced. Reductions are fixed-order shuffles: bitwise reproducible.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <type_traits>
 #include <utility>
 
+#include "engine/core/cuda/launch.cuh"
 #include "engine/ops/cuda/common.cuh"
 
 namespace driftless::ops::gpu {
@@ -75,6 +77,7 @@ __device__ void softmax_backward_line(const T* g, const T* y, T* dx, int64_t n, 
 // inner == 1: a warp per row.
 template <class T>
 __global__ void softmax_rows_kernel(const T* x, T* y, int64_t rows, int64_t n, bool log) {
+  cuda::dependent_kernel_begin();
   const int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   if (r >= rows) return;
   softmax_line<T, true>(x + r * n, y + r * n, n, 1, threadIdx.x & 31, log);
@@ -82,6 +85,7 @@ __global__ void softmax_rows_kernel(const T* x, T* y, int64_t rows, int64_t n, b
 template <class T>
 __global__ void softmax_backward_rows_kernel(const T* g, const T* y, T* dx, int64_t rows, int64_t n,
                                              bool log) {
+  cuda::dependent_kernel_begin();
   const int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   if (r >= rows) return;
   softmax_backward_line<T, true>(g + r * n, y + r * n, dx + r * n, n, 1, threadIdx.x & 31, log);
@@ -91,6 +95,7 @@ __global__ void softmax_backward_rows_kernel(const T* g, const T* y, T* dx, int6
 template <class T>
 __global__ void softmax_strided_kernel(const T* x, T* y, int64_t outer, int64_t n, int64_t inner,
                                        bool log) {
+  cuda::dependent_kernel_begin();
   const int64_t l = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (l >= outer * inner) return;
   const int64_t base = (l / inner) * n * inner + l % inner;
@@ -99,6 +104,7 @@ __global__ void softmax_strided_kernel(const T* x, T* y, int64_t outer, int64_t 
 template <class T>
 __global__ void softmax_backward_strided_kernel(const T* g, const T* y, T* dx, int64_t outer,
                                                 int64_t n, int64_t inner, bool log) {
+  cuda::dependent_kernel_begin();
   const int64_t l = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (l >= outer * inner) return;
   const int64_t base = (l / inner) * n * inner + l % inner;
@@ -268,34 +274,42 @@ __device__ __noinline__ void dlogits_row(const T* row, G* drow, int64_t v, acc_t
 // cache_row: the row is kept in dynamic shared memory between the two passes (f32 rows that
 // fit), so the logits are read from memory once: a chunk of rows in flight is larger than
 // L2, and the second pass missed it.
+// Persistent: a grid of as many blocks as fit at once, each taking rows blockIdx.x,
+// + gridDim.x, ...: a row's dlogit stores drain while the block already loads its next row
+// (with one block per SM, a block per row left each SM storing without loading, then idle
+// while the next block launched). Each row is still one block's, the same bits.
 template <class T, class G>
 __global__ void __launch_bounds__(kCeBlock)
     cross_entropy_forward_kernel(const T* logits, const int64_t* targets, const T* mask,
-                                 acc_t<T>* lse, acc_t<T>* row_loss, int64_t v, int64_t ld,
-                                 const T* go, G* dlogits, bool cache_row) {
+                                 acc_t<T>* lse, acc_t<T>* row_loss, int64_t n, int64_t v,
+                                 int64_t ld, const T* go, G* dlogits, bool cache_row) {
+  cuda::dependent_kernel_begin();
   using A = acc_t<T>;
   extern __shared__ float4 row_cache[];
-  const int64_t r = blockIdx.x;
-  const T* row = logits + r * ld;
   float4* cache = cache_row ? row_cache : nullptr;
-  const MaxSum<A> ms = row_max_sum(row, v, cache);
-  const A l = ms.m + log_acc(ms.s);
-  const A wm = mask ? to_acc(mask[r]) : A(1);
-  const int64_t t = targets[r];
-  if (threadIdx.x == 0) {
-    lse[r] = l;
-    row_loss[r] = wm != A(0) ? wm * (l - to_acc(row[t])) : A(0);
+  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
+    // block_merge's shared arrays are read by every warp before the next row writes them.
+    if (r != blockIdx.x) __syncthreads();
+    const T* row = logits + r * ld;
+    const MaxSum<A> ms = row_max_sum(row, v, cache);
+    const A l = ms.m + log_acc(ms.s);
+    const A wm = mask ? to_acc(mask[r]) : A(1);
+    const int64_t t = targets[r];
+    if (threadIdx.x == 0) {
+      lse[r] = l;
+      row_loss[r] = wm != A(0) ? wm * (l - to_acc(row[t])) : A(0);
+    }
+    if (dlogits) dlogits_row(row, dlogits + r * ld, v, l, to_acc(*go) * wm, t, cache);
   }
-  if (!dlogits) return;
-  dlogits_row(row, dlogits + r * ld, v, l, to_acc(*go) * wm, t, cache);
 }
 
 // dlogits of type G: the logits' type, or bf16 straight for a bf16 GEMM operand.
 template <class T, class G>
-__global__ void __launch_bounds__(kCeBlock) cross_entropy_backward_kernel(const T* go_ptr, const T* logits,
-                                              const int64_t* targets, const T* mask,
-                                              const acc_t<T>* lse, G* dlogits, T* dmask, int64_t v,
-                                              int64_t ld) {
+__global__ void __launch_bounds__(kCeBlock)
+    cross_entropy_backward_kernel(const T* go_ptr, const T* logits, const int64_t* targets,
+                                  const T* mask, const acc_t<T>* lse, G* dlogits, T* dmask,
+                                  int64_t v, int64_t ld) {
+  cuda::dependent_kernel_begin();
   using A = acc_t<T>;
   const int64_t r = blockIdx.x;
   const A go = to_acc(*go_ptr);
@@ -329,6 +343,16 @@ size_t row_cache_limit(K* kernel) {
   return limit;
 }
 
+// Blocks of `kernel` that run at once on the whole device (at least 1).
+template <class K>
+int64_t resident_blocks(K* kernel, int threads, size_t smem) {
+  int device = 0, sms = 0, per_sm = 0;
+  DL_CUDA_CHECK(cudaGetDevice(&device));
+  DL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  DL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  return std::max<int64_t>(1, int64_t(sms) * per_sm);
+}
+
 }  // namespace
 
 void launch_softmax_forward(DType dtype, const void* x, void* y, int64_t outer, int64_t n,
@@ -339,10 +363,11 @@ void launch_softmax_forward(DType dtype, const void* x, void* y, int64_t outer, 
     const T* px = static_cast<const T*>(x);
     T* py = static_cast<T*>(y);
     if (inner == 1)
-      softmax_rows_kernel<T><<<grid_for(outer * 32, 256), 256>>>(px, py, outer, n, log);
+      cuda::launch(softmax_rows_kernel<T>, grid_for(outer * 32, 256), 256, 0, px, py, outer, n,
+                   log);
     else
-      softmax_strided_kernel<T>
-          <<<grid_for(outer * inner, 256), 256>>>(px, py, outer, n, inner, log);
+      cuda::launch(softmax_strided_kernel<T>, grid_for(outer * inner, 256), 256, 0, px, py, outer,
+                   n, inner, log);
   });
   DL_CUDA_LAUNCH_CHECK();
 }
@@ -356,11 +381,11 @@ void launch_softmax_backward(DType dtype, const void* g, const void* y, void* dx
     const T* py = static_cast<const T*>(y);
     T* pd = static_cast<T*>(dx);
     if (inner == 1)
-      softmax_backward_rows_kernel<T>
-          <<<grid_for(outer * 32, 256), 256>>>(pg, py, pd, outer, n, log);
+      cuda::launch(softmax_backward_rows_kernel<T>, grid_for(outer * 32, 256), 256, 0, pg, py, pd,
+                   outer, n, log);
     else
-      softmax_backward_strided_kernel<T>
-          <<<grid_for(outer * inner, 256), 256>>>(pg, py, pd, outer, n, inner, log);
+      cuda::launch(softmax_backward_strided_kernel<T>, grid_for(outer * inner, 256), 256, 0, pg, py,
+                   pd, outer, n, inner, log);
   });
   DL_CUDA_LAUNCH_CHECK();
 }
@@ -380,10 +405,11 @@ void launch_cross_entropy_forward(DType dtype, const void* logits, const int64_t
       const bool cache = std::is_same_v<T, float> && dlogits &&
                          reinterpret_cast<uintptr_t>(logits) % 16 == 0 && ld % 4 == 0 &&
                          bytes > 0 && bytes <= row_cache_limit(kernel);
-      kernel<<<unsigned(n), kCeBlock, cache ? bytes : 0>>>(
-          static_cast<const T*>(logits), targets, static_cast<const T*>(mask), static_cast<A*>(lse),
-          static_cast<A*>(row_loss), v, ld, static_cast<const T*>(go), static_cast<G*>(dlogits),
-          cache);
+      const size_t smem = cache ? bytes : 0;
+      const int64_t blocks = std::min<int64_t>(n, resident_blocks(kernel, kCeBlock, smem));
+      cuda::launch(kernel, unsigned(blocks), kCeBlock, smem, static_cast<const T*>(logits), targets,
+                   static_cast<const T*>(mask), static_cast<A*>(lse), static_cast<A*>(row_loss), n,
+                   v, ld, static_cast<const T*>(go), static_cast<G*>(dlogits), cache);
     };
     if (!dlogits || grad_dtype == dtype) return with(T{});
     DL_CHECK((grad_dtype == DType::bf16 && std::is_same_v<T, float>), "cross_entropy",
@@ -404,10 +430,10 @@ void launch_cross_entropy_backward(DType dtype, const void* go, const void* logi
     using A = acc_t<T>;
     auto go_with = [&](auto g) {
       using G = decltype(g);
-      cross_entropy_backward_kernel<T, G><<<unsigned(n), kCeBlock>>>(
-          static_cast<const T*>(go), static_cast<const T*>(logits), targets,
-          static_cast<const T*>(mask), static_cast<const A*>(lse), static_cast<G*>(dlogits),
-          static_cast<T*>(dmask), v, ld);
+      cuda::launch(cross_entropy_backward_kernel<T, G>, unsigned(n), kCeBlock, 0,
+                   static_cast<const T*>(go), static_cast<const T*>(logits), targets,
+                   static_cast<const T*>(mask), static_cast<const A*>(lse),
+                   static_cast<G*>(dlogits), static_cast<T*>(dmask), v, ld);
     };
     if (grad_dtype == dtype) return go_with(T{});
     DL_CHECK((grad_dtype == DType::bf16 && std::is_same_v<T, float>), "cross_entropy",

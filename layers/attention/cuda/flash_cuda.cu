@@ -6,6 +6,7 @@
 // element is summed by one thread in a fixed order (bitwise reproducible).
 #include <math.h>
 
+#include "engine/core/cuda/launch.cuh"
 #include "engine/ops/cuda/common.cuh"
 #include "layers/attention/cuda/flash_cuda.h"
 #include "layers/attention/mask.h"
@@ -50,6 +51,7 @@ __device__ __forceinline__ void row_range(const Problem& p, int64_t row, int* do
 
 template <class Tin, class M>
 __global__ void forward_kernel(Problem p, M mod, Tin* out, float* lse) {
+  cuda::dependent_kernel_begin();
   extern __shared__ float smem[];
   const int64_t row = blockIdx.x;
   const int h = int(blockIdx.y);
@@ -110,6 +112,7 @@ __global__ void forward_kernel(Problem p, M mod, Tin* out, float* lse) {
 // delta = rowsum(dO * O) per (q row, head), summed in the CPU kernel's order.
 template <class Tin>
 __global__ void delta_kernel(int64_t n, int64_t D, const Tin* out, const Tin* dout, float* delta) {
+  cuda::dependent_kernel_begin();
   const int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (r >= n) return;
   float s = 0.f;
@@ -120,6 +123,7 @@ __global__ void delta_kernel(int64_t n, int64_t D, const Tin* out, const Tin* do
 template <class Tin, class M>
 __global__ void dq_kernel(Problem p, M mod, const Tin* dout, const float* lse, const float* delta,
                           Tin* dq) {
+  cuda::dependent_kernel_begin();
   extern __shared__ float smem[];
   const int64_t row = blockIdx.x;
   const int h = int(blockIdx.y);
@@ -177,6 +181,7 @@ __global__ void dq_kernel(Problem p, M mod, const Tin* dout, const float* lse, c
 template <class Tin, class M>
 __global__ void dkv_kernel(Problem p, M mod, const Tin* dout, const float* lse, const float* delta,
                            Tin* dk, Tin* dv) {
+  cuda::dependent_kernel_begin();
   extern __shared__ float smem[];
   const int64_t row = blockIdx.x;  // key row
   const int kh = int(blockIdx.y);
@@ -277,8 +282,8 @@ void launch_forward(const Problem& p, const Mod& mod, void* out, float* lse) {
   const size_t shared = size_t(2 * p.head_dim + kThreads) * sizeof(float);
   dispatch(p, mod, [&](auto tag, auto functor) {
     using Tin = decltype(tag);
-    forward_kernel<Tin><<<dim3(unsigned(p.t_q), unsigned(p.heads)), kThreads, shared>>>(
-        p, functor, static_cast<Tin*>(out), lse);
+    cuda::launch(forward_kernel<Tin, decltype(functor)>, dim3(unsigned(p.t_q), unsigned(p.heads)),
+                 kThreads, shared, p, functor, static_cast<Tin*>(out), lse);
     DL_CUDA_LAUNCH_CHECK();
   });
 }
@@ -291,17 +296,19 @@ void launch_backward(const Problem& p, const Mod& mod, const void* out, const vo
     const Tin* dO = static_cast<const Tin*>(dout);
     const int64_t rows = p.t_q * p.heads;
     if (rows > 0) {
-      delta_kernel<Tin><<<ops::gpu::grid_for(rows, 256), 256>>>(rows, p.head_dim, o, dO, delta);
+      cuda::launch(delta_kernel<Tin>, ops::gpu::grid_for(rows, 256), 256, 0, rows, p.head_dim, o,
+                   dO, delta);
       DL_CUDA_LAUNCH_CHECK();
       const size_t shared = size_t(3 * p.head_dim + kThreads) * sizeof(float);
-      dq_kernel<Tin><<<dim3(unsigned(p.t_q), unsigned(p.heads)), kThreads, shared>>>(
-          p, functor, dO, lse, delta, static_cast<Tin*>(dq));
+      cuda::launch(dq_kernel<Tin, decltype(functor)>, dim3(unsigned(p.t_q), unsigned(p.heads)),
+                   kThreads, shared, p, functor, dO, lse, delta, static_cast<Tin*>(dq));
       DL_CUDA_LAUNCH_CHECK();
     }
     if (p.t_k > 0 && p.kv_heads > 0) {
       const size_t shared = size_t(4 * p.head_dim + 2 * kThreads) * sizeof(float);
-      dkv_kernel<Tin><<<dim3(unsigned(p.t_k), unsigned(p.kv_heads)), kThreads, shared>>>(
-          p, functor, dO, lse, delta, static_cast<Tin*>(dk), static_cast<Tin*>(dv));
+      cuda::launch(dkv_kernel<Tin, decltype(functor)>, dim3(unsigned(p.t_k), unsigned(p.kv_heads)),
+                   kThreads, shared, p, functor, dO, lse, delta, static_cast<Tin*>(dk),
+                   static_cast<Tin*>(dv));
       DL_CUDA_LAUNCH_CHECK();
     }
   });

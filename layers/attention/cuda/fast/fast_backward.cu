@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "engine/core/cuda/check.h"
+#include "engine/core/cuda/launch.cuh"
 #include "layers/attention/cuda/fast/fast_common.cuh"
 #include "layers/attention/cuda/fast/wgmma.cuh"
 
@@ -35,6 +36,7 @@ template <int D>
 __global__ void __launch_bounds__(32 * kDeltaWarps<D>)
     delta_kernel(int64_t rows, int64_t heads, int64_t t_q, const bf16* out, const bf16* dout,
                  float* delta) {
+  cuda::dependent_kernel_begin();
   constexpr int kLd = D + 8, kUnits = 16 * D / 8;  // staged row stride; 16-byte units per tile
   __shared__ __align__(16) bf16 stage[kDeltaWarps<D>][2][16 * kLd];
   const int warp = threadIdx.x / 32;
@@ -86,19 +88,19 @@ __global__ void __launch_bounds__(32 * kDeltaWarps<D>)
 // kernel memory-bound (ncu on an H100: 2.6 TB/s, 11% L2 hits), with 2 CTAs per SM at <= 128
 // registers.
 template <int D, class M, bool W>
-__global__ void __launch_bounds__(DqRows<D>::value * 2, W && D == 64 ? 2 : 1)
+__global__ void __launch_bounds__(DqRows<D>::value * 2, W&& D == 64 ? 2 : 1)
     dq_kernel(Problem p, M mod, const Tile* tiles, const bf16* dout, const float* lse,
               const float* delta, bf16* dq, int dq_heads) {
+  cuda::dependent_kernel_begin();
   constexpr int KD = D / 16, NK = kBK / 8, ND = D / 8;
   constexpr int kRows = DqRows<D>::value, kQThreads = kRows * 2;  // 16 rows (a warp) each
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = align_smem(smem_raw);
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sdO = sQ + kRows * D * 2;
-  const uint32_t sK = sdO + kRows * D * 2;     // 2 buffers of (kBK, D)
+  const uint32_t sK = sdO + kRows * D * 2;   // 2 buffers of (kBK, D)
   const uint32_t sV = sK + 2 * kBK * D * 2;  // 2 buffers of (kBK, D)
-  const int64_t H = p.heads, Hkv = p.kv_heads, QH = q_heads(p), KH = k_heads(p),
-                VH = v_heads(p);
+  const int64_t H = p.heads, Hkv = p.kv_heads, QH = q_heads(p), KH = k_heads(p), VH = v_heads(p);
   const int h = int(blockIdx.x % H);
   const Tile tile = tiles[blockIdx.x / H];
   const int kh = int(h / (H / Hkv));
@@ -253,9 +255,10 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, W && D == 64 ? 2 : 1)
 // 3 CTAs per SM for the wgmma kernel at D = 64 (<= 168 registers): the element-wise work of
 // one CTA then overlaps the products of the others (measured on an H100: backward +14%).
 template <int D, class M, bool W>
-__global__ void __launch_bounds__(kThreads, W && D == 64 ? 3 : 1)
+__global__ void __launch_bounds__(kThreads, W&& D == 64 ? 3 : 1)
     dkv_kernel(Problem p, M mod0, const Tile* tiles, const bf16* dout, const float* lse,
                const float* delta, bf16* dk, bf16* dv, int dkv_heads) {
+  cuda::dependent_kernel_begin();
   constexpr int KD = D / 16, NQ = kBQ / 8, ND = D / 8;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = align_smem(smem_raw);
@@ -265,8 +268,8 @@ __global__ void __launch_bounds__(kThreads, W && D == 64 ? 3 : 1)
   const uint32_t sdO = sQ + 2 * kBQ * D * 2;  // 2 buffers of (kBQ, D)
   float* sL = reinterpret_cast<float*>(smem + (2 * kBK + 4 * kBQ) * D * 2);  // 2 x kBQ
   float* sD = sL + 2 * kBQ;                                                  // 2 x kBQ
-  const int64_t H = p.heads, Hkv = p.kv_heads, group = H / Hkv, QH = q_heads(p),
-                KH = k_heads(p), VH = v_heads(p);
+  const int64_t H = p.heads, Hkv = p.kv_heads, group = H / Hkv, QH = q_heads(p), KH = k_heads(p),
+                VH = v_heads(p);
   const int kh = int(blockIdx.x % Hkv);
   const Tile tile = tiles[blockIdx.x / Hkv];
   const Doc doc = p.docs[tile.doc];
@@ -299,9 +302,9 @@ __global__ void __launch_bounds__(kThreads, W && D == 64 ? 3 : 1)
       const int h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ, buf = s & 1;
       const int n = min(kBQ, q_len - q0);
       const int64_t off = ((doc.q_offset + q0) * H + h) * D;
-      load_tile<kBQ, D, kThreads>(sQ + buf * kBQ * D * 2,
-                                  static_cast<const bf16*>(p.q) + ((doc.q_offset + q0) * QH + h) * D,
-                                  QH * D, n);
+      load_tile<kBQ, D, kThreads>(
+          sQ + buf * kBQ * D * 2,
+          static_cast<const bf16*>(p.q) + ((doc.q_offset + q0) * QH + h) * D, QH * D, n);
       load_tile<kBQ, D, kThreads>(sdO + buf * kBQ * D * 2, dout + off, H * D, n);
       // lse and delta of the rows through cp.async as well (plain loads here stalled every
       // step on their latency); zeros past the document, whose P the mask zeroes.
@@ -473,17 +476,17 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
   const int64_t rows = p.t_q * p.heads;
   constexpr int kDeltaThreads = 32 * kDeltaWarps<D>;
   constexpr int64_t kDeltaRows = 16 * kDeltaWarps<D>;
-  delta_kernel<D><<<unsigned((rows + kDeltaRows - 1) / kDeltaRows), kDeltaThreads>>>(
-      rows, p.heads, p.t_q, out, dout, delta);
+  cuda::launch(delta_kernel<D>, unsigned((rows + kDeltaRows - 1) / kDeltaRows), kDeltaThreads, 0,
+               rows, p.heads, p.t_q, out, dout, delta);
   DL_CUDA_LAUNCH_CHECK();
   if (n_q_tiles > 0) {
-    dq_kernel<D, M, W><<<unsigned(int64_t(n_q_tiles) * p.heads), DqRows<D>::value * 2, kSmemQ>>>(
-        p, mod, q_tiles, dout, lse, delta, dq, out_rows.dq_heads);
+    cuda::launch(dq_kernel<D, M, W>, unsigned(int64_t(n_q_tiles) * p.heads), DqRows<D>::value * 2,
+                 kSmemQ, p, mod, q_tiles, dout, lse, delta, dq, out_rows.dq_heads);
     DL_CUDA_LAUNCH_CHECK();
   }
   if (n_k_tiles > 0) {
-    dkv_kernel<D, M, W><<<unsigned(int64_t(n_k_tiles) * p.kv_heads), kThreads, kSmemKV>>>(
-        p, mod, k_tiles, dout, lse, delta, dk, dv, out_rows.dkv_heads);
+    cuda::launch(dkv_kernel<D, M, W>, unsigned(int64_t(n_k_tiles) * p.kv_heads), kThreads, kSmemKV,
+                 p, mod, k_tiles, dout, lse, delta, dk, dv, out_rows.dkv_heads);
     DL_CUDA_LAUNCH_CHECK();
   }
 }
@@ -498,8 +501,8 @@ void backward(const Problem& problem, const Mod& mod, const Tile* q_tiles, int n
   if (rows.dq_heads == 0) rows.dq_heads = int(p.heads);
   if (rows.dkv_heads == 0) rows.dkv_heads = int(p.kv_heads);
   DL_CHECK(rows.dq_heads >= p.heads && rows.dkv_heads >= p.kv_heads, "attention",
-           "gradient rows of " << rows.dq_heads << " / " << rows.dkv_heads
-                               << " heads cannot hold " << p.heads << " / " << p.kv_heads);
+           "gradient rows of " << rows.dq_heads << " / " << rows.dkv_heads << " heads cannot hold "
+                               << p.heads << " / " << p.kv_heads);
   // Padded rows are zeroed first (the kernels write the rows of documents only), row by row
   // where the gradients are rows of a wider buffer.
   auto zero_rows = [](void* x, int64_t rows_n, int64_t heads, int64_t row_heads, int64_t d) {

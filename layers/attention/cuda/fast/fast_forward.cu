@@ -1,16 +1,17 @@
 // Forward of the fast attention (fast_attention.h), FlashAttention-2 style: one CTA per
 // (128-row query tile of a document, head); each warp owns 16 or 32 query rows (Cfg: the
 // tile shape per product path, mma.sync or Hopper wgmma) and runs the online softmax (log2
-// domain) over key tiles that are double-buffered through cp.async. Key tiles no row of the tile sees are never visited;
-// the element mask runs only on tiles that cut a row's visible range (causal diagonal,
-// window edges, partial tiles). Rows past the document's end are zero-filled on load and
-// never stored.
+// domain) over key tiles that are double-buffered through cp.async. Key tiles no row of the tile
+// sees are never visited; the element mask runs only on tiles that cut a row's visible range
+// (causal diagonal, window edges, partial tiles). Rows past the document's end are zero-filled on
+// load and never stored.
 #include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
 
 #include "engine/core/cuda/check.h"
+#include "engine/core/cuda/launch.cuh"
 #include "layers/attention/cuda/fast/fast_common.cuh"
 #include "layers/attention/cuda/fast/wgmma.cuh"
 
@@ -40,6 +41,7 @@ struct Cfg {
 template <int D, class M, bool W>
 __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBlocks)
     forward_kernel(Problem p, M mod, const Tile* tiles, bf16* out, float* lse) {
+  cuda::dependent_kernel_begin();
   using C = Cfg<D, M, W>;
   constexpr int kMT = C::kMT, kThreads = C::kThreads, kBK = C::kBK;
   constexpr int KD = D / 16, NK = kBK / 8, ND = D / 8;
@@ -52,8 +54,7 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sK = sQ + kBQ * D * 2;      // 2 buffers of (kBK, D)
   const uint32_t sV = sK + 2 * kBK * D * 2;  // 2 buffers of (kBK, D)
-  const int64_t H = p.heads, Hkv = p.kv_heads, QH = q_heads(p), KH = k_heads(p),
-                VH = v_heads(p);
+  const int64_t H = p.heads, Hkv = p.kv_heads, QH = q_heads(p), KH = k_heads(p), VH = v_heads(p);
   const int h = int(blockIdx.x % H);
   const Tile tile = tiles[blockIdx.x / H];
   const int kh = int(h / (H / Hkv));
@@ -135,7 +136,7 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
       const bool full = j0 >= lo_last && j0 + kBK - 1 <= hi_first;
       // Mask and online softmax of m-tile mt: scores -> unnormalized P; O and the row
       // statistics rescaled.
-      auto softmax = [&](int mt, float (&sm)[NK][4]) {
+      auto softmax = [&](int mt, float(&sm)[NK][4]) {
 #pragma unroll
         for (int n = 0; n < NK; ++n)
 #pragma unroll
@@ -195,7 +196,8 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
           for (int kk = 0; kk < kBK / 16; ++kk) c_to_a(a[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
           wg_fence();
 #pragma unroll
-          for (int kk = 0; kk < kBK / 16; ++kk) wgmma_rs<1>(o[mt], a[mt][kk], wg_desc_n<D>(v_s, kk));
+          for (int kk = 0; kk < kBK / 16; ++kk)
+            wgmma_rs<1>(o[mt], a[mt][kk], wg_desc_n<D>(v_s, kk));
           wg_commit();
         }
         wg_wait<0>();
@@ -274,6 +276,7 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
 }
 
 __global__ void fill_kernel(float* x, int64_t n, float value) {
+  cuda::dependent_kernel_begin();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     x[i] = value;
@@ -288,14 +291,15 @@ void launch(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, void
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     configured = true;
   }
-  forward_kernel<D, M, W><<<unsigned(int64_t(n_tiles) * p.heads), Cfg<D, M, W>::kThreads, kSmem>>>(
-      p, mod, tiles, static_cast<bf16*>(out), lse);
+  cuda::launch(forward_kernel<D, M, W>, unsigned(int64_t(n_tiles) * p.heads),
+               Cfg<D, M, W>::kThreads, kSmem, p, mod, tiles, static_cast<bf16*>(out), lse);
   DL_CUDA_LAUNCH_CHECK();
 }
 
 void fill_f32(float* x, int64_t n, float value) {
   if (n <= 0) return;
-  fill_kernel<<<unsigned(std::min<int64_t>((n + 255) / 256, 4096)), 256>>>(x, n, value);
+  cuda::launch(fill_kernel, unsigned(std::min<int64_t>((n + 255) / 256, 4096)), 256, 0, x, n,
+               value);
   DL_CUDA_LAUNCH_CHECK();
 }
 
