@@ -2,7 +2,6 @@
 // log-sum-exp in fp32 (f64 for f64). Lines along the last dim use one warp (cross-entropy
 // one block) per line; lines with a stride use one thread per line, so reads stay
 // coalesced. Reductions are fixed-order shuffles: bitwise reproducible.
-#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -274,33 +273,27 @@ __device__ __noinline__ void dlogits_row(const T* row, G* drow, int64_t v, acc_t
 // cache_row: the row is kept in dynamic shared memory between the two passes (f32 rows that
 // fit), so the logits are read from memory once: a chunk of rows in flight is larger than
 // L2, and the second pass missed it.
-// Persistent: a grid of as many blocks as fit at once, each taking rows blockIdx.x,
-// + gridDim.x, ...: a row's dlogit stores drain while the block already loads its next row
-// (with one block per SM, a block per row left each SM storing without loading, then idle
-// while the next block launched). Each row is still one block's, the same bits.
 template <class T, class G>
 __global__ void __launch_bounds__(kCeBlock)
     cross_entropy_forward_kernel(const T* logits, const int64_t* targets, const T* mask,
-                                 acc_t<T>* lse, acc_t<T>* row_loss, int64_t n, int64_t v,
-                                 int64_t ld, const T* go, G* dlogits, bool cache_row) {
+                                 acc_t<T>* lse, acc_t<T>* row_loss, int64_t v, int64_t ld,
+                                 const T* go, G* dlogits, bool cache_row) {
   cuda::dependent_kernel_begin();
   using A = acc_t<T>;
   extern __shared__ float4 row_cache[];
+  const int64_t r = blockIdx.x;
+  const T* row = logits + r * ld;
   float4* cache = cache_row ? row_cache : nullptr;
-  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
-    // block_merge's shared arrays are read by every warp before the next row writes them.
-    if (r != blockIdx.x) __syncthreads();
-    const T* row = logits + r * ld;
-    const MaxSum<A> ms = row_max_sum(row, v, cache);
-    const A l = ms.m + log_acc(ms.s);
-    const A wm = mask ? to_acc(mask[r]) : A(1);
-    const int64_t t = targets[r];
-    if (threadIdx.x == 0) {
-      lse[r] = l;
-      row_loss[r] = wm != A(0) ? wm * (l - to_acc(row[t])) : A(0);
-    }
-    if (dlogits) dlogits_row(row, dlogits + r * ld, v, l, to_acc(*go) * wm, t, cache);
+  const MaxSum<A> ms = row_max_sum(row, v, cache);
+  const A l = ms.m + log_acc(ms.s);
+  const A wm = mask ? to_acc(mask[r]) : A(1);
+  const int64_t t = targets[r];
+  if (threadIdx.x == 0) {
+    lse[r] = l;
+    row_loss[r] = wm != A(0) ? wm * (l - to_acc(row[t])) : A(0);
   }
+  if (!dlogits) return;
+  dlogits_row(row, dlogits + r * ld, v, l, to_acc(*go) * wm, t, cache);
 }
 
 // dlogits of type G: the logits' type, or bf16 straight for a bf16 GEMM operand.
@@ -341,16 +334,6 @@ size_t row_cache_limit(K* kernel) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(limit)));
   granted[key] = limit;
   return limit;
-}
-
-// Blocks of `kernel` that run at once on the whole device (at least 1).
-template <class K>
-int64_t resident_blocks(K* kernel, int threads, size_t smem) {
-  int device = 0, sms = 0, per_sm = 0;
-  DL_CUDA_CHECK(cudaGetDevice(&device));
-  DL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  DL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  return std::max<int64_t>(1, int64_t(sms) * per_sm);
 }
 
 }  // namespace
@@ -405,11 +388,10 @@ void launch_cross_entropy_forward(DType dtype, const void* logits, const int64_t
       const bool cache = std::is_same_v<T, float> && dlogits &&
                          reinterpret_cast<uintptr_t>(logits) % 16 == 0 && ld % 4 == 0 &&
                          bytes > 0 && bytes <= row_cache_limit(kernel);
-      const size_t smem = cache ? bytes : 0;
-      const int64_t blocks = std::min<int64_t>(n, resident_blocks(kernel, kCeBlock, smem));
-      cuda::launch(kernel, unsigned(blocks), kCeBlock, smem, static_cast<const T*>(logits), targets,
-                   static_cast<const T*>(mask), static_cast<A*>(lse), static_cast<A*>(row_loss), n,
-                   v, ld, static_cast<const T*>(go), static_cast<G*>(dlogits), cache);
+      cuda::launch(kernel, unsigned(n), kCeBlock, cache ? bytes : 0, static_cast<const T*>(logits),
+                   targets, static_cast<const T*>(mask), static_cast<A*>(lse),
+                   static_cast<A*>(row_loss), v, ld, static_cast<const T*>(go),
+                   static_cast<G*>(dlogits), cache);
     };
     if (!dlogits || grad_dtype == dtype) return with(T{});
     DL_CHECK((grad_dtype == DType::bf16 && std::is_same_v<T, float>), "cross_entropy",
