@@ -97,16 +97,17 @@ Tensor chunked_cuda(const Tensor& x, const Tensor& w, const std::vector<int64_t>
     if (gr.dx.defined())
       gpu::gemm_f32_out(dt, dgroup.raw_data(), n, v, false, w.raw_data(), v, c, false,
                         gr.dx.narrow(0, g0, n).raw_data(), false, ld);
+    // The first group writes dW (its storage starts uninitialised), the rest add to it.
     if (gr.dw.defined())
       gpu::gemm_f32_out(dt, dgroup.raw_data(), n, v, true, x.narrow(0, g0, n).raw_data(), n, c,
-                        false, gr.dw.raw_data(), true, ld);
+                        false, gr.dw.raw_data(), g0 > 0, ld);
     g0 = end;
   };
   for (int64_t r0 = 0; r0 < t_rows; r0 += rows) {
     const int64_t n = std::min(rows, t_rows - r0);
-    Tensor xr = x.narrow(0, r0, n);                                   // (n, C)
-    Tensor tr = targets.narrow(0, r0, n);                             // (n)
-    Tensor mr = mask.narrow(0, r0, n);                                // (n)
+    Tensor xr = x.narrow(0, r0, n);                                                    // (n, C)
+    Tensor tr = targets.narrow(0, r0, n);                                              // (n)
+    Tensor mr = mask.narrow(0, r0, n);                                                 // (n)
     Tensor logits = Tensor::empty({n, ld}, DType::f32, Device::cuda).narrow(1, 0, v);  // (n, V)
     gpu::gemm_f32_out(dt, xr.raw_data(), n, c, false, w.raw_data(), v, c, true, logits.raw_data(),
                       false, 0, 0, ld);
@@ -176,11 +177,15 @@ Tensor lm_loss(const Tensor& x, const Tensor& weight, const Tensor& labels, cons
   const bool want_dw = autograd::grad_enabled() && weight.requires_grad();
   // Runs the chunks; with dx / dW wanted, also their gradients (fp32, see the file comment).
   auto run = [=](bool dx, bool dw, Grads& gr) {
+    // On cuda the first dW product overwrites its storage (no 154 MB memset for GPT-2);
+    // without rows there is no product, so dW is zeros.
+    const bool cuda_f32 = dev == Device::cuda && acc == DType::f32;
     if (dx) gr.dx = Tensor::empty({t_rows, c}, acc, dev);
-    if (dw) gr.dw = Tensor::zeros({v, c}, acc, dev);
-    return dev == Device::cuda && acc == DType::f32
-               ? chunked_cuda(xc, wc, lab, mask, loss_scale, rows, gr)
-               : chunked_generic(xc, wc, lab, mask, loss_scale, rows, gr);
+    if (dw)
+      gr.dw = cuda_f32 && t_rows > 0 ? Tensor::empty({v, c}, acc, dev)
+                                     : Tensor::zeros({v, c}, acc, dev);
+    return cuda_f32 ? chunked_cuda(xc, wc, lab, mask, loss_scale, rows, gr)
+                    : chunked_generic(xc, wc, lab, mask, loss_scale, rows, gr);
   };
   Grads gr;
   Tensor loss = run(want_dx && !recompute, want_dw && !recompute, gr);
@@ -195,8 +200,8 @@ Tensor lm_loss(const Tensor& x, const Tensor& weight, const Tensor& labels, cons
   const DType dtx = x.dtype(), dtw = weight.is_leaf() ? acc : weight.dtype();
   return autograd::record(
       op, {x, weight}, loss, std::move(ctx),
-      [rerun, want_dx, want_dw, dtx, dtw, weight](autograd::Context& cx,
-                                                  const std::vector<Tensor>& g) -> std::vector<Tensor> {
+      [rerun, want_dx, want_dw, dtx, dtw, weight](
+          autograd::Context& cx, const std::vector<Tensor>& g) -> std::vector<Tensor> {
         autograd::NoGradGuard no_grad;
         Grads saved{cx.saved_tensors()[0], cx.saved_tensors()[1]};
         if (rerun) rerun(want_dx, want_dw, saved);  // the chunks again, with gradients
@@ -220,10 +225,10 @@ Tensor lm_loss(const Tensor& x, const Tensor& weight, const Tensor& labels, cons
                                   d.shape())
               .to(to);
         };
-        const Tensor dw_into =
-            saved.dw.defined() && saved.dw.dtype() == DType::f32 && saved.dw.device() == Device::cuda
-                ? autograd::accumulating_grad(weight)
-                : Tensor();
+        const Tensor dw_into = saved.dw.defined() && saved.dw.dtype() == DType::f32 &&
+                                       saved.dw.device() == Device::cuda
+                                   ? autograd::accumulating_grad(weight)
+                                   : Tensor();
         return {scaled(saved.dx, dtx, Tensor()), scaled(saved.dw, dtw, dw_into)};
       });
 }
