@@ -1,12 +1,14 @@
 // Backward of the fast attention (fast_attention.h), FlashAttention-2 style and without
 // atomics, so every gradient element is summed by one thread in a fixed order:
-//   delta_kernel  delta = rowsum(dO * O) per (q row, head), on tensor cores (see there);
+//   delta_kernel  delta = rowsum(dO * O) per (q row, head), on tensor cores (see there), for
+//                 the mma.sync kernels; the wgmma dq_kernel computes it itself and writes it;
 //   dkv_kernel    one CTA per (64-key tile of a document, kv head); each of its 4 warps owns
 //                 16 keys, computes S^T and dP^T for every query head of the GQA group and
 //                 every 64-row query tile that sees the keys, and accumulates dV += P^T dO,
 //                 dK += dS^T Q in registers (the group's reduction happens in the CTA);
 //   dq_kernel     one CTA per (query tile of DqRows<D> rows, head), 16 rows a warp,
-//                 recomputing P over the visible key tiles: dQ += dS K.
+//                 recomputing P over the visible key tiles: dQ += dS K. Runs before dkv_kernel,
+//                 which reads the delta it wrote.
 // The products run as mma.sync per warp, or (W, sm_90a) as wgmma per warpgroup of 4 warps,
 // whose accumulator rows per warp are the same 16, in two software-pipelined halves per step.
 // dS = P * (dP - delta) * d value / d score; the softmax scale is applied once at the end.
@@ -89,8 +91,8 @@ __global__ void __launch_bounds__(32 * kDeltaWarps<D>)
 // registers.
 template <int D, class M, bool W>
 __global__ void __launch_bounds__(DqRows<D>::value * 2, W&& D == 64 ? 2 : 1)
-    dq_kernel(Problem p, M mod, const Tile* tiles, const bf16* dout, const float* lse,
-              const float* delta, bf16* dq, int dq_heads) {
+    dq_kernel(Problem p, M mod, const Tile* tiles, const bf16* dout, const bf16* out,
+              const float* lse, float* delta, bf16* dq, int dq_heads) {
   cuda::dependent_kernel_begin();
   constexpr int KD = D / 16, NK = kBK / 8, ND = D / 8;
   constexpr int kRows = DqRows<D>::value, kQThreads = kRows * 2;  // 16 rows (a warp) each
@@ -100,6 +102,7 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, W&& D == 64 ? 2 : 1)
   const uint32_t sdO = sQ + kRows * D * 2;
   const uint32_t sK = sdO + kRows * D * 2;   // 2 buffers of (kBK, D)
   const uint32_t sV = sK + 2 * kBK * D * 2;  // 2 buffers of (kBK, D)
+  const uint32_t sO = sV + 2 * kBK * D * 2;  // (kRows, D): W only, for delta
   const int64_t H = p.heads, Hkv = p.kv_heads, QH = q_heads(p), KH = k_heads(p), VH = v_heads(p);
   const int h = int(blockIdx.x % H);
   const Tile tile = tiles[blockIdx.x / H];
@@ -126,7 +129,7 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, W&& D == 64 ? 2 : 1)
       const int64_t qrow = doc.q_offset + i0 + row;
       const float L = lse[h * p.t_q + qrow];
       if (L != -INFINITY) lse2[r] = L * kLog2e;
-      dl[r] = delta[h * p.t_q + qrow];
+      if constexpr (!W) dl[r] = delta[h * p.t_q + qrow];  // W: computed below
     }
     qpos[r] = i0 + row + k_len - q_len;
   }
@@ -142,16 +145,67 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, W&& D == 64 ? 2 : 1)
 #pragma unroll
   for (int n = 0; n < ND; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 
-  if (n_tiles > 0) {
+  auto load_kv = [&](int t) {
+    const int j0 = j_begin + t * kBK, buf = t & 1;
+    load_tile<kBK, D, kQThreads>(sK + buf * kBK * D * 2, kg + j0 * KH * D, KH * D, k_len - j0);
+    load_tile<kBK, D, kQThreads>(sV + buf * kBK * D * 2, vg + j0 * VH * D, VH * D, k_len - j0);
+  };
+  if (n_tiles > 0 || W) {
     load_tile<kRows, D, kQThreads>(sQ, qg, QH * D, nq);
     load_tile<kRows, D, kQThreads>(sdO, dog, H * D, nq);
-    auto load_kv = [&](int t) {
-      const int j0 = j_begin + t * kBK, buf = t & 1;
-      load_tile<kBK, D, kQThreads>(sK + buf * kBK * D * 2, kg + j0 * KH * D, KH * D, k_len - j0);
-      load_tile<kBK, D, kQThreads>(sV + buf * kBK * D * 2, vg + j0 * VH * D, VH * D, k_len - j0);
-    };
+    if constexpr (W) load_tile<kRows, D, kQThreads>(sO, out + (dog - dout), H * D, nq);
+    cp_async_commit();
+  }
+  if (n_tiles > 0) {
     load_kv(0);
     cp_async_commit();
+  }
+  if constexpr (W) {
+    // delta = rowsum(dO * O) of the CTA's rows, here rather than in a kernel of its own: the
+    // diagonal of dO O^T by the same products as dP = dO V^T below (64 x 32 halves, the same
+    // k order), so where O equals the one V row a query sees, dP == delta bit for bit and
+    // dS is exactly 0. Written out for the dK/dV kernel.
+    if (n_tiles > 0)
+      cp_async_wait<1>();
+    else
+      cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    const int r_wg = (warp >> 2) * 64, wi = warp & 3;
+    float od[2][NK / 2][4];
+    wg_fence();
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+      for (int kd = 0; kd < KD; ++kd)
+        wgmma_ss<0>(od[hf], wg_desc_k<D>(sdO, kd, r_wg), wg_desc_k<D>(sO, kd, r_wg + hf * 32), kd);
+    wg_commit();
+    wg_wait<0>();
+    wg_hold(od[0]);
+    wg_hold(od[1]);
+    // Row g of the warp's 16 (and g + 8) meets its own O row at column 16 wi + g (+ 8) of
+    // the warpgroup's 64: half wi / 2, 8-column chunk 2 (wi % 2) (+ 1), held by the lane of
+    // the row's quad with t4 == g / 2.
+    float v0 = 0.f, v1 = 0.f;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {  // q: the warp's wi, as selects (no indexed registers)
+      const float c0 = (g & 1) ? od[q / 2][2 * (q % 2)][1] : od[q / 2][2 * (q % 2)][0];
+      const float c1 = (g & 1) ? od[q / 2][2 * (q % 2) + 1][3] : od[q / 2][2 * (q % 2) + 1][2];
+      v0 = wi == q ? c0 : v0;
+      v1 = wi == q ? c1 : v1;
+    }
+    const int src = (lane & ~3) | (g >> 1);
+    v0 = __shfl_sync(0xffffffffu, v0, src);
+    v1 = __shfl_sync(0xffffffffu, v1, src);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = warp * 16 + g + 8 * r;
+      if (row >= nq) continue;
+      dl[r] = r == 0 ? v0 : v1;
+      if (t4 == 0) delta[h * p.t_q + doc.q_offset + i0 + row] = dl[r];
+    }
+  }
+  if (n_tiles > 0) {
     for (int t = 0; t < n_tiles; ++t) {
       if (t + 1 < n_tiles) {
         load_kv(t + 1);
@@ -465,7 +519,8 @@ template <int D, class M, bool W>
 void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, const Tile* k_tiles,
             int n_k_tiles, const bf16* out, const bf16* dout, const float* lse, float* delta,
             bf16* dq, bf16* dk, bf16* dv, const OutRows& out_rows) {
-  constexpr int kSmemQ = (2 * DqRows<D>::value + 4 * kBK) * D * 2 + kSmemAlign;
+  // dQ: Q, dO, 2 K and 2 V tiles, and (W: delta inside the kernel) O.
+  constexpr int kSmemQ = ((W ? 3 : 2) * DqRows<D>::value + 4 * kBK) * D * 2 + kSmemAlign;
   constexpr int kSmemKV = (2 * kBK + 4 * kBQ) * D * 2 + 4 * kBQ * 4 + kSmemAlign;
   static bool configured = false;
   if (!configured) {
@@ -473,15 +528,17 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
     set_smem(dkv_kernel<D, M, W>, kSmemKV);
     configured = true;
   }
-  const int64_t rows = p.t_q * p.heads;
-  constexpr int kDeltaThreads = 32 * kDeltaWarps<D>;
-  constexpr int64_t kDeltaRows = 16 * kDeltaWarps<D>;
-  cuda::launch(delta_kernel<D>, unsigned((rows + kDeltaRows - 1) / kDeltaRows), kDeltaThreads, 0,
-               rows, p.heads, p.t_q, out, dout, delta);
-  DL_CUDA_LAUNCH_CHECK();
+  if constexpr (!W) {  // the wgmma dQ kernel computes delta itself
+    const int64_t rows = p.t_q * p.heads;
+    constexpr int kDeltaThreads = 32 * kDeltaWarps<D>;
+    constexpr int64_t kDeltaRows = 16 * kDeltaWarps<D>;
+    cuda::launch(delta_kernel<D>, unsigned((rows + kDeltaRows - 1) / kDeltaRows), kDeltaThreads, 0,
+                 rows, p.heads, p.t_q, out, dout, delta);
+    DL_CUDA_LAUNCH_CHECK();
+  }
   if (n_q_tiles > 0) {
     cuda::launch(dq_kernel<D, M, W>, unsigned(int64_t(n_q_tiles) * p.heads), DqRows<D>::value * 2,
-                 kSmemQ, p, mod, q_tiles, dout, lse, delta, dq, out_rows.dq_heads);
+                 kSmemQ, p, mod, q_tiles, dout, out, lse, delta, dq, out_rows.dq_heads);
     DL_CUDA_LAUNCH_CHECK();
   }
   if (n_k_tiles > 0) {
