@@ -7,8 +7,8 @@
 // rounded to bf16 (a bf16 logit near 10 is off by 0.03, which moves every probability of
 // the row by 3%). dlogits are computed in fp32 and rounded to bf16 once as they are
 // written, only as an operand of the dx and dW GEMMs, whose accumulation and outputs are
-// fp32 (dW accumulates over chunks with beta = 1). The loss is summed in fp32 on the
-// device in a fixed order, over all rows' losses at once.
+// fp32 (the first dW product writes it, the later ones add with beta = 1). The loss is
+// summed in fp32 on the device in a fixed order, over all rows' losses at once.
 #include "layers/lm_loss.h"
 
 #include <algorithm>

@@ -193,8 +193,16 @@ TEST(CoreCuda, DependentLaunchesSeeEveryEarlierWrite) {
   };
   const Tensor a = Tensor::randn({512 * 1024}, 41), b = Tensor::randn({512 * 1024}, 42);
   const Tensor want = chain(a.clone(), b.clone());
+  const int64_t before = cuda::dependent_launches();
   const Tensor got = chain(a.to(Device::cuda), b.to(Device::cuda));
   EXPECT_EQ(got.to_vector<float>(), want.to_vector<float>());
+  // A build with sm_90a code on an sm_90 device really launches them early (the per-kernel
+  // check finds the wait compiled in); with DL_PDL=0 or older devices none is.
+  const int64_t early = cuda::dependent_launches() - before;
+  if (!cuda::dependent_launch_enabled()) EXPECT_EQ(early, 0);
+#ifdef DRIFTLESS_SM90A
+  if (cuda::dependent_launch_enabled() && major == 9) EXPECT_GE(early, 200);
+#endif
 }
 
 TEST(CoreCuda, EventsOrderASideStreamAfterTheComputeStream) {

@@ -10,7 +10,10 @@
 // blocks take only room this one no longer needs, and wait in their own begin). Launched
 // plainly, both instructions do nothing, so a kernel may be launched either way.
 //
-// DL_PDL=0 in the environment launches plainly (for A/B timing); so do devices before sm_90.
+// DL_PDL=0 in the environment launches plainly (for A/B timing); so do devices before sm_90,
+// and so does any kernel whose code was not compiled for sm_90 or later: a build for sm_80
+// only (or an sm_90a build on a newer GPU) runs JIT-compiled compute_80 code, in which
+// dependent_kernel_begin() is empty, so that code must not be launched early.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -41,7 +44,7 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Args&
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = dependent_launch_enabled() ? 1 : 0;
+  config.numAttrs = use_dependent_launch(reinterpret_cast<const void*>(kernel)) ? 1 : 0;
   DL_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 

@@ -2,8 +2,11 @@
 // already be shutting down.
 #include "engine/core/cuda/stream.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 #include "engine/core/cuda/check.h"
 
@@ -51,6 +54,29 @@ bool dependent_launch_enabled() {
     return major >= 9;
   }();
   return enabled;
+}
+
+namespace {
+std::atomic<int64_t> g_dependent_launches{0};
+}  // namespace
+
+bool use_dependent_launch(const void* kernel) {
+  if (!dependent_launch_enabled()) return false;
+  static std::mutex mu;
+  static std::unordered_map<const void*, bool> waits;  // per kernel: compiled for sm_90+
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = waits.find(kernel);
+  if (it == waits.end()) {
+    cudaFuncAttributes attr{};
+    DL_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    it = waits.emplace(kernel, attr.ptxVersion >= 90).first;
+  }
+  if (it->second) g_dependent_launches.fetch_add(1, std::memory_order_relaxed);
+  return it->second;
+}
+
+int64_t dependent_launches() {
+  return g_dependent_launches.load();
 }
 
 }  // namespace driftless::cuda

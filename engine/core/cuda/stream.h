@@ -5,6 +5,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 namespace driftless::cuda {
 
 // The stream every kernel, copy and cuBLAS call of a step is issued on.
@@ -12,8 +14,15 @@ inline cudaStream_t compute_stream() {
   return cudaStreamLegacy;
 }
 
-// Whether cuda::launch (launch.cuh) uses programmatic dependent launch: the device is
-// sm_90 or later and DL_PDL is not 0 (read once per process).
+// Whether cuda::launch (launch.cuh) launches `kernel` with programmatic dependent launch:
+// the device is sm_90 or later, DL_PDL is not 0 (both read once per process), and the
+// kernel's code was compiled from PTX for sm_90 or later, so that its
+// dependent_kernel_begin() waits (cudaFuncGetAttributes' ptxVersion, cached per kernel).
+// Counts the launches it allows.
+bool use_dependent_launch(const void* kernel);
+// Launches made with programmatic dependent launch so far (tests check it is in use).
+int64_t dependent_launches();
+// Whether the device and DL_PDL allow programmatic dependent launch at all.
 bool dependent_launch_enabled();
 
 class Event {
