@@ -199,9 +199,13 @@ TEST(CoreCuda, DependentLaunchesSeeEveryEarlierWrite) {
   // A build with sm_90a code on an sm_90 device really launches them early (the per-kernel
   // check finds the wait compiled in); with DL_PDL=0 or older devices none is.
   const int64_t early = cuda::dependent_launches() - before;
-  if (!cuda::dependent_launch_enabled()) EXPECT_EQ(early, 0);
+  if (!cuda::dependent_launch_enabled()) {
+    EXPECT_EQ(early, 0);
+  }
 #ifdef DRIFTLESS_SM90A
-  if (cuda::dependent_launch_enabled() && major == 9) EXPECT_GE(early, 200);
+  if (cuda::dependent_launch_enabled() && major == 9) {
+    EXPECT_GE(early, 200);
+  }
 #endif
 }
 

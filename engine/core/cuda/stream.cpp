@@ -5,7 +5,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <unordered_map>
 
 #include "engine/core/cuda/check.h"
@@ -62,9 +61,8 @@ std::atomic<int64_t> g_dependent_launches{0};
 
 bool use_dependent_launch(const void* kernel) {
   if (!dependent_launch_enabled()) return false;
-  static std::mutex mu;
-  static std::unordered_map<const void*, bool> waits;  // per kernel: compiled for sm_90+
-  std::lock_guard<std::mutex> lock(mu);
+  // Per kernel: compiled for sm_90+. One cache per thread, so a launch takes no lock.
+  thread_local std::unordered_map<const void*, bool> waits;
   auto it = waits.find(kernel);
   if (it == waits.end()) {
     cudaFuncAttributes attr{};

@@ -17,7 +17,8 @@ inline cudaStream_t compute_stream() {
 // Whether cuda::launch (launch.cuh) launches `kernel` with programmatic dependent launch:
 // the device is sm_90 or later, DL_PDL is not 0 (both read once per process), and the
 // kernel's code was compiled from PTX for sm_90 or later, so that its
-// dependent_kernel_begin() waits (cudaFuncGetAttributes' ptxVersion, cached per kernel).
+// dependent_kernel_begin() waits (cudaFuncGetAttributes' ptxVersion, cached per kernel and
+// thread).
 // Counts the launches it allows.
 bool use_dependent_launch(const void* kernel);
 // Launches made with programmatic dependent launch so far (tests check it is in use).

@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(32 * kDeltaWarps<D>)
 // kernel memory-bound (ncu on an H100: 2.6 TB/s, 11% L2 hits), with 2 CTAs per SM at <= 128
 // registers.
 template <int D, class M, bool W>
-__global__ void __launch_bounds__(DqRows<D>::value * 2, W&& D == 64 ? 2 : 1)
+__global__ void __launch_bounds__(DqRows<D>::value * 2, (W && D == 64) ? 2 : 1)
     dq_kernel(Problem p, M mod, const Tile* tiles, const bf16* dout, const bf16* out,
               const float* lse, float* delta, bf16* dq, int dq_heads) {
   cuda::dependent_kernel_begin();
@@ -136,6 +136,7 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, W&& D == 64 ? 2 : 1)
 
   const bf16* qg = static_cast<const bf16*>(p.q) + ((doc.q_offset + i0) * QH + h) * D;
   const bf16* dog = dout + ((doc.q_offset + i0) * H + h) * D;
+  const bf16* og = out + ((doc.q_offset + i0) * H + h) * D;  // O rows, laid out like dO
   const bf16* kg = static_cast<const bf16*>(p.k) + (doc.k_offset * KH + kh) * D;
   const bf16* vg = static_cast<const bf16*>(p.v) + (doc.k_offset * VH + kh) * D;
   const int j_begin = lo_first > 0 ? (lo_first / kBK) * kBK : 0;
@@ -153,7 +154,7 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, W&& D == 64 ? 2 : 1)
   if (n_tiles > 0 || W) {
     load_tile<kRows, D, kQThreads>(sQ, qg, QH * D, nq);
     load_tile<kRows, D, kQThreads>(sdO, dog, H * D, nq);
-    if constexpr (W) load_tile<kRows, D, kQThreads>(sO, out + (dog - dout), H * D, nq);
+    if constexpr (W) load_tile<kRows, D, kQThreads>(sO, og, H * D, nq);
     cp_async_commit();
   }
   if (n_tiles > 0) {
@@ -309,7 +310,7 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, W&& D == 64 ? 2 : 1)
 // 3 CTAs per SM for the wgmma kernel at D = 64 (<= 168 registers): the element-wise work of
 // one CTA then overlaps the products of the others (measured on an H100: backward +14%).
 template <int D, class M, bool W>
-__global__ void __launch_bounds__(kThreads, W&& D == 64 ? 3 : 1)
+__global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
     dkv_kernel(Problem p, M mod0, const Tile* tiles, const bf16* dout, const float* lse,
                const float* delta, bf16* dk, bf16* dv, int dkv_heads) {
   cuda::dependent_kernel_begin();
