@@ -90,37 +90,37 @@ __device__ __forceinline__ void wg_hold(float (&d)[N][4]) {
 #define DL_WG_D8 DL_WG_D(0), DL_WG_D(1), DL_WG_D(2), DL_WG_D(3), DL_WG_D(4), DL_WG_D(5), DL_WG_D(6), DL_WG_D(7)
 #define DL_WG_D16 DL_WG_D8, DL_WG_D(8), DL_WG_D(9), DL_WG_D(10), DL_WG_D(11), DL_WG_D(12), DL_WG_D(13), DL_WG_D(14), DL_WG_D(15)
 
-// d (64 x N) = A (64 x 16, descriptor da, K-major) * B (16 x N, descriptor db; kTransB 0:
-// K-major, 1: N-major) + (acc ? d : 0). acc = 0 on a product's first k step needs no zeroed
+// d (64 x N) = A (64 x 16, descriptor da; kTransA 0: K-major, 1: M-major, laid out like an
+// N-major B) * B (16 x N, descriptor db; kTransB 0: K-major, 1: N-major) + (acc ? d : 0). acc = 0 on a product's first k step needs no zeroed
 // accumulator (zeroing registers between the products of one group makes ptxas serialize).
-template <int kTransB>
+template <int kTransB, int kTransA = 0>
 __device__ __forceinline__ void wgmma_ss(float (&d)[4][4], uint64_t da, uint64_t db, int acc) {
 #ifdef DL_WGMMA
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %19, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" DL_WG_REGS16
-               "}, %16, %17, p, 1, 1, 0, %18;\n}\n"
+               "}, %16, %17, p, 1, 1, %20, %18;\n}\n"
                : DL_WG_D4
-               : "l"(da), "l"(db), "n"(kTransB), "r"(acc));
+               : "l"(da), "l"(db), "n"(kTransB), "r"(acc), "n"(kTransA));
 #endif
 }
-template <int kTransB>
+template <int kTransB, int kTransA = 0>
 __device__ __forceinline__ void wgmma_ss(float (&d)[8][4], uint64_t da, uint64_t db, int acc) {
 #ifdef DL_WGMMA
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %35, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" DL_WG_REGS32
-               "}, %32, %33, p, 1, 1, 0, %34;\n}\n"
+               "}, %32, %33, p, 1, 1, %36, %34;\n}\n"
                : DL_WG_D8
-               : "l"(da), "l"(db), "n"(kTransB), "r"(acc));
+               : "l"(da), "l"(db), "n"(kTransB), "r"(acc), "n"(kTransA));
 #endif
 }
-template <int kTransB>
+template <int kTransB, int kTransA = 0>
 __device__ __forceinline__ void wgmma_ss(float (&d)[16][4], uint64_t da, uint64_t db, int acc) {
 #ifdef DL_WGMMA
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %67, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" DL_WG_REGS64
-               "}, %64, %65, p, 1, 1, 0, %66;\n}\n"
+               "}, %64, %65, p, 1, 1, %68, %66;\n}\n"
                : DL_WG_D16
-               : "l"(da), "l"(db), "n"(kTransB), "r"(acc));
+               : "l"(da), "l"(db), "n"(kTransB), "r"(acc), "n"(kTransA));
 #endif
 }
 // d += A * B with A (64 x 16) from registers: each warp's 16 rows as an mma.sync A fragment.

@@ -1,0 +1,218 @@
+// The dK/dV kernel of the fast attention backward (fast_backward.cu, which includes this
+// file once): dV = P^T dO and dK = dS^T Q for one key tile, summed over its query tiles and
+// the heads of its GQA group in a fixed order.
+#pragma once
+#include <type_traits>
+
+#include "engine/core/cuda/launch.cuh"
+#include "layers/attention/cuda/fast/fast_common.cuh"
+#include "layers/attention/cuda/fast/fast_dq.cuh"
+#include "layers/attention/cuda/fast/wgmma.cuh"
+
+namespace driftless::layers::gpu::fast::bwd {
+
+// 3 CTAs per SM for the wgmma kernel at D = 64 (<= 168 registers): the element-wise work of
+// one CTA then overlaps the products of the others (measured on an H100: backward +14%).
+template <int D, class M, bool W>
+__global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
+    dkv_kernel(Problem p, M mod0, const Tile* tiles, const bf16* dout, const float* lse,
+               const float* delta, bf16* dk, bf16* dv, int dkv_heads) {
+  cuda::dependent_kernel_begin();
+  constexpr int KD = D / 16, NQ = kBQ / 8, ND = D / 8;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = align_smem(smem_raw);
+  const uint32_t sK = smem_u32(smem);
+  const uint32_t sV = sK + kBK * D * 2;
+  const uint32_t sQ = sV + kBK * D * 2;       // 2 buffers of (kBQ, D)
+  const uint32_t sdO = sQ + 2 * kBQ * D * 2;  // 2 buffers of (kBQ, D)
+  float* sL = reinterpret_cast<float*>(smem + (2 * kBK + 4 * kBQ) * D * 2);  // 2 x kBQ
+  float* sD = sL + 2 * kBQ;                                                  // 2 x kBQ
+  const int64_t H = p.heads, Hkv = p.kv_heads, group = H / Hkv, QH = q_heads(p), KH = k_heads(p),
+                VH = v_heads(p);
+  const int kh = int(blockIdx.x % Hkv);
+  const Tile tile = tiles[blockIdx.x / Hkv];
+  const Doc doc = p.docs[tile.doc];
+  const int q_len = int(doc.q_len), k_len = int(doc.k_len), j0 = tile.start;
+  const int nk = min(kBK, k_len - j0);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+
+  // Query rows that may see a key of the tile (as the reference kernel; re-checked below).
+  const int shift = k_len - q_len;
+  int i_begin = 0, i_end = q_len - 1;
+  if (p.causal) i_begin = max(i_begin, j0 - shift);
+  if (p.window_right >= 0) i_begin = max(i_begin, int(j0 - p.window_right - shift));
+  if (p.window_left >= 0) i_end = min(i_end, int(j0 + nk - 1 + p.window_left - shift));
+  const int n_qt = i_end >= i_begin ? (i_end - i_begin) / kBQ + 1 : 0;
+  const int n_steps = int(group) * n_qt;
+
+  const bf16* kg = static_cast<const bf16*>(p.k) + ((doc.k_offset + j0) * KH + kh) * D;
+  const bf16* vg = static_cast<const bf16*>(p.v) + ((doc.k_offset + j0) * VH + kh) * D;
+  float dk_acc[ND][4], dv_acc[ND][4];
+#pragma unroll
+  for (int n = 0; n < ND; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk_acc[n][e] = dv_acc[n][e] = 0.f;
+
+  if (n_steps > 0) {
+    load_tile<kBK, D, kThreads>(sK, kg, KH * D, nk);
+    load_tile<kBK, D, kThreads>(sV, vg, VH * D, nk);
+    // Step s: query head kh * group + s / n_qt, query rows i_begin + (s % n_qt) * kBQ.
+    auto load_q = [&](int s) {
+      const int h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ, buf = s & 1;
+      const int n = min(kBQ, q_len - q0);
+      const int64_t off = ((doc.q_offset + q0) * H + h) * D;
+      load_tile<kBQ, D, kThreads>(
+          sQ + buf * kBQ * D * 2,
+          static_cast<const bf16*>(p.q) + ((doc.q_offset + q0) * QH + h) * D, QH * D, n);
+      load_tile<kBQ, D, kThreads>(sdO + buf * kBQ * D * 2, dout + off, H * D, n);
+      // lse and delta of the rows through cp.async as well (plain loads here stalled every
+      // step on their latency); zeros past the document, whose P the mask zeroes.
+      for (int r = threadIdx.x; r < kBQ; r += kThreads) {
+        const int64_t row = h * p.t_q + doc.q_offset + q0 + min(r, n - 1);
+        cp_async4(smem_u32(sL + buf * kBQ + r), lse + row, r < n);
+        cp_async4(smem_u32(sD + buf * kBQ + r), delta + row, r < n);
+      }
+    };
+    load_q(0);
+    cp_async_commit();
+    const int jr[2] = {j0 + warp * 16 + g, j0 + warp * 16 + g + 8};  // this thread's keys
+    for (int s = 0; s < n_steps; ++s) {
+      if (s + 1 < n_steps) {
+        load_q(s + 1);
+        cp_async_commit();
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      if constexpr (W) fence_proxy_async();
+      __syncthreads();
+      const int buf = s & 1, h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ;
+      M mod = mod0;
+      mod.bind(h);
+      const uint32_t q_s = sQ + buf * kBQ * D * 2, do_s = sdO + buf * kBQ * D * 2;
+      const float* L = sL + buf * kBQ;
+      const float* Dl = sD + buf * kBQ;
+      // Every (query, key) of the step visible: no element mask.
+      int lo_a, hi_a, lo_b, hi_b;
+      const int q_last = min(q0 + kBQ, q_len) - 1;
+      row_keys(p, doc, q0, &lo_a, &hi_a);
+      row_keys(p, doc, q_last, &lo_b, &hi_b);
+      const bool full =
+          q0 + kBQ <= q_len && j0 + kBK <= k_len && lo_b <= j0 && hi_a >= j0 + kBK - 1;
+      // S^T, dP^T of (the warp's 16 keys) x (queries c0 ..) in place -> P^T, dS^T.
+      // lse (log2 units; +inf for a row that sees nothing: P = 0) and delta of this thread's
+      // query columns c0 + 8n + 2 t4 (+1), read from shared memory ahead of the products they
+      // follow (read at the use, their latency was the dK/dV kernel's main stall).
+      auto load_ld = [&](auto& l2, auto& dl2, int c0) {
+        constexpr int N = std::extent_v<std::remove_reference_t<decltype(l2)>>;
+#pragma unroll
+        for (int n = 0; n < N; ++n) {
+          l2[n] = *reinterpret_cast<const float2*>(L + c0 + n * 8 + 2 * t4);
+          dl2[n] = *reinterpret_cast<const float2*>(Dl + c0 + n * 8 + 2 * t4);
+        }
+      };
+      auto log2_lse = [](float l) { return l == -INFINITY ? INFINITY : l * kLog2e; };
+      auto p_ds = [&](auto& st, auto& dpt, int c0, const auto& l2, const auto& dl2) {
+        constexpr int N = std::extent_v<std::remove_reference_t<decltype(st)>>;
+#pragma unroll
+        for (int n = 0; n < N; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int c = c0 + n * 8 + 2 * t4 + (e & 1), i = q0 + c, j = jr[e >> 1];
+            float dx;
+            const float x = mod.x_dx(st[n][e], i + shift, j, &dx);
+            float pr = exp2_ftz(x - log2_lse((e & 1) ? l2[n].y : l2[n].x));
+            if (!full) {
+              int lo, hi;
+              row_keys(p, doc, i, &lo, &hi);
+              if (i >= q_len || j < lo || j > hi) pr = 0.f;
+            }
+            st[n][e] = pr;
+            dpt[n][e] = pr * (dpt[n][e] - ((e & 1) ? dl2[n].y : dl2[n].x)) * dx;
+          }
+      };
+      if constexpr (W) {
+        // The warpgroup's 64 keys at once, B straight from shared memory, in two halves of
+        // kBQ / 2 queries, software-pipelined: the element-wise work of one half runs while
+        // the tensor cores do the other half's products (wgmma groups complete in order).
+        constexpr int NH = NQ / 2, KH = kBQ / 32;  // per half: 8-query chunks, 16-query k steps
+        float st[2][NH][4], dpt[2][NH][4];
+        wg_fence();
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+#pragma unroll
+          for (int kd = 0; kd < KD; ++kd)
+            wgmma_ss<0>(st[hf], wg_desc_k<D>(sK, kd), wg_desc_k<D>(q_s, kd, hf * kBQ / 2), kd);
+#pragma unroll
+          for (int kd = 0; kd < KD; ++kd)
+            wgmma_ss<0>(dpt[hf], wg_desc_k<D>(sV, kd), wg_desc_k<D>(do_s, kd, hf * kBQ / 2), kd);
+          wg_commit();
+        }
+        uint32_t ap[2][KH][4], as[2][KH][4];
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          float2 l2[NH], dl2[NH];
+          load_ld(l2, dl2, hf * (kBQ / 2));
+          wg_wait<1>();  // this half's S^T, dP^T done (the other group may still run)
+          wg_hold(st[hf]);
+          wg_hold(dpt[hf]);
+          p_ds(st[hf], dpt[hf], hf * (kBQ / 2), l2, dl2);
+#pragma unroll
+          for (int kk = 0; kk < KH; ++kk) {
+            c_to_a(ap[hf][kk], st[hf][2 * kk], st[hf][2 * kk + 1]);
+            c_to_a(as[hf][kk], dpt[hf][2 * kk], dpt[hf][2 * kk + 1]);
+          }
+          wg_fence();
+#pragma unroll
+          for (int kk = 0; kk < KH; ++kk)
+            wgmma_rs<1>(dv_acc, ap[hf][kk], wg_desc_n<D>(do_s, hf * KH + kk));
+#pragma unroll
+          for (int kk = 0; kk < KH; ++kk)
+            wgmma_rs<1>(dk_acc, as[hf][kk], wg_desc_n<D>(q_s, hf * KH + kk));
+          wg_commit();
+        }
+        wg_wait<0>();
+        wg_hold(dv_acc);
+        wg_hold(dk_acc);
+      } else {
+        float st[NQ][4], dpt[NQ][4];  // (16 keys of the warp, kBQ queries)
+        mma_two_products<D, kBQ>(st, dpt, sK, sV, q_s, do_s, warp * 16, lane);
+        float2 l2[NQ], dl2[NQ];
+        load_ld(l2, dl2, 0);
+        p_ds(st, dpt, 0, l2, dl2);
+#pragma unroll
+        for (int kk = 0; kk < kBQ / 16; ++kk) {
+          uint32_t ap[4], as[4];
+          c_to_a(ap, st[2 * kk], st[2 * kk + 1]);
+          c_to_a(as, dpt[2 * kk], dpt[2 * kk + 1]);
+#pragma unroll
+          for (int dd = 0; dd < ND / 2; ++dd) {
+            uint32_t b[4];
+            load_b_trans<D>(b, do_s, kk * 16, dd * 16, lane);
+            mma_bf16(dv_acc[2 * dd], ap, b[0], b[1]);
+            mma_bf16(dv_acc[2 * dd + 1], ap, b[2], b[3]);
+            load_b_trans<D>(b, q_s, kk * 16, dd * 16, lane);
+            mma_bf16(dk_acc[2 * dd], as, b[0], b[1]);
+            mma_bf16(dk_acc[2 * dd + 1], as, b[2], b[3]);
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = warp * 16 + g + 8 * r;
+    if (row >= nk) continue;
+    const int64_t off = ((doc.k_offset + j0 + row) * dkv_heads + kh) * D;
+#pragma unroll
+    for (int n = 0; n < ND; ++n) {
+      *reinterpret_cast<uint32_t*>(dk + off + n * 8 + 2 * t4) =
+          pack_bf16(dk_acc[n][2 * r] * p.scale, dk_acc[n][2 * r + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(dv + off + n * 8 + 2 * t4) =
+          pack_bf16(dv_acc[n][2 * r], dv_acc[n][2 * r + 1]);
+    }
+  }
+}
+
+}  // namespace driftless::layers::gpu::fast::bwd
