@@ -4,7 +4,9 @@
 // `driftless bench attention`: the CUDA attention op (bf16) forward and forward+backward on
 // the shapes of issue 9, timed with CUDA events (warm-up, then the median of N), in TFLOP/s
 // counted exactly from the documents; tests/reference/bench_attention.py prints the ratios
-// against PyTorch from the JSON line this prints last.
+// against PyTorch from the JSON line this prints last. Each shape runs with the deterministic
+// backward and, where the kernels have it (Hopper), with the atomic dQ one (AttentionSpec::
+// deterministic = false; PyTorch's backward sums dQ with atomics too).
 #include <algorithm>
 #include <iomanip>
 #include <iostream>
@@ -19,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include "engine/core/cuda/check.h"
+#include "layers/attention/cuda/fast/fast_attention.h"
 #endif
 
 namespace driftless::apps {
@@ -55,64 +58,71 @@ int run_attention(const BenchArgs& a) {
 #else
   DL_CHECK(cuda::device_count() > 0, "bench", "attention needs a CUDA device");
   std::cout << "shape                        fwd_ms  fwd_TFLOPs  fwdbwd_ms  bwd_TFLOPs  "
-               "fwdbwd_TFLOPs\n";
+               "fwdbwd_TFLOPs  backward\n";
+  std::vector<bool> modes = {true};  // AttentionSpec::deterministic
+  if (layers::gpu::fast::atomic_dq()) modes.push_back(false);
   nlohmann::json rows = nlohmann::json::array();
   cudaEvent_t e0, e1;
   DL_CUDA_CHECK(cudaEventCreate(&e0));
   DL_CUDA_CHECK(cudaEventCreate(&e1));
-  for (const AttnShape& sh : attention_shapes()) {
-    int64_t t = 0;
-    double pairs = 0;  // visible (query, key) pairs per head: causal within each document
-    for (int64_t n : sh.docs) {
-      t += n;
-      pairs += double(n) * double(n + 1) / 2;
-    }
-    const double fwd_flops = 4.0 * double(sh.head_dim) * pairs * double(sh.heads);
-    const double bwd_flops = 2.5 * fwd_flops;
-    layers::AttentionSpec spec = layers::AttentionSpec::from_lengths(sh.docs, sh.docs, true);
-    if (sh.softcap > 0) spec.score_mod = layers::ScoreModSpec::make_softcap(sh.softcap);
-    Tensor q = Tensor::randn({t, sh.heads, sh.head_dim}, 1).to(Device::cuda, DType::bf16);
-    Tensor k = Tensor::randn({t, sh.kv_heads, sh.head_dim}, 2).to(Device::cuda, DType::bf16);
-    Tensor v = Tensor::randn({t, sh.kv_heads, sh.head_dim}, 3).to(Device::cuda, DType::bf16);
-    Tensor dout = Tensor::randn({t, sh.heads, sh.head_dim}, 4).to(Device::cuda, DType::bf16);
-    auto time_ms = [&](bool backward) {
-      std::vector<float> ms;
-      for (int r = 0; r < a.warmup + a.reps; ++r) {
-        DL_CUDA_CHECK(cudaEventRecord(e0));
-        layers::AttentionOutputs f = layers::attention_forward(q, k, v, spec);
-        if (backward) layers::attention_backward(q, k, v, spec, f.out, f.lse, dout);
-        DL_CUDA_CHECK(cudaEventRecord(e1));
-        DL_CUDA_CHECK(cudaEventSynchronize(e1));
-        float x = 0;
-        DL_CUDA_CHECK(cudaEventElapsedTime(&x, e0, e1));
-        if (r >= a.warmup) ms.push_back(x);
+  for (const AttnShape& sh : attention_shapes())
+    for (const bool deterministic : modes) {
+      int64_t t = 0;
+      double pairs = 0;  // visible (query, key) pairs per head: causal within each document
+      for (int64_t n : sh.docs) {
+        t += n;
+        pairs += double(n) * double(n + 1) / 2;
       }
-      std::sort(ms.begin(), ms.end());
-      return double(ms[ms.size() / 2]);
-    };
-    const double f_ms = time_ms(false), fb_ms = time_ms(true);
-    const double b_ms = fb_ms - f_ms;
-    const double f_tf = fwd_flops / (f_ms * 1e9), b_tf = bwd_flops / (b_ms * 1e9);
-    const double fb_tf = (fwd_flops + bwd_flops) / (fb_ms * 1e9);
-    std::cout << std::left << std::setw(28) << sh.name << std::right << std::fixed
-              << std::setprecision(3) << std::setw(8) << f_ms << std::setprecision(1)
-              << std::setw(12) << f_tf << std::setprecision(3) << std::setw(11) << fb_ms
-              << std::setprecision(1) << std::setw(12) << b_tf << std::setw(15) << fb_tf << "\n";
-    rows.push_back({{"shape", sh.name},
-                    {"tokens", t},
-                    {"docs", sh.docs},
-                    {"heads", sh.heads},
-                    {"kv_heads", sh.kv_heads},
-                    {"head_dim", sh.head_dim},
-                    {"softcap", sh.softcap},
-                    {"fwd_flops", fwd_flops},
-                    {"bwd_flops", bwd_flops},
-                    {"fwd_ms", f_ms},
-                    {"fwdbwd_ms", fb_ms},
-                    {"fwd_tflops", f_tf},
-                    {"bwd_tflops", b_tf},
-                    {"fwdbwd_tflops", fb_tf}});
-  }
+      const double fwd_flops = 4.0 * double(sh.head_dim) * pairs * double(sh.heads);
+      const double bwd_flops = 2.5 * fwd_flops;
+      layers::AttentionSpec spec = layers::AttentionSpec::from_lengths(sh.docs, sh.docs, true);
+      if (sh.softcap > 0) spec.score_mod = layers::ScoreModSpec::make_softcap(sh.softcap);
+      spec.deterministic = deterministic;
+      const char* backward_name = deterministic ? "deterministic" : "atomic_dq";
+      Tensor q = Tensor::randn({t, sh.heads, sh.head_dim}, 1).to(Device::cuda, DType::bf16);
+      Tensor k = Tensor::randn({t, sh.kv_heads, sh.head_dim}, 2).to(Device::cuda, DType::bf16);
+      Tensor v = Tensor::randn({t, sh.kv_heads, sh.head_dim}, 3).to(Device::cuda, DType::bf16);
+      Tensor dout = Tensor::randn({t, sh.heads, sh.head_dim}, 4).to(Device::cuda, DType::bf16);
+      auto time_ms = [&](bool backward) {
+        std::vector<float> ms;
+        for (int r = 0; r < a.warmup + a.reps; ++r) {
+          DL_CUDA_CHECK(cudaEventRecord(e0));
+          layers::AttentionOutputs f = layers::attention_forward(q, k, v, spec);
+          if (backward) layers::attention_backward(q, k, v, spec, f.out, f.lse, dout);
+          DL_CUDA_CHECK(cudaEventRecord(e1));
+          DL_CUDA_CHECK(cudaEventSynchronize(e1));
+          float x = 0;
+          DL_CUDA_CHECK(cudaEventElapsedTime(&x, e0, e1));
+          if (r >= a.warmup) ms.push_back(x);
+        }
+        std::sort(ms.begin(), ms.end());
+        return double(ms[ms.size() / 2]);
+      };
+      const double f_ms = time_ms(false), fb_ms = time_ms(true);
+      const double b_ms = fb_ms - f_ms;
+      const double f_tf = fwd_flops / (f_ms * 1e9), b_tf = bwd_flops / (b_ms * 1e9);
+      const double fb_tf = (fwd_flops + bwd_flops) / (fb_ms * 1e9);
+      std::cout << std::left << std::setw(28) << sh.name << std::right << std::fixed
+                << std::setprecision(3) << std::setw(8) << f_ms << std::setprecision(1)
+                << std::setw(12) << f_tf << std::setprecision(3) << std::setw(11) << fb_ms
+                << std::setprecision(1) << std::setw(12) << b_tf << std::setw(15) << fb_tf << "  "
+                << backward_name << "\n";
+      rows.push_back({{"shape", sh.name},
+                      {"backward", backward_name},
+                      {"tokens", t},
+                      {"docs", sh.docs},
+                      {"heads", sh.heads},
+                      {"kv_heads", sh.kv_heads},
+                      {"head_dim", sh.head_dim},
+                      {"softcap", sh.softcap},
+                      {"fwd_flops", fwd_flops},
+                      {"bwd_flops", bwd_flops},
+                      {"fwd_ms", f_ms},
+                      {"fwdbwd_ms", fb_ms},
+                      {"fwd_tflops", f_tf},
+                      {"bwd_tflops", b_tf},
+                      {"fwdbwd_tflops", fb_tf}});
+    }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   std::cout << rows.dump() << "\n";

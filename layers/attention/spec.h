@@ -59,6 +59,9 @@ struct AttentionSpec {
   // Optional additive bias, (H | 1, T_q | 1, T_k | 1) floating, learnable; indexed by the
   // memory rows of q and of the K extent. Added to the scaled score before the modifier.
   Tensor bias;
+  // false: the CUDA backward may sum dQ with atomic adds inside the dK/dV kernel (Hopper
+  // wgmma kernels): faster, but the bits of dQ vary from run to run. training.deterministic.
+  bool deterministic = true;
 
   // Unpadded spec from per-document lengths (q_lens[i] queries over k_lens[i] keys).
   static AttentionSpec from_lengths(const std::vector<int64_t>& q_lens,

@@ -29,6 +29,7 @@
 #include "engine/core/device_ops.h"
 #include "engine/core/tensor.h"
 #include "layers/attention/attention.h"
+#include "layers/attention/cuda/fast/fast_attention.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace driftless {
@@ -202,10 +203,16 @@ std::vector<Case> cases() {
                  d});
     // The training layout (every document with q_len == k_len) with several documents, GQA,
     // padding between them and each modifier.
-    c.push_back({"eq_docs_gqa" + sd, {{5, 5}, {0, 0}, {63, 63}, {1, 1}, {129, 129}, {64, 64}, {200, 200}},
-                 4, 2, d});
-    c.push_back({"eq_padding" + sd, {{7, 7, 3, 3}, {0, 0, 4, 4}, {100, 100, 5, 5}, {130, 130, 0, 0}},
-                 4, 2, d});
+    c.push_back({"eq_docs_gqa" + sd,
+                 {{5, 5}, {0, 0}, {63, 63}, {1, 1}, {129, 129}, {64, 64}, {200, 200}},
+                 4,
+                 2,
+                 d});
+    c.push_back({"eq_padding" + sd,
+                 {{7, 7, 3, 3}, {0, 0, 4, 4}, {100, 100, 5, 5}, {130, 130, 0, 0}},
+                 4,
+                 2,
+                 d});
     Case esc{"eq_softcap30" + sd, {{129, 129}, {230, 230}}, 4, 1, d};
     esc.mod = Case::softcap;
     c.push_back(esc);
@@ -272,6 +279,52 @@ TEST(AttentionFast, Bf16WithinTwiceTheCpuBf16Error) {
         kNames[i], worst_err[i], worst_ratio[i], worst_plain[i]);
 }
 
+// The non-deterministic backward (AttentionSpec::deterministic = false; on Hopper the dK/dV
+// kernel then also sums dQ, with atomic adds): dq within the same criterion against the
+// float64 reference, out, lse, dk and dv the deterministic call's bits (their sums do not
+// change), padded rows zero. Cases of the training layout also run on one QKV buffer, whose
+// dq rows are wider (dq within 1e-2 of the packed call: the adds' order differs).
+TEST(AttentionFast, AtomicDqWithinTwiceTheCpuBf16Error) {
+  DL_REQUIRE_GPU();
+  std::printf("[attention fast] atomic dQ kernels %s\n",
+              layers::gpu::fast::atomic_dq() ? "on" : "off (deterministic kernels run)");
+  uint64_t seed = 9001;  // the problems of the deterministic test
+  double worst = 0;
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    Problem p = make(c, seed += 10);
+    const Result det = run(p, DType::bf16, Device::cuda);
+    p.spec.deterministic = false;
+    const Result ref = run(p, DType::f64, Device::cpu);
+    const Result cpu = run(p, DType::bf16, Device::cpu);
+    const Result gpu = run(p, DType::bf16, Device::cuda);
+    bool zero_ref = false;
+    const double ec = err(cpu.t[2], ref.t[2], "dq", &zero_ref);
+    const double eg = err(gpu.t[2], ref.t[2], "dq", &zero_ref);
+    const double bound = zero_ref ? 1e-5 : 2 * ec + 5e-4;
+    EXPECT_LE(eg, bound) << "dq: cuda bf16 error " << eg << ", cpu bf16 error " << ec;
+    worst = std::max(worst, eg / bound);
+    for (int i : {0, 1, 3, 4})
+      EXPECT_TRUE(same_bits(gpu.t[i], det.t[i])) << kNames[i] << " differs from deterministic";
+    expect_padding(p, c, gpu);
+    const int64_t tq = p.q.size(0), H = c.heads, Hkv = c.kv_heads, D = c.head_dim;
+    if (c.name.rfind("eq_", 0) != 0 || p.k.size(0) != tq) continue;
+    Tensor qkv = Tensor::zeros({tq, (H + 2 * Hkv) * D}, DType::bf16, Device::cuda);
+    Tensor q = qkv.narrow(1, 0, H * D).reshape({tq, H, D});
+    Tensor k = qkv.narrow(1, H * D, Hkv * D).reshape({tq, Hkv, D});
+    Tensor v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).reshape({tq, Hkv, D});
+    q.copy_(p.q.to(Device::cuda, DType::bf16));
+    k.copy_(p.k.to(Device::cuda, DType::bf16));
+    v.copy_(p.v.to(Device::cuda, DType::bf16));
+    AttentionOutputs f = layers::attention_forward(q, k, v, p.spec);
+    AttentionGrads g = layers::attention_backward(q, k, v, p.spec, f.out, f.lse,
+                                                  p.dout.to(Device::cuda, DType::bf16));
+    EXPECT_LE(err(g.dq.to(Device::cpu), gpu.t[2], "dq", &zero_ref), 1e-2) << "qkv layout dq";
+    EXPECT_TRUE(same_bits(g.dk.to(Device::cpu), det.t[3])) << "qkv layout dk";
+  }
+  std::printf("[attention fast] atomic dQ: worst dq error / bound %.3f\n", worst);
+}
+
 // q, k and v as row views of wider tensors, as the model passes them (q: a column block of
 // the fused QKV product; k and v: components of the K/V buffer's (T, 2, H_kv, D) rows). The
 // kernels read such rows in place (16-byte aligned row strides) or from a packed copy (odd
@@ -316,8 +369,8 @@ TEST(AttentionFast, StridedInputsGiveThePackedBits) {
     k.copy_(p.k.to(Device::cuda, DType::bf16));
     v.copy_(p.v.to(Device::cuda, DType::bf16));
     AttentionOutputs f = layers::attention_forward(q, k, v, p.spec);
-    AttentionGrads g =
-        layers::attention_backward(q, k, v, p.spec, f.out, f.lse, p.dout.to(Device::cuda, DType::bf16));
+    AttentionGrads g = layers::attention_backward(q, k, v, p.spec, f.out, f.lse,
+                                                  p.dout.to(Device::cuda, DType::bf16));
     EXPECT_TRUE(Tensor::joined({g.dq.reshape({tq, H * D}), g.dk.reshape({tk, Hkv * D}),
                                 g.dv.reshape({tk, Hkv * D})},
                                1)

@@ -104,16 +104,16 @@ def main():
     if not a.driftless:
         return
     lines = [l for l in open(a.driftless) if l.startswith("[")]
-    ours = {r["shape"]: r for r in json.loads(lines[-1])}
-    print("\nratio driftless / torch (TFLOP/s, same FLOP count)")
-    print("shape                        vs     fwd     bwd  fwd+bwd   driftless fwd/bwd/fwd+bwd")
+    ours = json.loads(lines[-1])
+    print("\nratio driftless / torch (TFLOP/s, same FLOP count); driftless backward deterministic,")
+    print("or atomic_dq (dQ summed with atomic adds, as PyTorch's backward does)")
+    print("shape                        vs     fwd     bwd  fwd+bwd   driftless fwd/bwd/fwd+bwd  backward")
     for r in rows:
-        o = ours.get(r["shape"])
-        if o is None:
-            continue
-        rf, rb, rfb = (o[x] / r[x] for x in ("fwd_tflops", "bwd_tflops", "fwdbwd_tflops"))
-        print(f"{r['shape']:<28} {r['impl']:<5}{rf:>6.2f}x{rb:>7.2f}x{rfb:>8.2f}x   "
-              f"{o['fwd_tflops']:.0f}/{o['bwd_tflops']:.0f}/{o['fwdbwd_tflops']:.0f}")
+        for o in (o for o in ours if o["shape"] == r["shape"]):
+            rf, rb, rfb = (o[x] / r[x] for x in ("fwd_tflops", "bwd_tflops", "fwdbwd_tflops"))
+            print(f"{r['shape']:<28} {r['impl']:<5}{rf:>6.2f}x{rb:>7.2f}x{rfb:>8.2f}x   "
+                  f"{o['fwd_tflops']:.0f}/{o['bwd_tflops']:.0f}/{o['fwdbwd_tflops']:.0f}"
+                  f"{'':>10}{o.get('backward', 'deterministic')}")
 
 
 if __name__ == "__main__":

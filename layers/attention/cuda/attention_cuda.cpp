@@ -62,8 +62,8 @@ DeviceProblem make_device_problem(const ResolvedAttention& r, const Tensor& q, c
   auto in_place = [&](const Tensor& t) {
     const Shape& st = t.strides();
     return d.fast && t.dim() == 3 && st[2] == 1 && st[1] == r.head_dim && st[0] % r.head_dim == 0 &&
-           st[0] / r.head_dim <= INT16_MAX &&
-           st[0] >= t.size(1) * r.head_dim && reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0;
+           st[0] / r.head_dim <= INT16_MAX && st[0] >= t.size(1) * r.head_dim &&
+           reinterpret_cast<uintptr_t>(t.raw_data()) % 16 == 0;
   };
   d.q = in_place(q) ? q : q.contiguous();
   d.k = in_place(k) ? k : k.contiguous();
@@ -196,13 +196,17 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
     // The kernels write the gradients' rows as laid out above, heads packed within a row.
     const gpu::fast::OutRows rows{int(g.dq.strides()[0] / r.head_dim),
                                   int(g.dk.strides()[0] / r.head_dim)};
-    const Tensor qt = device_tiles(gpu::fast::q_tiles(d.p, d.host_docs, gpu::fast::dq_block_q(d.p.head_dim)));
+    const Tensor qt =
+        device_tiles(gpu::fast::q_tiles(d.p, d.host_docs, gpu::fast::dq_block_q(d.p.head_dim)));
     const Tensor kt = device_tiles(gpu::fast::k_tiles(d.p, d.host_docs, gpu::fast::kBwdBlockK));
+    Tensor dq_acc;  // the non-deterministic backward's f32 dQ sums
+    if (!spec.deterministic && gpu::fast::atomic_dq())
+      dq_acc = Tensor::empty({r.t_q * r.heads * r.head_dim}, DType::f32, Device::cuda);
     gpu::fast::backward(d.p, d.mod, tiles_ptr(qt), qt.defined() ? int(qt.numel() / 2) : 0,
                         tiles_ptr(kt), kt.defined() ? int(kt.numel() / 2) : 0, d.q_padded,
                         d.k_padded, oc.raw_data(), doc.raw_data(), lc.data<float>(),
                         delta.data<float>(), g.dq.raw_data(), g.dk.raw_data(), g.dv.raw_data(),
-                        rows);
+                        rows, dq_acc.defined() ? dq_acc.data<float>() : nullptr);
     return g;
   }
   gpu::launch_backward(d.p, d.mod, oc.raw_data(), doc.raw_data(), lc.data<float>(),

@@ -60,10 +60,16 @@ struct OutRows {
   int dq_heads = 0, dkv_heads = 0;
 };
 
-// delta: (H * T_q) f32 scratch.
+// delta: (H * T_q) f32 scratch. dq_acc: null, or (T_q * H * D) f32 scratch for the
+// non-deterministic backward: where atomic_dq() holds, the dK/dV kernel then also computes
+// dQ and sums it into dq_acc with atomic adds (no dQ kernel; the bits of dq vary from run to
+// run); elsewhere dq_acc is ignored and the deterministic kernels run.
 void backward(const Problem& p, const Mod& mod, const Tile* q_tiles, int n_q_tiles,
               const Tile* k_tiles, int n_k_tiles, bool q_padded, bool k_padded, const void* out,
               const void* dout, const float* lse, float* delta, void* dq, void* dk, void* dv,
-              OutRows rows = {});
+              OutRows rows = {}, float* dq_acc = nullptr);
+
+// True when backward() takes a dq_acc (the wgmma kernels run).
+inline bool atomic_dq() { return use_wgmma(); }
 
 }  // namespace driftless::layers::gpu::fast

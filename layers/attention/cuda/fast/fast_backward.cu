@@ -14,6 +14,7 @@
 // dS = P * (dP - delta) * d value / d score; the softmax scale is applied once at the end.
 // dQ = dS K takes dS as a bf16 head plus tail (two products): dS of a row sums to ~0, so
 // dQ is a cancelling sum and one bf16 rounding of dS alone put its error at ~2x the CPU's.
+#include <algorithm>
 #include <type_traits>
 
 #include "engine/core/cuda/check.h"
@@ -91,6 +92,23 @@ __global__ void __launch_bounds__(32 * kDeltaWarps<D>)
   }
 }
 
+// dq (rows of dq_heads heads) = bf16(acc * scale) for every (row, head) of acc (T_q, H, D)
+// f32, 4 elements a thread: the atomic dQ's sums to the gradient's dtype and layout.
+__global__ void dq_from_acc_kernel(const float* acc, int64_t n4, int64_t heads, int d, float scale,
+                                   bf16* dq, int dq_heads) {
+  cuda::dependent_kernel_begin();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n4;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float4 a = reinterpret_cast<const float4*>(acc)[i];
+    const int64_t e = 4 * i, row_head = e / d, col = e % d;
+    const int64_t row = row_head / heads, h = row_head % heads;
+    uint2 v;
+    v.x = pack_bf16(a.x * scale, a.y * scale);
+    v.y = pack_bf16(a.z * scale, a.w * scale);
+    *reinterpret_cast<uint2*>(dq + (row * dq_heads + h) * d + col) = v;
+  }
+}
+
 template <class K>
 void set_smem(K kernel, int bytes) {
   DL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
@@ -99,23 +117,43 @@ void set_smem(K kernel, int bytes) {
 template <int D, class M, bool W>
 void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, const Tile* k_tiles,
             int n_k_tiles, const bf16* out, const bf16* dout, const float* lse, float* delta,
-            bf16* dq, bf16* dk, bf16* dv, const OutRows& out_rows) {
+            bf16* dq, bf16* dk, bf16* dv, const OutRows& out_rows, float* dq_acc) {
   // dQ: Q, dO, 2 K and 2 V tiles, and (W: delta inside the kernel) O.
   constexpr int kSmemQ = ((W ? 3 : 2) * DqRows<D>::value + 4 * kBK) * D * 2 + kSmemAlign;
   constexpr int kSmemKV = (2 * kBK + 4 * kBQ) * D * 2 + 4 * kBQ * 4 + kSmemAlign;
+  constexpr int kSmemKVDq = kSmemKV + 2 * kBK * kBQ * 2;  // and dS^T's head and tail
   static bool configured = false;
   if (!configured) {
     set_smem(dq_kernel<D, M, W>, kSmemQ);
     set_smem(dkv_kernel<D, M, W>, kSmemKV);
+    if constexpr (W) set_smem(dkv_kernel<D, M, W, true>, kSmemKVDq);
     configured = true;
   }
-  if constexpr (!W) {  // the wgmma dQ kernel computes delta itself
+  const bool atomic_dq = W && dq_acc != nullptr;
+  if (!W || atomic_dq) {  // the wgmma dQ kernel computes delta itself
     const int64_t rows = p.t_q * p.heads;
     constexpr int kDeltaThreads = 32 * kDeltaWarps<D>;
     constexpr int64_t kDeltaRows = 16 * kDeltaWarps<D>;
     cuda::launch(delta_kernel<D>, unsigned((rows + kDeltaRows - 1) / kDeltaRows), kDeltaThreads, 0,
                  rows, p.heads, p.t_q, out, dout, delta);
     DL_CUDA_LAUNCH_CHECK();
+  }
+  if constexpr (W) {
+    if (atomic_dq) {
+      const int64_t n = p.t_q * p.heads * D;
+      DL_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, size_t(n) * 4));
+      if (n_k_tiles > 0) {
+        cuda::launch(dkv_kernel<D, M, W, true>, unsigned(int64_t(n_k_tiles) * p.kv_heads), kThreads,
+                     kSmemKVDq, p, mod, k_tiles, dout, lse, delta, dk, dv, out_rows.dkv_heads,
+                     dq_acc);
+        DL_CUDA_LAUNCH_CHECK();
+      }
+      cuda::launch(dq_from_acc_kernel, unsigned(std::min<int64_t>((n / 4 + 255) / 256, 8192)), 256,
+                   0, static_cast<const float*>(dq_acc), n / 4, p.heads, D, p.scale, dq,
+                   out_rows.dq_heads);
+      DL_CUDA_LAUNCH_CHECK();
+      return;
+    }
   }
   if (n_q_tiles > 0) {
     cuda::launch(dq_kernel<D, M, W>, unsigned(int64_t(n_q_tiles) * p.heads), DqRows<D>::value * 2,
@@ -124,7 +162,7 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
   }
   if (n_k_tiles > 0) {
     cuda::launch(dkv_kernel<D, M, W>, unsigned(int64_t(n_k_tiles) * p.kv_heads), kThreads, kSmemKV,
-                 p, mod, k_tiles, dout, lse, delta, dk, dv, out_rows.dkv_heads);
+                 p, mod, k_tiles, dout, lse, delta, dk, dv, out_rows.dkv_heads, nullptr);
     DL_CUDA_LAUNCH_CHECK();
   }
 }
@@ -134,7 +172,7 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
 void backward(const Problem& problem, const Mod& mod, const Tile* q_tiles, int n_q_tiles,
               const Tile* k_tiles, int n_k_tiles, bool q_padded, bool k_padded, const void* out,
               const void* dout, const float* lse, float* delta, void* dq, void* dk, void* dv,
-              OutRows rows) {
+              OutRows rows, float* dq_acc) {
   const Problem p = with_row_strides(problem);
   if (rows.dq_heads == 0) rows.dq_heads = int(p.heads);
   if (rows.dkv_heads == 0) rows.dkv_heads = int(p.kv_heads);
@@ -148,7 +186,8 @@ void backward(const Problem& problem, const Mod& mod, const Tile* q_tiles, int n
     if (rows_n > 0 && width > 0)
       DL_CUDA_CHECK(cudaMemset2DAsync(x, pitch, 0, width, size_t(rows_n)));
   };
-  if (q_padded) zero_rows(dq, p.t_q, p.heads, rows.dq_heads, p.head_dim);
+  const bool atomic_dq = dq_acc != nullptr && use_wgmma();  // dq written whole from dq_acc
+  if (q_padded && !atomic_dq) zero_rows(dq, p.t_q, p.heads, rows.dq_heads, p.head_dim);
   if (k_padded) {
     zero_rows(dk, p.t_k, p.kv_heads, rows.dkv_heads, p.head_dim);
     zero_rows(dv, p.t_k, p.kv_heads, rows.dkv_heads, p.head_dim);
@@ -160,7 +199,7 @@ void backward(const Problem& problem, const Mod& mod, const Tile* q_tiles, int n
       launch<decltype(d)::value, decltype(m), decltype(w)::value>(
           p, m, q_tiles, n_q_tiles, k_tiles, n_k_tiles, static_cast<const bf16*>(out),
           static_cast<const bf16*>(dout), lse, delta, static_cast<bf16*>(dq),
-          static_cast<bf16*>(dk), static_cast<bf16*>(dv), rows);
+          static_cast<bf16*>(dk), static_cast<bf16*>(dv), rows, atomic_dq ? dq_acc : nullptr);
     };
     auto pick_w = [&](auto d) {
       if (wg)

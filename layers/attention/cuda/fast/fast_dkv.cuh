@@ -11,13 +11,28 @@
 
 namespace driftless::layers::gpu::fast::bwd {
 
+// dst[0..1] += (x, y) as one vector reduction (sm_90; compiled with the wgmma kernels only,
+// the one place it is used).
+__device__ __forceinline__ void red_add_f32x2(float* dst, float x, float y) {
+#ifdef DL_WGMMA
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
+#endif
+}
+
 // 3 CTAs per SM for the wgmma kernel at D = 64 (<= 168 registers): the element-wise work of
 // one CTA then overlaps the products of the others (measured on an H100: backward +14%).
-template <int D, class M, bool W>
+//
+// kDq (wgmma only, the non-deterministic backward): the kernel also computes dQ = dS K for
+// every step and adds it to dq_acc (T_q, H, D) f32 with atomic adds, so the dQ kernel and
+// its recomputation of S and dP are not needed. dS^T of the step goes through shared memory
+// as a bf16 head and tail (as in the dQ kernel) and is the M-major A operand of the product.
+// The order of the adds, and with it the bits of dQ, varies from run to run.
+template <int D, class M, bool W, bool kDq = false>
 __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
     dkv_kernel(Problem p, M mod0, const Tile* tiles, const bf16* dout, const float* lse,
-               const float* delta, bf16* dk, bf16* dv, int dkv_heads) {
+               const float* delta, bf16* dk, bf16* dv, int dkv_heads, float* dq_acc) {
   cuda::dependent_kernel_begin();
+  static_assert(W || !kDq, "the atomic dQ runs on wgmma only");
   constexpr int KD = D / 16, NQ = kBQ / 8, ND = D / 8;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = align_smem(smem_raw);
@@ -27,6 +42,8 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
   const uint32_t sdO = sQ + 2 * kBQ * D * 2;  // 2 buffers of (kBQ, D)
   float* sL = reinterpret_cast<float*>(smem + (2 * kBK + 4 * kBQ) * D * 2);  // 2 x kBQ
   float* sD = sL + 2 * kBQ;                                                  // 2 x kBQ
+  // kDq: dS^T of a step, (kBK keys, kBQ queries) bf16 head then tail, 1024-byte aligned.
+  const uint32_t sdS = smem_u32(sD + 2 * kBQ);
   const int64_t H = p.heads, Hkv = p.kv_heads, group = H / Hkv, QH = q_heads(p), KH = k_heads(p),
                 VH = v_heads(p);
   const int kh = int(blockIdx.x % Hkv);
@@ -149,6 +166,21 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
           wg_commit();
         }
         uint32_t ap[2][KH][4], as[2][KH][4];
+        // kDq: thread's dS^T values (keys jr - j0, queries c .. c + 1) into the shared tile.
+        auto store_ds = [&](uint32_t tile, int kk, int hf, const uint32_t(&a)[4]) {
+          const int c = hf * (kBQ / 2) + kk * 16, kr = warp * 16 + g;
+          const uint32_t at = 4 * t4;
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_addr<kBQ>(tile, kr, c >> 3) + at),
+                       "r"(a[0]));
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_addr<kBQ>(tile, kr + 8, c >> 3) + at),
+                       "r"(a[1]));
+          asm volatile(
+              "st.shared.b32 [%0], %1;\n" ::"r"(tile_addr<kBQ>(tile, kr, (c >> 3) + 1) + at),
+              "r"(a[2]));
+          asm volatile(
+              "st.shared.b32 [%0], %1;\n" ::"r"(tile_addr<kBQ>(tile, kr + 8, (c >> 3) + 1) + at),
+              "r"(a[3]));
+        };
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
           float2 l2[NH], dl2[NH];
@@ -160,7 +192,14 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
 #pragma unroll
           for (int kk = 0; kk < KH; ++kk) {
             c_to_a(ap[hf][kk], st[hf][2 * kk], st[hf][2 * kk + 1]);
-            c_to_a(as[hf][kk], dpt[hf][2 * kk], dpt[hf][2 * kk + 1]);
+            if constexpr (kDq) {
+              uint32_t lo[4];
+              c_to_a_split(as[hf][kk], lo, dpt[hf][2 * kk], dpt[hf][2 * kk + 1]);
+              store_ds(sdS, kk, hf, as[hf][kk]);
+              store_ds(sdS + kBK * kBQ * 2, kk, hf, lo);
+            } else {
+              c_to_a(as[hf][kk], dpt[hf][2 * kk], dpt[hf][2 * kk + 1]);
+            }
           }
           wg_fence();
 #pragma unroll
@@ -171,7 +210,35 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
             wgmma_rs<1>(dk_acc, as[hf][kk], wg_desc_n<D>(q_s, hf * KH + kk));
           wg_commit();
         }
-        wg_wait<0>();
+        if constexpr (kDq) {
+          // dQ (kBQ queries x D) = dS K over the tile's keys: A is dS^T read M-major, B the K
+          // tile read N-major, head then tail.
+          fence_proxy_async();
+          __syncthreads();  // every warp's rows of dS^T written
+          float dq[ND][4];
+          wg_fence();
+#pragma unroll
+          for (int kk = 0; kk < kBK / 16; ++kk)
+            wgmma_ss<1, 1>(dq, wg_desc_n<kBQ>(sdS, kk), wg_desc_n<D>(sK, kk), kk);
+#pragma unroll
+          for (int kk = 0; kk < kBK / 16; ++kk)
+            wgmma_ss<1, 1>(dq, wg_desc_n<kBQ>(sdS + kBK * kBQ * 2, kk), wg_desc_n<D>(sK, kk), 1);
+          wg_commit();
+          wg_wait<0>();
+          wg_hold(dq);
+          const int nq = min(kBQ, q_len - q0);
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int row = warp * 16 + g + 8 * r;
+            if (row >= nq) continue;
+            float* dst = dq_acc + ((doc.q_offset + q0 + row) * H + h) * D + 2 * t4;
+#pragma unroll
+            for (int n = 0; n < ND; ++n)
+              red_add_f32x2(dst + n * 8, dq[n][2 * r], dq[n][2 * r + 1]);
+          }
+        } else {
+          wg_wait<0>();
+        }
         wg_hold(dv_acc);
         wg_hold(dk_acc);
       } else {
