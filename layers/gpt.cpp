@@ -267,6 +267,7 @@ Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<SliceIn
     k_rows.push_back(s.input->sequence_k_end - s.input->first_document_begin);
   }
   AttentionSpec spec = merge_specs(specs, k_rows);
+  spec.deterministic = o.deterministic;
   KvBuffer& buffer = kv_buffers_[size_t(l)];
   Tensor k_all, v_all;  // (sum of K extents, H_kv, D)
   const bool one_rank = !any_kv_fault && (!o.exchange || o.exchange->ranks() == 1);

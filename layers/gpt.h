@@ -50,6 +50,9 @@ struct ForwardOptions {
   // whatever the flag; the caller sets it only when no later call reads the buffer's rows
   // (generation's decode steps read the prompt's K/V there, so it leaves it off).
   bool kv_direct = false;
+  // false: attention's backward may sum dQ with atomic adds (AttentionSpec::deterministic;
+  // training.deterministic).
+  bool deterministic = true;
   uint64_t dropout_seed = 0;
 };
 

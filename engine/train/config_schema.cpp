@@ -53,7 +53,7 @@ void visit_schema_impl(C& c, V&& v) {
   v(Field{"training.checkpoint_interval", "steps between checkpoints (0: only at the end)", 0, kBig}, c.training.checkpoint_interval);
   v(Field{"training.log_interval", "steps between progress lines and metrics", 1, kBig}, c.training.log_interval);
   v(Field{"training.seed", "seed of data order, initialisation and dropout", 0, 9e15}, c.training.seed);
-  v(Field{"training.deterministic", "bitwise reproducible runs; CPU and the CUDA ops are always deterministic (fixed reduction orders, no atomics), so this is informational for now"}, c.training.deterministic);
+  v(Field{"training.deterministic", "bitwise reproducible runs (fixed reduction orders, no atomics); false lets the CUDA attention backward sum dQ with atomic adds on Hopper GPUs (faster; the bits of the gradients then vary from run to run). Everything else is always deterministic"}, c.training.deterministic);
   // distributed
   v(Field{"distributed.sequence_data_parallel", "ranks sharing one sequence (SDP)", 1, 1 << 16}, c.distributed.sequence_data_parallel);
   v(Field{"distributed.data_parallel", "ranks splitting the batch", 1, 1 << 16}, c.distributed.data_parallel);

@@ -184,6 +184,7 @@ StepStats Trainer::train_step(int64_t step) {
   fo.recompute_loss = layout_.micro_sequences > 1 || layout_.breadth_first > 1;
   fo.full_kv_exchange = config_.distributed.kv_exchange == "full";
   fo.kv_direct = kv_direct_;
+  fo.deterministic = config_.training.deterministic;
 
   const int64_t m = layout_.micro_sequences;
   const data::SliceSpec base{0, int32_t(m), int32_t(layout_.sdp_rank()),

@@ -304,6 +304,8 @@ TEST(AttentionFast, AtomicDqWithinTwiceTheCpuBf16Error) {
     const double bound = zero_ref ? 1e-5 : 2 * ec + 5e-4;
     EXPECT_LE(eg, bound) << "dq: cuda bf16 error " << eg << ", cpu bf16 error " << ec;
     worst = std::max(worst, eg / bound);
+    std::printf("[attention fast] atomic dQ %-22s dq %.2e / %.2e (bound %.2e)\n", c.name.c_str(),
+                eg, ec, bound);
     for (int i : {0, 1, 3, 4})
       EXPECT_TRUE(same_bits(gpu.t[i], det.t[i])) << kNames[i] << " differs from deterministic";
     expect_padding(p, c, gpu);

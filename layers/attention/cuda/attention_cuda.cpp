@@ -26,10 +26,12 @@ struct DeviceProblem {
 Tensor device_tiles(const std::vector<gpu::fast::Tile>& tiles) {
   if (tiles.empty()) return Tensor();
   std::vector<int32_t> flat;
-  flat.reserve(tiles.size() * 2);
-  for (const auto& t : tiles) flat.insert(flat.end(), {t.doc, t.start});
+  flat.reserve(tiles.size() * 3);
+  for (const auto& t : tiles) flat.insert(flat.end(), {t.doc, t.start, t.head});
   return Tensor::from_vector(flat).to(Device::cuda);
 }
+
+int tile_count(const Tensor& t) { return t.defined() ? int(t.numel() / 3) : 0; }
 
 const gpu::fast::Tile* tiles_ptr(const Tensor& t) {
   return t.defined() ? static_cast<const gpu::fast::Tile*>(t.raw_data()) : nullptr;
@@ -154,7 +156,7 @@ AttentionOutputs cuda_forward(const ResolvedAttention& r, const Tensor& q, const
   Tensor lse = Tensor::empty({r.heads, r.t_q}, DType::f32, Device::cuda);
   if (d.fast) {
     const Tensor tiles = device_tiles(gpu::fast::q_tiles(d.p, d.host_docs, gpu::fast::kFwdBlockQ));
-    gpu::fast::forward(d.p, d.mod, tiles_ptr(tiles), tiles.defined() ? int(tiles.numel() / 2) : 0,
+    gpu::fast::forward(d.p, d.mod, tiles_ptr(tiles), tile_count(tiles),
                        d.q_padded, out.raw_data(), lse.data<float>());
     return {out, lse};
   }
@@ -198,12 +200,14 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
                                   int(g.dk.strides()[0] / r.head_dim)};
     const Tensor qt =
         device_tiles(gpu::fast::q_tiles(d.p, d.host_docs, gpu::fast::dq_block_q(d.p.head_dim)));
-    const Tensor kt = device_tiles(gpu::fast::k_tiles(d.p, d.host_docs, gpu::fast::kBwdBlockK));
     Tensor dq_acc;  // the non-deterministic backward's f32 dQ sums
     if (!spec.deterministic && gpu::fast::atomic_dq())
       dq_acc = Tensor::empty({r.t_q * r.heads * r.head_dim}, DType::f32, Device::cuda);
-    gpu::fast::backward(d.p, d.mod, tiles_ptr(qt), qt.defined() ? int(qt.numel() / 2) : 0,
-                        tiles_ptr(kt), kt.defined() ? int(kt.numel() / 2) : 0, d.q_padded,
+    const Tensor kt = device_tiles(
+        dq_acc.defined() ? gpu::fast::k_tiles_by_head(d.p, d.host_docs, gpu::fast::kBwdBlockK)
+                         : gpu::fast::k_tiles(d.p, d.host_docs, gpu::fast::kBwdBlockK));
+    gpu::fast::backward(d.p, d.mod, tiles_ptr(qt), tile_count(qt),
+                        tiles_ptr(kt), tile_count(kt), d.q_padded,
                         d.k_padded, oc.raw_data(), doc.raw_data(), lc.data<float>(),
                         delta.data<float>(), g.dq.raw_data(), g.dk.raw_data(), g.dv.raw_data(),
                         rows, dq_acc.defined() ? dq_acc.data<float>() : nullptr);

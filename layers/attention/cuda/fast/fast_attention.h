@@ -27,9 +27,10 @@ inline int dq_block_q(int64_t head_dim) {
 constexpr int kBwdBlockK = 64;   // key rows per dK/dV CTA (4 warps x 16 rows)
 
 // One unit of work: `start` is a row offset inside document `doc` (q rows for the forward
-// and dQ kernels, k rows for the dK/dV kernel).
+// and dQ kernels, k rows for the dK/dV kernel); `head`: the kv head, in schedules that list
+// the heads (k_tiles_by_head), else 0 and the kernels take the head from the block index.
 struct Tile {
-  int32_t doc, start;
+  int32_t doc, start, head = 0;
 };
 
 // True when the fast kernels take this call: bf16, head_dim 64 or 128.
@@ -44,6 +45,11 @@ bool use_wgmma();
 // keys, or queries, per tile), so the long causal tiles start early.
 std::vector<Tile> q_tiles(const Problem& p, const std::vector<Doc>& docs, int block_q);
 std::vector<Tile> k_tiles(const Problem& p, const std::vector<Doc>& docs, int block_k);
+// The key tiles of every (document, kv head), one after another (longest documents first,
+// heaviest tiles first within each): the schedule of the atomic dQ, whose f32 adds then
+// land on the rows of a few (document, head) pairs at a time, which stay in L2, rather than
+// on every row at once (measured: the adds otherwise ran at DRAM speed).
+std::vector<Tile> k_tiles_by_head(const Problem& p, const std::vector<Doc>& docs, int block_k);
 
 // p with its row strides filled in (Problem::q_row_heads = H, k/v_row_heads = H_kv where 0:
 // packed rows). The launchers below apply it; the kernels read the strides as given.
@@ -63,7 +69,8 @@ struct OutRows {
 // delta: (H * T_q) f32 scratch. dq_acc: null, or (T_q * H * D) f32 scratch for the
 // non-deterministic backward: where atomic_dq() holds, the dK/dV kernel then also computes
 // dQ and sums it into dq_acc with atomic adds (no dQ kernel; the bits of dq vary from run to
-// run); elsewhere dq_acc is ignored and the deterministic kernels run.
+// run), and k_tiles must be k_tiles_by_head's; elsewhere dq_acc is ignored and the
+// deterministic kernels run.
 void backward(const Problem& p, const Mod& mod, const Tile* q_tiles, int n_q_tiles,
               const Tile* k_tiles, int n_k_tiles, bool q_padded, bool k_padded, const void* out,
               const void* dout, const float* lse, float* delta, void* dq, void* dk, void* dv,

@@ -1,12 +1,13 @@
 // Host schedule of the fast attention kernels (fast_attention.h): the list of (document,
 // tile start) pairs the CTAs walk, heaviest first so the long causal tiles of long documents
-// are not left for the tail of the grid. Sorted stably, so the schedule (and with it
+// are not left for the tail of the grid (the atomic dQ's: per document and head, see
+// k_tiles_by_head). Sorted stably, so the schedule (and with it
 // nothing numeric: each output is reduced by one CTA in a fixed order) is deterministic.
 #include <algorithm>
 #include <cstdint>
 
-#include "layers/attention/cuda/fast/fast_attention.h"
 #include "engine/core/error.h"
+#include "layers/attention/cuda/fast/fast_attention.h"
 #include "layers/attention/mask.h"
 
 namespace driftless::layers::gpu::fast {
@@ -27,6 +28,22 @@ std::vector<Tile> sorted(std::vector<Weighted> w) {
   return out;
 }
 
+// The key tiles of document b with their work (query rows that may see a key of the tile,
+// the same bounds as the kernel's).
+std::vector<Weighted> doc_k_tiles(const Problem& p, const Doc& d, size_t b, int block_k) {
+  std::vector<Weighted> w;
+  const int64_t shift = d.k_len - d.q_len;
+  for (int64_t j0 = 0; j0 < d.k_len; j0 += block_k) {
+    const int64_t j1 = std::min(d.k_len, j0 + block_k) - 1;
+    int64_t i_begin = 0, i_end = d.q_len - 1;
+    if (p.causal) i_begin = std::max(i_begin, j0 - shift);
+    if (p.window_right >= 0) i_begin = std::max(i_begin, j0 - p.window_right - shift);
+    if (p.window_left >= 0) i_end = std::min(i_end, j1 + p.window_left - shift);
+    w.push_back({std::max<int64_t>(i_end - i_begin + 1, 0), {int32_t(b), int32_t(j0)}});
+  }
+  return w;
+}
+
 }  // namespace
 
 Problem with_row_strides(const Problem& p) {
@@ -36,9 +53,9 @@ Problem with_row_strides(const Problem& p) {
   if (r.v_row_heads == 0) r.v_row_heads = int16_t(r.kv_heads);
   DL_CHECK(r.heads <= INT16_MAX && r.q_row_heads >= r.heads && r.k_row_heads >= r.kv_heads &&
                r.v_row_heads >= r.kv_heads,
-           "attention", "rows of " << r.q_row_heads << " / " << r.k_row_heads << " / "
-                                   << r.v_row_heads << " heads cannot hold " << r.heads << " / "
-                                   << r.kv_heads << " heads");
+           "attention",
+           "rows of " << r.q_row_heads << " / " << r.k_row_heads << " / " << r.v_row_heads
+                      << " heads cannot hold " << r.heads << " / " << r.kv_heads << " heads");
   return r;
 }
 
@@ -60,19 +77,27 @@ std::vector<Tile> q_tiles(const Problem& p, const std::vector<Doc>& docs, int bl
 std::vector<Tile> k_tiles(const Problem& p, const std::vector<Doc>& docs, int block_k) {
   std::vector<Weighted> w;
   for (size_t b = 0; b < docs.size(); ++b) {
-    const Doc& d = docs[b];
-    const int64_t shift = d.k_len - d.q_len;
-    for (int64_t j0 = 0; j0 < d.k_len; j0 += block_k) {
-      const int64_t j1 = std::min(d.k_len, j0 + block_k) - 1;
-      // Query rows that may see a key of the tile (same bounds as the kernel's).
-      int64_t i_begin = 0, i_end = d.q_len - 1;
-      if (p.causal) i_begin = std::max(i_begin, j0 - shift);
-      if (p.window_right >= 0) i_begin = std::max(i_begin, j0 - p.window_right - shift);
-      if (p.window_left >= 0) i_end = std::min(i_end, j1 + p.window_left - shift);
-      w.push_back({std::max<int64_t>(i_end - i_begin + 1, 0), {int32_t(b), int32_t(j0)}});
-    }
+    std::vector<Weighted> d = doc_k_tiles(p, docs[b], b, block_k);
+    w.insert(w.end(), d.begin(), d.end());
   }
   return sorted(std::move(w));
+}
+
+std::vector<Tile> k_tiles_by_head(const Problem& p, const std::vector<Doc>& docs, int block_k) {
+  std::vector<size_t> order(docs.size());
+  for (size_t b = 0; b < order.size(); ++b) order[b] = b;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return docs[a].q_len > docs[b].q_len; });
+  std::vector<Tile> out;
+  for (size_t b : order) {
+    const std::vector<Tile> doc = sorted(doc_k_tiles(p, docs[b], b, block_k));
+    for (int32_t h = 0; h < int32_t(p.kv_heads); ++h)
+      for (Tile t : doc) {
+        t.head = h;
+        out.push_back(t);
+      }
+  }
+  return out;
 }
 
 }  // namespace driftless::layers::gpu::fast
