@@ -6,7 +6,8 @@
 // counted exactly from the documents; tests/reference/bench_attention.py prints the ratios
 // against PyTorch from the JSON line this prints last. Each shape runs with the deterministic
 // backward and, where the kernels have it (Hopper), with the atomic dQ one (AttentionSpec::
-// deterministic = false; PyTorch's backward sums dQ with atomics too).
+// deterministic = false; SDPA's FlashAttention backward sums dQ with atomics too, while
+// FlexAttention's computes dQ per query block).
 #include <algorithm>
 #include <iomanip>
 #include <iostream>

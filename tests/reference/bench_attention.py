@@ -106,7 +106,7 @@ def main():
     lines = [l for l in open(a.driftless) if l.startswith("[")]
     ours = json.loads(lines[-1])
     print("\nratio driftless / torch (TFLOP/s, same FLOP count); driftless backward deterministic,")
-    print("or atomic_dq (dQ summed with atomic adds, as PyTorch's backward does)")
+    print("or atomic_dq (dQ summed with atomic adds, as SDPA's backward does; FlexAttention's does not)")
     print("shape                        vs     fwd     bwd  fwd+bwd   driftless fwd/bwd/fwd+bwd  backward")
     for r in rows:
         for o in (o for o in ours if o["shape"] == r["shape"]):

@@ -31,7 +31,9 @@ Tensor device_tiles(const std::vector<gpu::fast::Tile>& tiles) {
   return Tensor::from_vector(flat).to(Device::cuda);
 }
 
-int tile_count(const Tensor& t) { return t.defined() ? int(t.numel() / 3) : 0; }
+int tile_count(const Tensor& t) {
+  return t.defined() ? int(t.numel() / 3) : 0;
+}
 
 const gpu::fast::Tile* tiles_ptr(const Tensor& t) {
   return t.defined() ? static_cast<const gpu::fast::Tile*>(t.raw_data()) : nullptr;
@@ -156,8 +158,8 @@ AttentionOutputs cuda_forward(const ResolvedAttention& r, const Tensor& q, const
   Tensor lse = Tensor::empty({r.heads, r.t_q}, DType::f32, Device::cuda);
   if (d.fast) {
     const Tensor tiles = device_tiles(gpu::fast::q_tiles(d.p, d.host_docs, gpu::fast::kFwdBlockQ));
-    gpu::fast::forward(d.p, d.mod, tiles_ptr(tiles), tile_count(tiles),
-                       d.q_padded, out.raw_data(), lse.data<float>());
+    gpu::fast::forward(d.p, d.mod, tiles_ptr(tiles), tile_count(tiles), d.q_padded, out.raw_data(),
+                       lse.data<float>());
     return {out, lse};
   }
   gpu::launch_forward(d.p, d.mod, out.raw_data(), lse.data<float>());
@@ -198,17 +200,18 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
     // The kernels write the gradients' rows as laid out above, heads packed within a row.
     const gpu::fast::OutRows rows{int(g.dq.strides()[0] / r.head_dim),
                                   int(g.dk.strides()[0] / r.head_dim)};
-    const Tensor qt =
-        device_tiles(gpu::fast::q_tiles(d.p, d.host_docs, gpu::fast::dq_block_q(d.p.head_dim)));
     Tensor dq_acc;  // the non-deterministic backward's f32 dQ sums
     if (!spec.deterministic && gpu::fast::atomic_dq())
       dq_acc = Tensor::empty({r.t_q * r.heads * r.head_dim}, DType::f32, Device::cuda);
     const Tensor kt = device_tiles(
         dq_acc.defined() ? gpu::fast::k_tiles_by_head(d.p, d.host_docs, gpu::fast::kBwdBlockK)
                          : gpu::fast::k_tiles(d.p, d.host_docs, gpu::fast::kBwdBlockK));
-    gpu::fast::backward(d.p, d.mod, tiles_ptr(qt), tile_count(qt),
-                        tiles_ptr(kt), tile_count(kt), d.q_padded,
-                        d.k_padded, oc.raw_data(), doc.raw_data(), lc.data<float>(),
+    const Tensor qt =  // the dQ kernel's, which the atomic backward does not run
+        dq_acc.defined() ? Tensor()
+                         : device_tiles(gpu::fast::q_tiles(d.p, d.host_docs,
+                                                           gpu::fast::dq_block_q(d.p.head_dim)));
+    gpu::fast::backward(d.p, d.mod, tiles_ptr(qt), tile_count(qt), tiles_ptr(kt), tile_count(kt),
+                        d.q_padded, d.k_padded, oc.raw_data(), doc.raw_data(), lc.data<float>(),
                         delta.data<float>(), g.dq.raw_data(), g.dk.raw_data(), g.dv.raw_data(),
                         rows, dq_acc.defined() ? dq_acc.data<float>() : nullptr);
     return g;
