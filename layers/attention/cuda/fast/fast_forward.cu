@@ -38,7 +38,8 @@ struct Cfg {
   static constexpr int kMinBlocks = W && !(std::is_same_v<M, ModSoftcap> && D > 64) ? 2 : 1;
 };
 
-template <int D, class M, bool W>
+// kLin: ModNone with a positive scale (see softmax below).
+template <int D, class M, bool W, bool kLin>
 __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBlocks)
     forward_kernel(Problem p, M mod, const Tile* tiles, bf16* out, float* lse) {
   cuda::dependent_kernel_begin();
@@ -136,38 +137,50 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
       const bool full = j0 >= lo_last && j0 + kBK - 1 <= hi_first;
       // Mask and online softmax of m-tile mt: scores -> unnormalized P; O and the row
       // statistics rescaled.
+      // kLin (no modifier, positive scale): the row maximum is taken over the raw products
+      // and scaled once, and each probability is exp2(dot * scale - max) by one FFMA, one
+      // multiply an element fewer (the kernel issues about as many instructions as its
+      // products take cycles). O is rescaled only where a row's maximum moved.
       auto softmax = [&](int mt, float(&sm)[NK][4]) {
 #pragma unroll
         for (int n = 0; n < NK; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int r = e >> 1, j = j0 + n * 8 + 2 * t4 + (e & 1);
-            float x = mod.x(sm[n][e], qpos[mt][r], j);
+            float x = sm[n][e];
+            if constexpr (!kLin) x = mod.x(x, qpos[mt][r], j);
             if (!full && (j < lo[mt][r] || j > hi[mt][r])) x = -INFINITY;
             sm[n][e] = x;
           }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          float mx = row_max[mt][r];
+          float mx = kLin ? -INFINITY : row_max[mt][r];
 #pragma unroll
           for (int n = 0; n < NK; ++n) mx = fmaxf(mx, fmaxf(sm[n][2 * r], sm[n][2 * r + 1]));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          float scale = 1.f;
+          if constexpr (kLin) {
+            scale = mod.scale_log2;
+            mx = fmaxf(row_max[mt][r], mx * scale);
+          }
           const float m_use = mx == -INFINITY ? 0.f : mx;
           const float corr = exp2_ftz(row_max[mt][r] - m_use);
           row_max[mt][r] = mx;
           float sum = 0.f;
 #pragma unroll
           for (int n = 0; n < NK; ++n) {
-            sm[n][2 * r] = exp2_ftz(sm[n][2 * r] - m_use);
-            sm[n][2 * r + 1] = exp2_ftz(sm[n][2 * r + 1] - m_use);
+            sm[n][2 * r] = exp2_ftz(fmaf(sm[n][2 * r], scale, -m_use));
+            sm[n][2 * r + 1] = exp2_ftz(fmaf(sm[n][2 * r + 1], scale, -m_use));
             sum += sm[n][2 * r] + sm[n][2 * r + 1];
           }
           row_sum[mt][r] = row_sum[mt][r] * corr + sum;
+          if (__any_sync(0xffffffffu, corr != 1.f)) {
 #pragma unroll
-          for (int n = 0; n < ND; ++n) {
-            o[mt][n][2 * r] *= corr;
-            o[mt][n][2 * r + 1] *= corr;
+            for (int n = 0; n < ND; ++n) {
+              o[mt][n][2 * r] *= corr;
+              o[mt][n][2 * r + 1] *= corr;
+            }
           }
         }
       };
@@ -282,18 +295,27 @@ __global__ void fill_kernel(float* x, int64_t n, float value) {
     x[i] = value;
 }
 
-template <int D, class M, bool W>
-void launch(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, void* out, float* lse) {
+template <int D, class M, bool W, bool kLin>
+void launch_as(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, void* out,
+               float* lse) {
   constexpr int kSmem = (kBQ + 4 * Cfg<D, M, W>::kBK) * D * 2 + kSmemAlign;
   static bool configured = false;
   if (!configured) {
-    DL_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<D, M, W>,
+    DL_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<D, M, W, kLin>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     configured = true;
   }
-  cuda::launch(forward_kernel<D, M, W>, unsigned(int64_t(n_tiles) * p.heads),
+  cuda::launch(forward_kernel<D, M, W, kLin>, unsigned(int64_t(n_tiles) * p.heads),
                Cfg<D, M, W>::kThreads, kSmem, p, mod, tiles, static_cast<bf16*>(out), lse);
   DL_CUDA_LAUNCH_CHECK();
+}
+
+template <int D, class M, bool W>
+void launch(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, void* out, float* lse) {
+  if constexpr (std::is_same_v<M, ModNone>) {
+    if (mod.scale_log2 > 0.f) return launch_as<D, M, W, true>(p, mod, tiles, n_tiles, out, lse);
+  }
+  launch_as<D, M, W, false>(p, mod, tiles, n_tiles, out, lse);
 }
 
 void fill_f32(float* x, int64_t n, float value) {
