@@ -1,0 +1,74 @@
+// The host schedules of the fast attention kernels (layers/attention/cuda/fast/schedule.cpp).
+// k_tiles_by_head, the atomic dQ's schedule, must list every key tile of every kv head
+// exactly once (a tile missing leaves dK, dV and part of dQ unwritten; one twice adds its dQ
+// twice), one (document, head) after another so that the adds of a few heads run at a time
+// (fast_attention.h), longest documents first and, within each, the tiles in k_tiles' order
+// (heaviest first). Host code only: runs without a GPU.
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "layers/attention/cuda/fast/fast_attention.h"
+
+namespace driftless {
+namespace {
+
+namespace fast = layers::gpu::fast;
+
+TEST(AttentionSchedule, ByHeadListsEveryTileOncePerHeadDocumentAfterDocument) {
+  layers::gpu::Problem p;
+  p.causal = true;
+  p.heads = 6;
+  p.kv_heads = 3;
+  p.head_dim = 64;
+  // (q_offset, q_len, k_offset, k_len): a short, a long, an empty, a one-tile document and
+  // one with more keys than queries.
+  const std::vector<layers::gpu::Doc> docs = {{0, 100, 0, 100},
+                                              {100, 300, 100, 300},
+                                              {400, 0, 400, 0},
+                                              {400, 64, 400, 64},
+                                              {464, 50, 464, 130}};
+  const std::vector<fast::Tile> plain = fast::k_tiles(p, docs, 64);
+  const std::vector<fast::Tile> by = fast::k_tiles_by_head(p, docs, 64);
+  ASSERT_EQ(by.size(), plain.size() * 3);
+
+  std::map<std::tuple<int, int, int>, int> count;
+  for (const fast::Tile& t : by) ++count[{t.doc, t.start, t.head}];
+  for (const fast::Tile& t : plain)
+    for (int h = 0; h < 3; ++h)
+      EXPECT_EQ((count[{t.doc, t.start, h}]), 1)
+          << "doc " << t.doc << " start " << t.start << " head " << h;
+
+  // Runs of one (document, head): documents by decreasing length, heads 0, 1, 2 within one,
+  // and each run in k_tiles' order of that document.
+  int64_t prev_len = INT64_MAX;
+  int prev_doc = -1, next_head = 0;
+  for (size_t i = 0; i < by.size();) {
+    const int doc = by[i].doc, head = by[i].head;
+    size_t j = i;
+    std::vector<int> starts;
+    for (; j < by.size() && by[j].doc == doc && by[j].head == head; ++j)
+      starts.push_back(by[j].start);
+    std::vector<int> expect;
+    for (const fast::Tile& t : plain)
+      if (t.doc == doc) expect.push_back(t.start);
+    EXPECT_EQ(starts, expect) << "doc " << doc << " head " << head;
+    if (doc != prev_doc) {
+      EXPECT_EQ(next_head, prev_doc < 0 ? 0 : 3) << "doc " << prev_doc << " lacks heads";
+      EXPECT_LE(docs[size_t(doc)].q_len, prev_len) << "doc " << doc << " out of length order";
+      prev_len = docs[size_t(doc)].q_len;
+      prev_doc = doc;
+      next_head = 0;
+    }
+    EXPECT_EQ(head, next_head) << "doc " << doc;
+    ++next_head;
+    i = j;
+  }
+  EXPECT_EQ(next_head, 3);
+}
+
+}  // namespace
+}  // namespace driftless
