@@ -31,7 +31,8 @@ const std::set<std::string> kTensorNames{"q",
 const std::set<std::string> kMetaKeys{
     "causal",        "window_left",  "window_right",
     "softmax_scale", "max_seqlen_q", "max_seqlen_k",
-    "score_mod",     "softcap",      "relative_position_max_distance"};
+    "score_mod",     "softcap",      "relative_position_max_distance",
+    "deterministic"};
 
 int64_t parse_int(const std::string& key, const std::string& s) {
   char* end = nullptr;
@@ -112,6 +113,10 @@ AttentionCall read_attention_call(const std::string& path) {
       DL_CHECK(value == "true" || value == "false" || value == "1" || value == "0", kOp,
                "metadata causal = \"" << value << "\", expected true or false");
       s.causal = value == "true" || value == "1";
+    } else if (key == "deterministic") {
+      DL_CHECK(value == "true" || value == "false" || value == "1" || value == "0", kOp,
+               "metadata deterministic = \"" << value << "\", expected true or false");
+      s.deterministic = value == "true" || value == "1";
     } else if (key == "window_left") {
       s.window_left = parse_int(key, value);
     } else if (key == "window_right") {
@@ -165,6 +170,7 @@ void write_attention_call(const std::string& path, const AttentionCall& c) {
   add("bias", s.bias);
   std::map<std::string, std::string> m = c.info;
   m["causal"] = s.causal ? "true" : "false";
+  m["deterministic"] = s.deterministic ? "true" : "false";
   m["window_left"] = std::to_string(s.window_left);
   m["window_right"] = std::to_string(s.window_right);
   if (s.softmax_scale) m["softmax_scale"] = fmt_double(*s.softmax_scale);

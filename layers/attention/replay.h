@@ -7,7 +7,8 @@
 // relative_position_table. Metadata (all strings): causal ("true"/"false", default false),
 // window_left, window_right (default -1), softmax_scale (default 1/sqrt(D)), max_seqlen_q,
 // max_seqlen_k (default: the longest real length), score_mod ("none", "softcap", "alibi",
-// "relative_position"; default none), softcap, relative_position_max_distance. Keys starting
+// "relative_position"; default none), softcap, relative_position_max_distance, deterministic
+// ("true"/"false", default true: AttentionSpec::deterministic). Keys starting
 // with "info." are free-form and copied to the result; any other key is an error.
 // Result file tensors: out, lse, and with d_out: dq, dk, dv, dbias (with bias),
 // d_relative_position_table (with that modifier). Metadata: the call's, plus "device".

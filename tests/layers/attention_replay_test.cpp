@@ -2,10 +2,9 @@
 // results of calling the op directly; malformed call files are errors.
 #include <gtest/gtest.h>
 
-#include "engine/core/device_ops.h"
-
 #include <cstring>
 
+#include "engine/core/device_ops.h"
 #include "engine/core/safetensors.h"
 #include "layers/attention/attention.h"
 #include "layers/attention/replay.h"
@@ -62,6 +61,10 @@ TEST(AttentionReplay, RoundTripGivesTheDirectResults) {
   EXPECT_EQ(r.metadata().at("info.layer"), "3");
   EXPECT_EQ(r.metadata().at("device"), "cpu");
   EXPECT_EQ(r.metadata().at("score_mod"), "relative_position");
+  EXPECT_EQ(r.metadata().at("deterministic"), "true");
+  call.spec.deterministic = false;  // the non-deterministic backward's calls replay as such
+  layers::write_attention_call(dir + "/call2.safetensors", call);
+  EXPECT_FALSE(layers::read_attention_call(dir + "/call2.safetensors").spec.deterministic);
 }
 
 TEST(AttentionReplay, ForwardOnlyWithoutDOut) {
