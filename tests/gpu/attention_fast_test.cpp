@@ -279,6 +279,27 @@ TEST(AttentionFast, Bf16WithinTwiceTheCpuBf16Error) {
         kNames[i], worst_err[i], worst_ratio[i], worst_plain[i]);
 }
 
+// q, k and v as the column blocks of one (T, (H + 2 H_kv) D) bf16 buffer on cuda, as the
+// fused QKV product the model splits; forward and backward of p on them (p: T_q == T_k).
+struct QkvRun {
+  AttentionOutputs f;
+  AttentionGrads g;
+};
+QkvRun run_qkv_layout(const Problem& p, const Case& c) {
+  const int64_t t = p.q.size(0), H = c.heads, Hkv = c.kv_heads, D = c.head_dim;
+  Tensor qkv = Tensor::zeros({t, (H + 2 * Hkv) * D}, DType::bf16, Device::cuda);
+  Tensor q = qkv.narrow(1, 0, H * D).reshape({t, H, D});
+  Tensor k = qkv.narrow(1, H * D, Hkv * D).reshape({t, Hkv, D});
+  Tensor v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).reshape({t, Hkv, D});
+  q.copy_(p.q.to(Device::cuda, DType::bf16));
+  k.copy_(p.k.to(Device::cuda, DType::bf16));
+  v.copy_(p.v.to(Device::cuda, DType::bf16));
+  AttentionOutputs f = layers::attention_forward(q, k, v, p.spec);
+  AttentionGrads g = layers::attention_backward(q, k, v, p.spec, f.out, f.lse,
+                                                p.dout.to(Device::cuda, DType::bf16));
+  return {f, g};
+}
+
 // The non-deterministic backward (AttentionSpec::deterministic = false; on Hopper the dK/dV
 // kernel then also sums dQ, with atomic adds): dq within the same criterion against the
 // float64 reference, out, lse, dk and dv the deterministic call's bits (their sums do not
@@ -309,18 +330,8 @@ TEST(AttentionFast, AtomicDqWithinTwiceTheCpuBf16Error) {
     for (int i : {0, 1, 3, 4})
       EXPECT_TRUE(same_bits(gpu.t[i], det.t[i])) << kNames[i] << " differs from deterministic";
     expect_padding(p, c, gpu);
-    const int64_t tq = p.q.size(0), H = c.heads, Hkv = c.kv_heads, D = c.head_dim;
-    if (c.name.rfind("eq_", 0) != 0 || p.k.size(0) != tq) continue;
-    Tensor qkv = Tensor::zeros({tq, (H + 2 * Hkv) * D}, DType::bf16, Device::cuda);
-    Tensor q = qkv.narrow(1, 0, H * D).reshape({tq, H, D});
-    Tensor k = qkv.narrow(1, H * D, Hkv * D).reshape({tq, Hkv, D});
-    Tensor v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).reshape({tq, Hkv, D});
-    q.copy_(p.q.to(Device::cuda, DType::bf16));
-    k.copy_(p.k.to(Device::cuda, DType::bf16));
-    v.copy_(p.v.to(Device::cuda, DType::bf16));
-    AttentionOutputs f = layers::attention_forward(q, k, v, p.spec);
-    AttentionGrads g = layers::attention_backward(q, k, v, p.spec, f.out, f.lse,
-                                                  p.dout.to(Device::cuda, DType::bf16));
+    if (c.name.rfind("eq_", 0) != 0 || p.k.size(0) != p.q.size(0)) continue;
+    const AttentionGrads g = run_qkv_layout(p, c).g;
     EXPECT_LE(err(g.dq.to(Device::cpu), gpu.t[2], "dq", &zero_ref), 1e-2) << "qkv layout dq";
     EXPECT_TRUE(same_bits(g.dk.to(Device::cpu), det.t[3])) << "qkv layout dk";
   }
@@ -363,16 +374,7 @@ TEST(AttentionFast, StridedInputsGiveThePackedBits) {
     // q, k and v as the column blocks of one QKV product: the gradients come back as the
     // blocks of one buffer in the same layout (which the model's split joins without a copy).
     const int64_t H = c.heads, Hkv = c.kv_heads;
-    Tensor qkv = Tensor::zeros({tq, (H + 2 * Hkv) * D}, DType::bf16, Device::cuda);
-    Tensor q = qkv.narrow(1, 0, H * D).reshape({tq, H, D});
-    Tensor k = qkv.narrow(1, H * D, Hkv * D).reshape({tk, Hkv, D});
-    Tensor v = qkv.narrow(1, (H + Hkv) * D, Hkv * D).reshape({tk, Hkv, D});
-    q.copy_(p.q.to(Device::cuda, DType::bf16));
-    k.copy_(p.k.to(Device::cuda, DType::bf16));
-    v.copy_(p.v.to(Device::cuda, DType::bf16));
-    AttentionOutputs f = layers::attention_forward(q, k, v, p.spec);
-    AttentionGrads g = layers::attention_backward(q, k, v, p.spec, f.out, f.lse,
-                                                  p.dout.to(Device::cuda, DType::bf16));
+    const auto [f, g] = run_qkv_layout(p, c);
     EXPECT_TRUE(Tensor::joined({g.dq.reshape({tq, H * D}), g.dk.reshape({tk, Hkv * D}),
                                 g.dv.reshape({tk, Hkv * D})},
                                1)
