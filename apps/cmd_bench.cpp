@@ -33,6 +33,7 @@ struct BenchArgs {
   std::vector<std::string> overrides;
   std::vector<int64_t> micro_sequences = {1, 2, 4};
   int warmup = 3, reps = 20;
+  std::vector<std::string> shapes;  // bench attention: names to keep (substrings); all if empty
 };
 
 struct AttnShape {
@@ -66,7 +67,14 @@ int run_attention(const BenchArgs& a) {
   cudaEvent_t e0, e1;
   DL_CUDA_CHECK(cudaEventCreate(&e0));
   DL_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<AttnShape> shapes;
   for (const AttnShape& sh : attention_shapes())
+    if (a.shapes.empty() || std::any_of(a.shapes.begin(), a.shapes.end(), [&](const std::string& s) {
+          return sh.name.find(s) != std::string::npos;
+        }))
+      shapes.push_back(sh);
+  DL_CHECK(!shapes.empty(), "bench", "no attention shape matches --shape");
+  for (const AttnShape& sh : shapes)
     for (const bool deterministic : modes) {
       int64_t t = 0;
       double pairs = 0;  // visible (query, key) pairs per head: causal within each document
@@ -178,6 +186,10 @@ Registrar reg({"bench",
                      "attention", "CUDA attention forward and forward+backward TFLOP/s (bf16)");
                  att->add_option("--warmup", a->warmup, "untimed calls first");
                  att->add_option("--reps", a->reps, "timed calls (the median is reported)");
+                 att->add_option("--shape", a->shapes,
+                                 "only the shapes whose name contains this (repeatable): "
+                                 "causal_t4096_d64, causal_t4096_d128, docs8_t8192_d64, "
+                                 "docs8_t8192_d64_softcap30, causal_t4096_d128_gqa4");
                  auto train_run = std::make_shared<std::function<int()>>();
                  auto* tr = add_bench_train(sub, train_run.get());
                  sub.require_subcommand(1);
