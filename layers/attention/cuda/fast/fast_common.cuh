@@ -88,6 +88,20 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   return y;
 }
 
+// op over leaf(0) .. leaf(N - 1) as a balanced tree (pairs of neighbours, then pairs of
+// pairs): log2(N) dependent steps instead of N for a chain.
+template <int N, class Leaf, class Op>
+__device__ __forceinline__ float tree_reduce(Leaf leaf, Op op) {
+  float v[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = leaf(i);
+#pragma unroll
+  for (int w = 1; w < N; w *= 2)
+#pragma unroll
+    for (int i = 0; i + w < N; i += 2 * w) v[i] = op(v[i], v[i + w]);
+  return v[0];
+}
+
 // Two C fragments (keys 16kk..16kk+15 of one 16-row block) as the A fragment of the next
 // product: the FlashAttention register reuse of P.
 __device__ __forceinline__ void c_to_a(uint32_t (&a)[4], const float (&c0)[4],
@@ -124,14 +138,28 @@ __device__ __forceinline__ uint32_t tile_addr(uint32_t base, int r, int c) {
 
 // Rows [0, n_valid) of a (rows, ld) global matrix into a swizzled tile; rows past n_valid are
 // zero-filled so partial tiles never read out of bounds and contribute exact zeros.
+// THREADS is the block size. The loop's trip count is a constant (a loop from threadIdx.x is
+// not unrolled: measured in the forward's SASS, ~30 instructions a 16-byte chunk), and a
+// thread's column chunk is the same on every trip, its rows THREADS / (D / 8) apart. Offsets
+// within the tile are 32-bit (ROWS x ld < 2^31: ld is at most INT16_MAX heads of 128), and ld
+// and the thread index pass through opaque moves so the addresses are recomputed at each call,
+// not hoisted out of the callers' loops into registers (which spilled the kernels at their
+// register caps).
 template <int ROWS, int D, int THREADS>
 __device__ __forceinline__ void load_tile(uint32_t dst, const bf16* src, int64_t ld, int n_valid) {
-  constexpr int kChunks = D / 8;
+  constexpr int kChunks = D / 8, kTotal = ROWS * kChunks;
+  static_assert(THREADS % kChunks == 0, "a thread's column chunk is fixed");
+  constexpr int kStep = THREADS / kChunks;  // rows between a thread's trips
+  int ld32, tid;
+  asm volatile("mov.b32 %0, %1;" : "=r"(ld32) : "r"(int(ld)));
+  asm volatile("mov.b32 %0, %1;" : "=r"(tid) : "r"(int(threadIdx.x)));
+  const int r0 = tid / kChunks, c = tid % kChunks;
 #pragma unroll
-  for (int idx = threadIdx.x; idx < ROWS * kChunks; idx += THREADS) {
-    const int r = idx / kChunks, c = idx % kChunks;
+  for (int i = 0; i < (kTotal + THREADS - 1) / THREADS; ++i) {
+    const int r = r0 + i * kStep;
+    if (kTotal % THREADS != 0 && r >= ROWS) break;
     const bool ok = r < n_valid;
-    cp_async16(tile_addr<D>(dst, r, c), ok ? src + r * ld + c * 8 : src, ok);
+    cp_async16(tile_addr<D>(dst, r, c), ok ? src + (r * ld32 + c * 8) : src, ok);
   }
 }
 

@@ -100,15 +100,15 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
     cp_async_commit();
     const int jr[2] = {j0 + warp * 16 + g, j0 + warp * 16 + g + 8};  // this thread's keys
     for (int s = 0; s < n_steps; ++s) {
+      // One barrier a step (as the forward): step s's tiles have landed for every thread
+      // and every warp is done with step s - 1, whose buffer the prefetch then refills.
+      cp_async_wait<0>();
+      if constexpr (W) fence_proxy_async();
+      __syncthreads();
       if (s + 1 < n_steps) {
         load_q(s + 1);
         cp_async_commit();
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
       }
-      if constexpr (W) fence_proxy_async();
-      __syncthreads();
       const int buf = s & 1, h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ;
       M mod = mod0;
       mod.bind(h);
@@ -272,7 +272,6 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
           }
         }
       }
-      __syncthreads();
     }
   }
 #pragma unroll

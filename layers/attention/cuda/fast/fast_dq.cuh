@@ -134,15 +134,15 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, (W && D == 64) ? 2 : 1)
   }
   if (n_tiles > 0) {
     for (int t = 0; t < n_tiles; ++t) {
+      // One barrier a step (as the forward): step t's tiles have landed for every thread
+      // and every warp is done with step t - 1, whose buffer the prefetch then refills.
+      cp_async_wait<0>();
+      if constexpr (W) fence_proxy_async();
+      __syncthreads();
       if (t + 1 < n_tiles) {
         load_kv(t + 1);
         cp_async_commit();
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
       }
-      if constexpr (W) fence_proxy_async();
-      __syncthreads();
       const uint32_t k_s = sK + (t & 1) * kBK * D * 2, v_s = sV + (t & 1) * kBK * D * 2;
       const int j0 = j_begin + t * kBK;
       const bool full = j0 >= lo_last && j0 + kBK - 1 <= hi_first;
@@ -218,7 +218,6 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, (W && D == 64) ? 2 : 1)
           }
         }
       }
-      __syncthreads();
     }
   }
 #pragma unroll
