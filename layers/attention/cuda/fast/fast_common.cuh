@@ -53,6 +53,18 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// A ring of kStages tile buffers filled by cp.async, one commit group a step, kStages - 1
+// steps ahead. At the top of step t of n, before its barrier: waits until step t's group has
+// landed (the groups of later steps may stay in flight).
+template <int kStages>
+__device__ __forceinline__ void ring_wait(int t, int n) {
+  static_assert(kStages == 2 || kStages == 3, "rings of 2 or 3 buffers");
+  if (kStages == 3 && t + 1 < n)
+    cp_async_wait<1>();
+  else
+    cp_async_wait<0>();
+}
+
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])

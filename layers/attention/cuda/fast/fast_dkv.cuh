@@ -21,6 +21,20 @@ __device__ __forceinline__ void red_add_f32x4(float* dst, float4 v) {
 #endif
 }
 
+// Shared memory of dkv_kernel (byte offsets): the K and V tiles, then a ring of kStages
+// (Q, dO, lse, delta) step buffers (3 at D = 64, prefetching two steps ahead, which short
+// documents feel at their first steps; at D = 128 a third would cost the second CTA per
+// SM), then (kDq) dS^T of a step, (kBK keys, kBQ queries) bf16, 1024-byte aligned. At D = 64
+// with kDq, 3 CTAs fill the SM's 228 KB exactly.
+template <int D, bool kDq>
+struct DkvSmem {
+  static constexpr int kStages = D == 64 ? 3 : 2;
+  static constexpr int kQ = 2 * kBK * D * 2, kDO = kQ + kStages * kBQ * D * 2;
+  static constexpr int kL = kDO + kStages * kBQ * D * 2, kDl = kL + kStages * kBQ * 4;
+  static constexpr int kDS = (kDl + kStages * kBQ * 4 + 1023) / 1024 * 1024;
+  static constexpr int kBytes = (kDq ? kDS + kBK * kBQ * 2 : kDl + kStages * kBQ * 4) + kSmemAlign;
+};
+
 // 3 CTAs per SM for the wgmma kernel at D = 64 (<= 168 registers): the element-wise work of
 // one CTA then overlaps the products of the others (measured on an H100: backward +14%).
 //
@@ -41,14 +55,13 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
   constexpr int KD = D / 16, NQ = kBQ / 8, ND = D / 8;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = align_smem(smem_raw);
+  using L = DkvSmem<D, kDq>;
+  constexpr int kStages = L::kStages;
   const uint32_t sK = smem_u32(smem);
   const uint32_t sV = sK + kBK * D * 2;
-  const uint32_t sQ = sV + kBK * D * 2;       // 2 buffers of (kBQ, D)
-  const uint32_t sdO = sQ + 2 * kBQ * D * 2;  // 2 buffers of (kBQ, D)
-  float* sL = reinterpret_cast<float*>(smem + (2 * kBK + 4 * kBQ) * D * 2);  // 2 x kBQ
-  float* sD = sL + 2 * kBQ;                                                  // 2 x kBQ
-  // kDq: dS^T of a step, (kBK keys, kBQ queries) bf16, 1024-byte aligned.
-  const uint32_t sdS = smem_u32(sD + 2 * kBQ);
+  const uint32_t sQ = sK + L::kQ, sdO = sK + L::kDO, sdS = sK + L::kDS;
+  float* sL = reinterpret_cast<float*>(smem + L::kL);
+  float* sD = reinterpret_cast<float*>(smem + L::kDl);
   const int64_t H = p.heads, Hkv = p.kv_heads, group = H / Hkv, QH = q_heads(p), KH = k_heads(p),
                 VH = v_heads(p);
   // kDq: one tile a block, heads listed (k_tiles_by_head); else heads innermost.
@@ -81,7 +94,7 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
     load_tile<kBK, D, kThreads>(sV, vg, VH * D, nk);
     // Step s: query head kh * group + s / n_qt, query rows i_begin + (s % n_qt) * kBQ.
     auto load_q = [&](int s) {
-      const int h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ, buf = s & 1;
+      const int h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ, buf = s % kStages;
       const int n = min(kBQ, q_len - q0);
       const int64_t off = ((doc.q_offset + q0) * H + h) * D;
       load_tile<kBQ, D, kThreads>(
@@ -98,18 +111,22 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
     };
     load_q(0);
     cp_async_commit();
+    if (kStages == 3 && n_steps > 1) {
+      load_q(1);
+      cp_async_commit();
+    }
     const int jr[2] = {j0 + warp * 16 + g, j0 + warp * 16 + g + 8};  // this thread's keys
     for (int s = 0; s < n_steps; ++s) {
       // One barrier a step (as the forward): step s's tiles have landed for every thread
-      // and every warp is done with step s - 1, whose buffer the prefetch then refills.
-      cp_async_wait<0>();
+      // and every warp is done with step s - 1, whose buffers the prefetch then refills.
+      ring_wait<kStages>(s, n_steps);
       if constexpr (W) fence_proxy_async();
       __syncthreads();
-      if (s + 1 < n_steps) {
-        load_q(s + 1);
+      if (s + kStages - 1 < n_steps) {
+        load_q(s + kStages - 1);
         cp_async_commit();
       }
-      const int buf = s & 1, h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ;
+      const int buf = s % kStages, h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ;
       M mod = mod0;
       mod.bind(h);
       const uint32_t q_s = sQ + buf * kBQ * D * 2, do_s = sdO + buf * kBQ * D * 2;
