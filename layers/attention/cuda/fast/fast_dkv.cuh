@@ -11,13 +11,15 @@
 
 namespace driftless::layers::gpu::fast::bwd {
 
-// dst[0..3] += v as one vector reduction (sm_90; compiled with the wgmma kernels only, the
-// one place it is used).
-__device__ __forceinline__ void red_add_f32x4(float* dst, float4 v) {
+// dst[0..3] += v as one vector reduction where on is true, predicated rather than branched
+// around (sm_90; compiled with the wgmma kernels only, the one place it is used).
+__device__ __forceinline__ void red_add_f32x4(float* dst, float4 v, bool on) {
 #ifdef DL_WGMMA
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(v.x), "f"(v.y),
-               "f"(v.z), "f"(v.w)
-               : "memory");
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+      " @p red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n}\n" ::"l"(dst),
+      "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(int(on))
+      : "memory");
 #endif
 }
 
@@ -246,11 +248,13 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
           // exchange across quads, measured no faster): lanes t4 and t4 ^ 1 swap halves of the
           // 8-column chunks n and n + 1, so the even lane holds columns 2 t4 .. + 3 of chunk n
           // and the odd one columns 2 (t4 - 1) .. + 3 of chunk n + 1.
+          // The lane's address is formed once a row; the chunks are constant offsets from it.
           const bool odd = t4 & 1;
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int row = warp * 16 + g + 8 * r;
-            float* dst = dq_acc + ((doc.q_offset + q0 + row) * H + h) * D + 2 * (t4 & ~1);
+            float* dst = dq_acc + ((doc.q_offset + q0 + row) * H + h) * D + 2 * (t4 & ~1) +
+                         (odd ? 8 : 0);
 #pragma unroll
             for (int n = 0; n < ND; n += 2) {
               const float a0 = dq[n][2 * r], a1 = dq[n][2 * r + 1];
@@ -258,7 +262,7 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
               const float x = __shfl_xor_sync(0xffffffffu, odd ? a0 : b0, 1);
               const float y = __shfl_xor_sync(0xffffffffu, odd ? a1 : b1, 1);
               const float4 v = odd ? make_float4(x, y, b0, b1) : make_float4(a0, a1, x, y);
-              if (row < nq) red_add_f32x4(dst + (odd ? n + 1 : n) * 8, v);
+              red_add_f32x4(dst + n * 8, v, row < nq);
             }
           }
         } else {
