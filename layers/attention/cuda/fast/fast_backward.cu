@@ -124,7 +124,7 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
             bf16* dq, bf16* dk, bf16* dv, const OutRows& out_rows, float* dq_acc) {
   // dQ: Q, dO, the ring of K and V tiles, and (W: delta inside the kernel) O.
   constexpr int kSmemQ =
-      ((W ? 3 : 2) * DqRows<D>::value + 2 * bwd::kDqStages<D> * kBK) * D * 2 + kSmemAlign;
+      ((W ? 3 : 2) * DqRows<D>::value + 2 * bwd::kDqStages * kBK) * D * 2 + kSmemAlign;
   constexpr int kSmemKV = bwd::DkvSmem<D, false>::kBytes;
   constexpr int kSmemKVDq = bwd::DkvSmem<D, true>::kBytes;  // and dS^T
   static bool configured = false;

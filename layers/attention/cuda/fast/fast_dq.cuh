@@ -11,11 +11,10 @@ namespace driftless::layers::gpu::fast::bwd {
 
 constexpr int kBQ = kBwdBlockQ, kBK = kBwdBlockK, kThreads = 128;
 
-// K/V buffers of the dQ kernel: at D = 64 a ring of 3, prefetching two tiles ahead (short
-// documents feel the prefetch at their first tiles; two CTAs still fit an SM). At D = 128 a
-// third would cost the second CTA per SM (measured on an H200: backward 262 -> 241 TFLOP/s).
-template <int D>
-constexpr int kDqStages = D == 64 ? 3 : 2;
+// K/V buffers in the dQ kernel's ring. 3 at D = 64 measured the same as 2 on an H200 (ncu:
+// 1.10 against 1.11 ms); at D = 128 a third cost the second CTA per SM (backward 262 -> 241
+// TFLOP/s).
+constexpr int kDqStages = 2;
 
 // DqRows<D> query rows per CTA, 16 per warp: at D = 64, 128 rows (8 warps, two
 // warpgroups) share every K/V tile load, which halves the K/V traffic that made the 64-row
@@ -32,7 +31,7 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, (W && D == 64) ? 2 : 1)
   unsigned char* smem = align_smem(smem_raw);
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sdO = sQ + kRows * D * 2;
-  constexpr int kStages = kDqStages<D>;
+  constexpr int kStages = kDqStages;
   const uint32_t sK = sdO + kRows * D * 2;          // kStages buffers of (kBK, D)
   const uint32_t sV = sK + kStages * kBK * D * 2;   // kStages buffers of (kBK, D)
   const uint32_t sO = sV + kStages * kBK * D * 2;   // (kRows, D): W only, for delta

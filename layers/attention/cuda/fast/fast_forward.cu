@@ -34,9 +34,10 @@ struct Cfg {
   static constexpr int kMT = W || std::is_same_v<M, ModSoftcap> ? 1 : 2;
   static constexpr int kWarps = kBQ / (16 * kMT), kThreads = kWarps * 32;
   static constexpr int kBK = D <= 64 || kMT == 1 ? 64 : 32;
-  // K/V buffers: 3 at D = 64 with wgmma (the prefetch two tiles ahead, which short documents
-  // feel at their first tiles), 2 where a third would cost the second CTA per SM.
-  static constexpr int kStages = W && D == 64 ? 3 : 2;
+  // K/V buffers in the ring (ring_wait). 3 at D = 64 (the prefetch two tiles ahead) measured
+  // no faster on an H200 (ncu, same machine: 803 against 799 us dense, 162 against 161 on
+  // docs8); at D = 128 a third would cost the second CTA per SM.
+  static constexpr int kStages = 2;
   static constexpr int kSmem = (kBQ + 2 * kStages * kBK) * D * 2 + kSmemAlign;
   // (softcap at D = 128 would spill at the 128 registers of two CTAs)
   static constexpr int kMinBlocks = W && !(std::is_same_v<M, ModSoftcap> && D > 64) ? 2 : 1;
