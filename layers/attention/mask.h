@@ -18,17 +18,23 @@ DL_HOST_DEVICE inline int64_t query_position(int64_t i, int64_t n_q, int64_t n_k
 // Visible key range [lo, hi] (key rows within the document) of query row i; empty when
 // lo > hi. window_left / window_right of -1 mean unbounded; causal is the same as a right
 // window of 0, and the two combine by intersection.
-DL_HOST_DEVICE inline void visible_keys(int64_t i, int64_t n_q, int64_t n_k, bool causal,
-                                        int64_t window_left, int64_t window_right, int64_t* lo,
-                                        int64_t* hi) {
-  const int64_t p = query_position(i, n_q, n_k);
-  int64_t a = 0;
-  int64_t b = n_k - 1;
+// In any integer type I (the CUDA kernels use 32 bits, where every value involved fits).
+template <class I>
+DL_HOST_DEVICE inline void visible_key_range(I i, I n_q, I n_k, bool causal, I window_left,
+                                             I window_right, I* lo, I* hi) {
+  const I p = i + n_k - n_q;  // query_position
+  I a = 0;
+  I b = n_k - 1;
   if (causal && p < b) b = p;
   if (window_right >= 0 && p + window_right < b) b = p + window_right;
   if (window_left >= 0 && p - window_left > a) a = p - window_left;
   *lo = a;
   *hi = b;
+}
+DL_HOST_DEVICE inline void visible_keys(int64_t i, int64_t n_q, int64_t n_k, bool causal,
+                                        int64_t window_left, int64_t window_right, int64_t* lo,
+                                        int64_t* hi) {
+  visible_key_range<int64_t>(i, n_q, n_k, causal, window_left, window_right, lo, hi);
 }
 
 }  // namespace driftless::layers

@@ -4,6 +4,8 @@
 // ALiBi; the relative-position table and the additive bias are CPU-only for now.
 // bf16 with head_dim 64 or 128 goes to the tensor-core kernels of cuda/fast/ (which need
 // only the documents and a tile schedule); everything else to the reference kernels.
+#include <algorithm>
+
 #include "layers/attention/attention.h"
 #include "layers/attention/cuda/fast/fast_attention.h"
 #include "layers/attention/cuda/flash_cuda.h"
@@ -96,6 +98,11 @@ DeviceProblem make_device_problem(const ResolvedAttention& r, const Tensor& q, c
       m = int32_t(b);
     }
   }
+  if (d.fast)
+    for (const DocSpan& s : r.docs)
+      DL_CHECK(s.q_len < gpu::fast::kMaxDocLen && s.k_len < gpu::fast::kMaxDocLen, kOp,
+               "a document of " << std::max(s.q_len, s.k_len) << " rows: the CUDA kernels take "
+                                << "documents of fewer than " << gpu::fast::kMaxDocLen << " rows");
   d.q_padded = q_rows < r.t_q;
   d.k_padded = k_rows < r.t_k;
   if (!docs.empty()) d.docs = Tensor::from_vector(docs).to(Device::cuda);

@@ -13,6 +13,9 @@
 namespace driftless::layers::gpu::fast {
 
 // Tile sizes the host schedule must be built with.
+// Longest document (query or key rows) the fast kernels take: they index rows in 32 bits,
+// with sums of up to three lengths (row_keys).
+constexpr int64_t kMaxDocLen = int64_t(1) << 29;
 constexpr int kFwdBlockQ = 128;  // query rows per forward CTA (fast_forward.cu: warps x rows)
 constexpr int kBwdBlockQ = 64;   // query rows per dK/dV inner step
 // Query rows per dQ CTA (fast_backward.cu: 16 a warp; two warpgroups at D = 64 share each

@@ -282,11 +282,14 @@ void dispatch_mod(const Problem& p, const Mod& mod, F&& f) {
   }
 }
 
+// In 32 bits (the dK/dV kernel's masked steps call this per element; in 64 bits it was ~4x
+// the instructions of an unmasked element). Document lengths are below kMaxDocLen here, and
+// a window wider than q_len + k_len acts as no window, so it is clamped to that first.
 __device__ __forceinline__ void row_keys(const Problem& p, const Doc& d, int i, int* lo, int* hi) {
-  int64_t a, b;
-  visible_keys(i, d.q_len, d.k_len, p.causal, p.window_left, p.window_right, &a, &b);
-  *lo = int(a);
-  *hi = int(b);
+  const int64_t wide = d.q_len + d.k_len;
+  const int wl = p.window_left < 0 ? -1 : int(p.window_left < wide ? p.window_left : wide);
+  const int wr = p.window_right < 0 ? -1 : int(p.window_right < wide ? p.window_right : wide);
+  visible_key_range<int>(i, int(d.q_len), int(d.k_len), p.causal, wl, wr, lo, hi);
 }
 
 }  // namespace driftless::layers::gpu::fast
