@@ -96,19 +96,6 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
   const bf16* vg = static_cast<const bf16*>(p.v) + (doc.k_offset * VH + kh) * D;
   const int j_begin = lo_first > 0 ? (lo_first / kBK) * kBK : 0;
   const int n_tiles = hi_last >= lo_first ? (hi_last - j_begin) / kBK + 1 : 0;
-  // wgmma: the keys any row of this warpgroup's 64 sees ([wg_lo, wg_hi]; empty past the
-  // document). A key tile outside them is skipped by the warpgroup (it still loads and meets
-  // the barriers): its scores would all be masked, which leaves O and the row statistics
-  // exactly as they are. On the causal diagonal the first warpgroup skips the CTA's last tile.
-  int wg_lo = 1, wg_hi = 0;
-  if constexpr (W) {
-    const int r_first = (warp >> 2) * 64, r_last = min(r_first + 63, nq - 1);
-    if (r_first <= r_last) {
-      int unused;
-      row_keys(p, doc, i0 + r_first, &wg_lo, &unused);
-      row_keys(p, doc, i0 + r_last, &unused, &wg_hi);
-    }
-  }
 
   float o[kMT][ND][4];
 #pragma unroll
@@ -211,7 +198,6 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
       };
       float s[kMT][NK][4];
       if constexpr (W) {
-        if (j0 > wg_hi || j0 + kBK - 1 < wg_lo) continue;  // warpgroup-uniform
         // One wgmma group per m-tile, software-pipelined when there are two (the softmax of
         // one runs while the tensor cores do the other's product; groups complete in order).
         // Cfg's wgmma shape has one m-tile per warp: there the overlap comes from the other
