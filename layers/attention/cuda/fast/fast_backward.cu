@@ -42,13 +42,15 @@ using bwd::kThreads;
 // dQ kernel, so where O equals the one visible V row (a row that sees a single key) dP and
 // delta are bitwise equal and dS is exactly 0, like the CPU path's. A warp's 16 rows of dO
 // and O (contiguous) come in as 16-byte loads through shared memory, rows padded by 16
-// bytes so the fragment reads hit 32 different banks.
+// bytes so the fragment reads hit 32 different banks. With dq_acc (the atomic dQ backward)
+// the warp also zeroes the same 16 rows of that f32 (rows, D) buffer, which the dK/dV kernel
+// then adds to: one pass instead of a separate memset of it.
 template <int D>
 constexpr int kDeltaWarps = D == 64 ? 8 : 4;  // 32 KiB of staged rows per block
 template <int D>
 __global__ void __launch_bounds__(32 * kDeltaWarps<D>)
     delta_kernel(int64_t rows, int64_t heads, int64_t t_q, const bf16* out, const bf16* dout,
-                 float* delta) {
+                 float* delta, float* dq_acc) {
   cuda::dependent_kernel_begin();
   constexpr int kLd = D + 8, kUnits = 16 * D / 8;  // staged row stride; 16-byte units per tile
   __shared__ __align__(16) bf16 stage[kDeltaWarps<D>][2][16 * kLd];
@@ -67,6 +69,11 @@ __global__ void __launch_bounds__(32 * kDeltaWarps<D>)
         in ? *reinterpret_cast<const uint4*>(dout + at) : zero;
     *reinterpret_cast<uint4*>(so + row * kLd + c8 * 8) =
         in ? *reinterpret_cast<const uint4*>(out + at) : zero;
+  }
+  if (dq_acc != nullptr) {
+    const int64_t n4 = (min(rows - r0, int64_t(16)) * D) / 4;  // float4s of the warp's rows
+    float4* z = reinterpret_cast<float4*>(dq_acc + r0 * D);
+    for (int64_t u = lane; u < n4; u += 32) z[u] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
   __syncwarp();
   const int64_t ra = r0 + g, rb = r0 + g + 8;  // rows of this lane (row * H + h)
@@ -140,13 +147,12 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
     constexpr int kDeltaThreads = 32 * kDeltaWarps<D>;
     constexpr int64_t kDeltaRows = 16 * kDeltaWarps<D>;
     cuda::launch(delta_kernel<D>, unsigned((rows + kDeltaRows - 1) / kDeltaRows), kDeltaThreads, 0,
-                 rows, p.heads, p.t_q, out, dout, delta);
+                 rows, p.heads, p.t_q, out, dout, delta, atomic_dq ? dq_acc : nullptr);
     DL_CUDA_LAUNCH_CHECK();
   }
   if constexpr (W) {
-    if (atomic_dq) {
+    if (atomic_dq) {  // dq_acc zeroed by delta_kernel above
       const int64_t n = p.t_q * p.heads * D;
-      DL_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, size_t(n) * 4));
       if (n_k_tiles > 0) {
         cuda::launch(dkv_kernel<D, M, W, true>, unsigned(n_k_tiles), kThreads, kSmemKVDq, p, mod,
                      k_tiles, dout, lse, delta, dk, dv, out_rows.dkv_heads, dq_acc);
