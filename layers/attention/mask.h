@@ -31,6 +31,14 @@ DL_HOST_DEVICE inline void visible_key_range(I i, I n_q, I n_k, bool causal, I w
   *lo = a;
   *hi = b;
 }
+// A window (-1: unbounded) as the 32-bit value visible_key_range<int> takes for a document of
+// n_q query and n_k key rows: a window of n_q + n_k or more bounds nothing on either side
+// (every key is within it of every query position), so it is clamped to that. Lengths below
+// 2^29 keep every sum in range.
+DL_HOST_DEVICE inline int window_in_32_bits(int64_t window, int64_t n_q, int64_t n_k) {
+  return window < 0 ? -1 : int(window < n_q + n_k ? window : n_q + n_k);
+}
+
 DL_HOST_DEVICE inline void visible_keys(int64_t i, int64_t n_q, int64_t n_k, bool causal,
                                         int64_t window_left, int64_t window_right, int64_t* lo,
                                         int64_t* hi) {

@@ -4,6 +4,7 @@
 // windows. fp32 must be within 1e-5 (max-norm relative error), f64 within 1e-12.
 #include <gtest/gtest.h>
 
+#include "layers/attention/mask.h"
 #include "tests/layers/attention_test_util.h"
 
 namespace driftless::testing {
@@ -109,6 +110,36 @@ TEST(AttentionLengths, CustomSoftmaxScale) {
   c.docs = {{65, 65}};
   c.scale = 0.37;
   check_both(c);
+}
+
+// The CUDA kernels compute visible key ranges in 32 bits with windows clamped by
+// window_in_32_bits: the same ranges as in 64 bits, for windows past the document and for
+// documents with more queries than keys (negative query positions), up to lengths near the
+// kernels' limit (fast_attention.h kMaxDocLen = 2^29).
+TEST(AttentionLengths, VisibleKeysIn32BitsMatch64Bits) {
+  const int64_t big = (int64_t(1) << 29) - 1;
+  const std::vector<std::pair<int64_t, int64_t>> docs = {
+      {1, 1}, {5, 3}, {3, 5}, {64, 64}, {113, 203}, {203, 113}, {big, big}, {big, 7}, {7, big}};
+  const std::vector<int64_t> windows = {-1, 0, 1, 2, 63, 200, int64_t(1) << 40};
+  for (const auto& [n_q, n_k] : docs)
+    for (const bool causal : {false, true})
+      for (const int64_t wl : windows)
+        for (const int64_t wr : windows)
+          for (const int64_t i : {int64_t(0), n_q / 2, n_q - 1}) {
+            int64_t lo64, hi64;
+            layers::visible_keys(i, n_q, n_k, causal, wl, wr, &lo64, &hi64);
+            int lo32, hi32;
+            layers::visible_key_range<int>(int(i), int(n_q), int(n_k), causal,
+                                           layers::window_in_32_bits(wl, n_q, n_k),
+                                           layers::window_in_32_bits(wr, n_q, n_k), &lo32, &hi32);
+            // Empty ranges need only stay empty.
+            if (lo64 > hi64) {
+              EXPECT_GT(lo32, hi32) << n_q << " " << n_k << " " << i << " " << wl << " " << wr;
+              continue;
+            }
+            EXPECT_EQ(lo32, lo64) << n_q << " " << n_k << " " << i << " " << wl << " " << wr;
+            EXPECT_EQ(hi32, hi64) << n_q << " " << n_k << " " << i << " " << wl << " " << wr;
+          }
 }
 
 }  // namespace

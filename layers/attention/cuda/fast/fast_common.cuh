@@ -283,13 +283,11 @@ void dispatch_mod(const Problem& p, const Mod& mod, F&& f) {
 }
 
 // In 32 bits (the dK/dV kernel's masked steps call this per element; in 64 bits it was ~4x
-// the instructions of an unmasked element). Document lengths are below kMaxDocLen here, and
-// a window wider than q_len + k_len acts as no window, so it is clamped to that first.
+// the instructions of an unmasked element). Document lengths are below kMaxDocLen here.
 __device__ __forceinline__ void row_keys(const Problem& p, const Doc& d, int i, int* lo, int* hi) {
-  const int64_t wide = d.q_len + d.k_len;
-  const int wl = p.window_left < 0 ? -1 : int(p.window_left < wide ? p.window_left : wide);
-  const int wr = p.window_right < 0 ? -1 : int(p.window_right < wide ? p.window_right : wide);
-  visible_key_range<int>(i, int(d.q_len), int(d.k_len), p.causal, wl, wr, lo, hi);
+  visible_key_range<int>(i, int(d.q_len), int(d.k_len), p.causal,
+                         window_in_32_bits(p.window_left, d.q_len, d.k_len),
+                         window_in_32_bits(p.window_right, d.q_len, d.k_len), lo, hi);
 }
 
 }  // namespace driftless::layers::gpu::fast
