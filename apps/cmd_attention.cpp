@@ -21,7 +21,9 @@ Registrar reg(
        auto o = std::make_shared<Options>();
        sub.add_option("--in", o->in, "call.safetensors (tensors and spec metadata)")->required();
        sub.add_option("--out", o->out, "result.safetensors to write")->required();
-       sub.add_option("--device", o->device, "cpu or cuda (the CUDA reference kernels; no bias or relative-position table there yet)")
+       sub.add_option("--device", o->device,
+                      "cpu or cuda (bf16 with head dim 64 or 128 on the tensor-core kernels, else "
+                      "the reference ones; no bias or relative-position table on cuda yet)")
            ->check(CLI::IsMember({"cpu", "cuda"}));
        return std::function<int()>([o] {
          layers::replay_attention_file(o->in, o->out, o->device);
