@@ -26,8 +26,9 @@ DL_HOST_DEVICE inline void visible_key_range(I i, I n_q, I n_k, bool causal, I w
   I a = 0;
   I b = n_k - 1;
   if (causal && p < b) b = p;
-  if (window_right >= 0 && p + window_right < b) b = p + window_right;
-  if (window_left >= 0 && p - window_left > a) a = p - window_left;
+  // (compared as differences: p + window would overflow for windows near the type's max)
+  if (window_right >= 0 && window_right < b - p) b = p + window_right;
+  if (window_left >= 0 && window_left < p - a) a = p - window_left;
   *lo = a;
   *hi = b;
 }

@@ -221,6 +221,10 @@ std::vector<Case> cases() {
     c.push_back(eal);
     c.push_back({"window_causal" + sd, {{1023, 1023}, {50, 200}}, 2, 1, d, true, 100});
     c.push_back({"window_lr" + sd, {{300, 300}, {50, 200}}, 2, 1, d, false, 70, 20});
+    // Windows wider than any document (2^40 left, INT32_MAX right): no bound at all. The
+    // dK/dV kernel's query range once wrapped these in 32 bits (dK/dV all zero).
+    c.push_back(
+        {"window_huge" + sd, {{300, 300}, {50, 200}}, 2, 1, d, false, int64_t(1) << 40, INT32_MAX});
     c.push_back({"noncausal" + sd, {{63, 40}, {170, 129}}, 2, 2, d, false});
   }
   c.push_back({"q4001_k4096_d64", {{4001, 4096}}, 1, 1, 64});

@@ -120,7 +120,7 @@ TEST(AttentionLengths, VisibleKeysIn32BitsMatch64Bits) {
   const int64_t big = (int64_t(1) << 29) - 1;
   const std::vector<std::pair<int64_t, int64_t>> docs = {
       {1, 1}, {5, 3}, {3, 5}, {64, 64}, {113, 203}, {203, 113}, {big, big}, {big, 7}, {7, big}};
-  const std::vector<int64_t> windows = {-1, 0, 1, 2, 63, 200, int64_t(1) << 40};
+  const std::vector<int64_t> windows = {-1, 0, 1, 2, 63, 200, int64_t(1) << 40, INT64_MAX};
   for (const auto& [n_q, n_k] : docs)
     for (const bool causal : {false, true})
       for (const int64_t wl : windows)
@@ -128,6 +128,12 @@ TEST(AttentionLengths, VisibleKeysIn32BitsMatch64Bits) {
           for (const int64_t i : {int64_t(0), n_q / 2, n_q - 1}) {
             int64_t lo64, hi64;
             layers::visible_keys(i, n_q, n_k, causal, wl, wr, &lo64, &hi64);
+            // A window wider than the document bounds nothing (no overflow near INT64_MAX).
+            int64_t lo_open, hi_open;
+            layers::visible_keys(i, n_q, n_k, causal, wl >= n_q + n_k ? -1 : wl,
+                                 wr >= n_q + n_k ? -1 : wr, &lo_open, &hi_open);
+            EXPECT_EQ(lo64, lo_open) << n_q << " " << n_k << " " << i << " " << wl << " " << wr;
+            EXPECT_EQ(hi64, hi_open) << n_q << " " << n_k << " " << i << " " << wl << " " << wr;
             int lo32, hi32;
             layers::visible_key_range<int>(int(i), int(n_q), int(n_k), causal,
                                            layers::window_in_32_bits(wl, n_q, n_k),

@@ -98,11 +98,6 @@ DeviceProblem make_device_problem(const ResolvedAttention& r, const Tensor& q, c
       m = int32_t(b);
     }
   }
-  if (d.fast)
-    for (const DocSpan& s : r.docs)
-      DL_CHECK(s.q_len < gpu::fast::kMaxDocLen && s.k_len < gpu::fast::kMaxDocLen, kOp,
-               "a document of " << std::max(s.q_len, s.k_len) << " rows: the CUDA kernels take "
-                                << "documents of fewer than " << gpu::fast::kMaxDocLen << " rows");
   d.q_padded = q_rows < r.t_q;
   d.k_padded = k_rows < r.t_k;
   if (!docs.empty()) d.docs = Tensor::from_vector(docs).to(Device::cuda);
@@ -135,6 +130,11 @@ DeviceProblem make_device_problem(const ResolvedAttention& r, const Tensor& q, c
     d.mod.alibi_slopes = d.slopes.data<float>();
   }
   d.fast = d.fast && gpu::fast::supported(d.p, d.mod);
+  if (d.fast)
+    for (const DocSpan& s : r.docs)
+      DL_CHECK(s.q_len < gpu::fast::kMaxDocLen && s.k_len < gpu::fast::kMaxDocLen, kOp,
+               "a document of " << std::max(s.q_len, s.k_len) << " rows: the CUDA kernels take "
+                                << "documents of fewer than " << gpu::fast::kMaxDocLen << " rows");
   if (d.fast) {
     p.q_row_heads = int16_t(d.q.strides()[0] / r.head_dim);
     p.k_row_heads = int16_t(d.k.strides()[0] / r.head_dim);

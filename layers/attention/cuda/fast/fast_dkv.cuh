@@ -79,8 +79,11 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
   const int shift = k_len - q_len;
   int i_begin = 0, i_end = q_len - 1;
   if (p.causal) i_begin = max(i_begin, j0 - shift);
-  if (p.window_right >= 0) i_begin = max(i_begin, int(j0 - p.window_right - shift));
-  if (p.window_left >= 0) i_end = min(i_end, int(j0 + nk - 1 + p.window_left - shift));
+  // (windows in 32 bits as row_keys takes them: a window of 2^31 or more wrapped here)
+  const int wl = window_in_32_bits(p.window_left, q_len, k_len),
+            wr = window_in_32_bits(p.window_right, q_len, k_len);
+  if (wr >= 0) i_begin = max(i_begin, j0 - wr - shift);
+  if (wl >= 0) i_end = min(i_end, j0 + nk - 1 + wl - shift);
   const int n_qt = i_end >= i_begin ? (i_end - i_begin) / kBQ + 1 : 0;
   const int n_steps = int(group) * n_qt;
 
