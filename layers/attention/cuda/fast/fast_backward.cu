@@ -129,9 +129,8 @@ template <int D, class M, bool W>
 void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, const Tile* k_tiles,
             int n_k_tiles, const bf16* out, const bf16* dout, const float* lse, float* delta,
             bf16* dq, bf16* dk, bf16* dv, const OutRows& out_rows, float* dq_acc) {
-  // dQ: Q, dO, the ring of K and V tiles, and (W: delta inside the kernel) O.
-  constexpr int kSmemQ =
-      ((W ? 3 : 2) * DqRows<D>::value + 2 * bwd::kDqStages * kBK) * D * 2 + kSmemAlign;
+  // dQ: Q, dO, 2 K and 2 V tiles, and (W: delta inside the kernel) O.
+  constexpr int kSmemQ = ((W ? 3 : 2) * DqRows<D>::value + 4 * kBK) * D * 2 + kSmemAlign;
   constexpr int kSmemKV = bwd::DkvSmem<D, false>::kBytes;
   constexpr int kSmemKVDq = bwd::DkvSmem<D, true>::kBytes;  // and dS^T
   static bool configured = false;

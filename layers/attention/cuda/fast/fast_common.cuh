@@ -53,18 +53,6 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// A ring of kStages tile buffers filled by cp.async, one commit group a step, kStages - 1
-// steps ahead. At the top of step t of n, before its barrier: waits until step t's group has
-// landed (the groups of later steps may stay in flight).
-template <int kStages>
-__device__ __forceinline__ void ring_wait(int t, int n) {
-  static_assert(kStages == 2 || kStages == 3, "rings of 2 or 3 buffers");
-  if (kStages == 3 && t + 1 < n)
-    cp_async_wait<1>();
-  else
-    cp_async_wait<0>();
-}
-
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -161,15 +149,15 @@ template <int ROWS, int D, int THREADS>
 __device__ __forceinline__ void load_tile(uint32_t dst, const bf16* src, int64_t ld, int n_valid) {
   constexpr int kChunks = D / 8, kTotal = ROWS * kChunks;
   static_assert(THREADS % kChunks == 0, "a thread's column chunk is fixed");
+  static_assert(kTotal % THREADS == 0, "every thread makes the same trips");
   constexpr int kStep = THREADS / kChunks;  // rows between a thread's trips
   int ld32, tid;
   asm volatile("mov.b32 %0, %1;" : "=r"(ld32) : "r"(int(ld)));
   asm volatile("mov.b32 %0, %1;" : "=r"(tid) : "r"(int(threadIdx.x)));
   const int r0 = tid / kChunks, c = tid % kChunks;
 #pragma unroll
-  for (int i = 0; i < (kTotal + THREADS - 1) / THREADS; ++i) {
+  for (int i = 0; i < kTotal / THREADS; ++i) {
     const int r = r0 + i * kStep;
-    if (kTotal % THREADS != 0 && r >= ROWS) break;
     const bool ok = r < n_valid;
     cp_async16(tile_addr<D>(dst, r, c), ok ? src + (r * ld32 + c * 8) : src, ok);
   }

@@ -23,19 +23,18 @@ __device__ __forceinline__ void red_add_f32x4(float* dst, float4 v, bool on) {
 #endif
 }
 
-// Shared memory of dkv_kernel (byte offsets): the K and V tiles, then a ring of kStages
+// Shared memory of dkv_kernel (byte offsets): the K and V tiles, then double-buffered
 // (Q, dO, lse, delta) step buffers, then (kDq) dS^T of a step, (kBK keys, kBQ queries) bf16,
-// 1024-byte aligned. A ring of 3 at D = 64 (3 CTAs with kDq then fill the SM's 228 KB
-// exactly) measured within +-1.5% of 2 on an H200 (ncu, same machine: atomic 2.28 against
-// 2.32 ms, deterministic 1.47 against 1.45, softcap 508 / 641 against 503 / 632 us); at
-// D = 128 a third would cost the second CTA per SM.
+// 1024-byte aligned. A third step buffer at D = 64 (3 CTAs with kDq then fill the SM's
+// 228 KB exactly) measured within +-1.5% of 2 on an H200 (ncu, same machine: atomic 2.28
+// against 2.32 ms, deterministic 1.47 against 1.45, softcap 508 / 641 against 503 / 632 us);
+// at D = 128 it would cost the second CTA per SM.
 template <int D, bool kDq>
 struct DkvSmem {
-  static constexpr int kStages = 2;
-  static constexpr int kQ = 2 * kBK * D * 2, kDO = kQ + kStages * kBQ * D * 2;
-  static constexpr int kL = kDO + kStages * kBQ * D * 2, kDl = kL + kStages * kBQ * 4;
-  static constexpr int kDS = (kDl + kStages * kBQ * 4 + 1023) / 1024 * 1024;
-  static constexpr int kBytes = (kDq ? kDS + kBK * kBQ * 2 : kDl + kStages * kBQ * 4) + kSmemAlign;
+  static constexpr int kQ = 2 * kBK * D * 2, kDO = kQ + 2 * kBQ * D * 2;
+  static constexpr int kL = kDO + 2 * kBQ * D * 2, kDl = kL + 2 * kBQ * 4;
+  static constexpr int kDS = (kDl + 2 * kBQ * 4 + 1023) / 1024 * 1024;
+  static constexpr int kBytes = (kDq ? kDS + kBK * kBQ * 2 : kDl + 2 * kBQ * 4) + kSmemAlign;
 };
 
 // 3 CTAs per SM for the wgmma kernel at D = 64 (<= 168 registers): the element-wise work of
@@ -59,7 +58,6 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = align_smem(smem_raw);
   using L = DkvSmem<D, kDq>;
-  constexpr int kStages = L::kStages;
   const uint32_t sK = smem_u32(smem);
   const uint32_t sV = sK + kBK * D * 2;
   const uint32_t sQ = sK + L::kQ, sdO = sK + L::kDO, sdS = sK + L::kDS;
@@ -100,7 +98,7 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
     load_tile<kBK, D, kThreads>(sV, vg, VH * D, nk);
     // Step s: query head kh * group + s / n_qt, query rows i_begin + (s % n_qt) * kBQ.
     auto load_q = [&](int s) {
-      const int h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ, buf = s % kStages;
+      const int h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ, buf = s & 1;
       const int n = min(kBQ, q_len - q0);
       const int64_t off = ((doc.q_offset + q0) * H + h) * D;
       load_tile<kBQ, D, kThreads>(
@@ -117,22 +115,18 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
     };
     load_q(0);
     cp_async_commit();
-    if (kStages == 3 && n_steps > 1) {
-      load_q(1);
-      cp_async_commit();
-    }
     const int jr[2] = {j0 + warp * 16 + g, j0 + warp * 16 + g + 8};  // this thread's keys
     for (int s = 0; s < n_steps; ++s) {
       // One barrier a step (as the forward): step s's tiles have landed for every thread
       // and every warp is done with step s - 1, whose buffers the prefetch then refills.
-      ring_wait<kStages>(s, n_steps);
+      cp_async_wait<0>();
       if constexpr (W) fence_proxy_async();
       __syncthreads();
-      if (s + kStages - 1 < n_steps) {
-        load_q(s + kStages - 1);
+      if (s + 1 < n_steps) {
+        load_q(s + 1);
         cp_async_commit();
       }
-      const int buf = s % kStages, h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ;
+      const int buf = s & 1, h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ;
       M mod = mod0;
       mod.bind(h);
       const uint32_t q_s = sQ + buf * kBQ * D * 2, do_s = sdO + buf * kBQ * D * 2;
@@ -257,8 +251,8 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int row = warp * 16 + g + 8 * r;
-            float* dst = dq_acc + ((doc.q_offset + q0 + row) * H + h) * D + 2 * (t4 & ~1) +
-                         (odd ? 8 : 0);
+            float* dst =
+                dq_acc + ((doc.q_offset + q0 + row) * H + h) * D + 2 * (t4 & ~1) + (odd ? 8 : 0);
 #pragma unroll
             for (int n = 0; n < ND; n += 2) {
               const float a0 = dq[n][2 * r], a1 = dq[n][2 * r + 1];

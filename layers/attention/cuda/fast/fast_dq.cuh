@@ -11,11 +11,6 @@ namespace driftless::layers::gpu::fast::bwd {
 
 constexpr int kBQ = kBwdBlockQ, kBK = kBwdBlockK, kThreads = 128;
 
-// K/V buffers in the dQ kernel's ring. 3 at D = 64 measured the same as 2 on an H200 (ncu:
-// 1.10 against 1.11 ms); at D = 128 a third cost the second CTA per SM (backward 262 -> 241
-// TFLOP/s).
-constexpr int kDqStages = 2;
-
 // DqRows<D> query rows per CTA, 16 per warp: at D = 64, 128 rows (8 warps, two
 // warpgroups) share every K/V tile load, which halves the K/V traffic that made the 64-row
 // kernel memory-bound (ncu on an H100: 2.6 TB/s, 11% L2 hits), with 2 CTAs per SM at <= 128
@@ -31,10 +26,11 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, (W && D == 64) ? 2 : 1)
   unsigned char* smem = align_smem(smem_raw);
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sdO = sQ + kRows * D * 2;
-  constexpr int kStages = kDqStages;
-  const uint32_t sK = sdO + kRows * D * 2;          // kStages buffers of (kBK, D)
-  const uint32_t sV = sK + kStages * kBK * D * 2;   // kStages buffers of (kBK, D)
-  const uint32_t sO = sV + kStages * kBK * D * 2;   // (kRows, D): W only, for delta
+  // K and V double-buffered (a third buffer measured the same at D = 64 on an H200, ncu 1.10
+  // against 1.11 ms, and cost the second CTA per SM at D = 128: backward 262 -> 241 TFLOP/s).
+  const uint32_t sK = sdO + kRows * D * 2;   // 2 buffers of (kBK, D)
+  const uint32_t sV = sK + 2 * kBK * D * 2;  // 2 buffers of (kBK, D)
+  const uint32_t sO = sV + 2 * kBK * D * 2;  // (kRows, D): W only, for delta
   const int64_t H = p.heads, Hkv = p.kv_heads, QH = q_heads(p), KH = k_heads(p), VH = v_heads(p);
   const int h = int(blockIdx.x % H);
   const Tile tile = tiles[blockIdx.x / H];
@@ -79,7 +75,7 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, (W && D == 64) ? 2 : 1)
   for (int n = 0; n < ND; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 
   auto load_kv = [&](int t) {
-    const int j0 = j_begin + t * kBK, buf = t % kStages;
+    const int j0 = j_begin + t * kBK, buf = t & 1;
     load_tile<kBK, D, kQThreads>(sK + buf * kBK * D * 2, kg + j0 * KH * D, KH * D, k_len - j0);
     load_tile<kBK, D, kQThreads>(sV + buf * kBK * D * 2, vg + j0 * VH * D, VH * D, k_len - j0);
   };
@@ -89,8 +85,8 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, (W && D == 64) ? 2 : 1)
     if constexpr (W) load_tile<kRows, D, kQThreads>(sO, og, H * D, nq);
     cp_async_commit();
   }
-  for (int t = 0; t < kStages - 1 && t < n_tiles; ++t) {
-    load_kv(t);
+  if (n_tiles > 0) {
+    load_kv(0);
     cp_async_commit();
   }
   if constexpr (W) {
@@ -98,11 +94,7 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, (W && D == 64) ? 2 : 1)
     // diagonal of dO O^T by the same products as dP = dO V^T below (64 x 32 halves, the same
     // k order), so where O equals the one V row a query sees, dP == delta bit for bit and
     // dS is exactly 0. Written out for the dK/dV kernel.
-    // (the K/V groups of the ring's first tiles may stay in flight)
-    const int kv_groups = min(kStages - 1, n_tiles);
-    if (kv_groups >= 2)
-      cp_async_wait<2>();
-    else if (kv_groups == 1)
+    if (n_tiles > 0)  // (the first K/V tile may stay in flight)
       cp_async_wait<1>();
     else
       cp_async_wait<0>();
@@ -146,14 +138,14 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, (W && D == 64) ? 2 : 1)
     for (int t = 0; t < n_tiles; ++t) {
       // One barrier a step (as the forward): step t's tiles have landed for every thread
       // and every warp is done with step t - 1, whose buffers the prefetch then refills.
-      ring_wait<kStages>(t, n_tiles);
+      cp_async_wait<0>();
       if constexpr (W) fence_proxy_async();
       __syncthreads();
-      if (t + kStages - 1 < n_tiles) {
-        load_kv(t + kStages - 1);
+      if (t + 1 < n_tiles) {
+        load_kv(t + 1);
         cp_async_commit();
       }
-      const uint32_t k_s = sK + (t % kStages) * kBK * D * 2, v_s = sV + (t % kStages) * kBK * D * 2;
+      const uint32_t k_s = sK + (t & 1) * kBK * D * 2, v_s = sV + (t & 1) * kBK * D * 2;
       const int j0 = j_begin + t * kBK;
       const bool full = j0 >= lo_last && j0 + kBK - 1 <= hi_first;
       // S, dP of (the warp's 16 rows) x (keys j0 + c0 ..) -> dS in dp.

@@ -34,11 +34,10 @@ struct Cfg {
   static constexpr int kMT = W || std::is_same_v<M, ModSoftcap> ? 1 : 2;
   static constexpr int kWarps = kBQ / (16 * kMT), kThreads = kWarps * 32;
   static constexpr int kBK = D <= 64 || kMT == 1 ? 64 : 32;
-  // K/V buffers in the ring (ring_wait). 3 at D = 64 (the prefetch two tiles ahead) measured
-  // no faster on an H200 (ncu, same machine: 803 against 799 us dense, 162 against 161 on
-  // docs8); at D = 128 a third would cost the second CTA per SM.
-  static constexpr int kStages = 2;
-  static constexpr int kSmem = (kBQ + 2 * kStages * kBK) * D * 2 + kSmemAlign;
+  // Q, then K and V double-buffered. A third K/V buffer at D = 64 (the prefetch two tiles
+  // ahead) measured no faster on an H200 (ncu, same machine: 803 against 799 us dense, 162
+  // against 161 on docs8); at D = 128 it would cost the second CTA per SM.
+  static constexpr int kSmem = (kBQ + 4 * kBK) * D * 2 + kSmemAlign;
   // (softcap at D = 128 would spill at the 128 registers of two CTAs)
   static constexpr int kMinBlocks = W && !(std::is_same_v<M, ModSoftcap> && D > 64) ? 2 : 1;
 };
@@ -49,7 +48,7 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
     forward_kernel(Problem p, M mod, const Tile* tiles, bf16* out, float* lse) {
   cuda::dependent_kernel_begin();
   using C = Cfg<D, M, W>;
-  constexpr int kMT = C::kMT, kThreads = C::kThreads, kBK = C::kBK, kStages = C::kStages;
+  constexpr int kMT = C::kMT, kThreads = C::kThreads, kBK = C::kBK;
   constexpr int KD = D / 16, NK = kBK / 8, ND = D / 8;
   // Q fragments stay in registers at D = 64 (or with one m-tile); at D = 128 with two they
   // would not fit beside O.
@@ -58,8 +57,8 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = align_smem(smem_raw);
   const uint32_t sQ = smem_u32(smem);
-  const uint32_t sK = sQ + kBQ * D * 2;            // kStages buffers of (kBK, D)
-  const uint32_t sV = sK + kStages * kBK * D * 2;  // kStages buffers of (kBK, D)
+  const uint32_t sK = sQ + kBQ * D * 2;      // 2 buffers of (kBK, D)
+  const uint32_t sV = sK + 2 * kBK * D * 2;  // 2 buffers of (kBK, D)
   const int64_t H = p.heads, Hkv = p.kv_heads, QH = q_heads(p), KH = k_heads(p), VH = v_heads(p);
   const int h = int(blockIdx.x % H);
   const Tile tile = tiles[blockIdx.x / H];
@@ -111,26 +110,22 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
   if (n_tiles > 0) {
     load_tile<kBQ, D, kThreads>(sQ, qg, QH * D, nq);
     auto load_kv = [&](int t) {
-      const int j0 = j_begin + t * kBK, buf = t % kStages;
+      const int j0 = j_begin + t * kBK, buf = t & 1;
       load_tile<kBK, D, kThreads>(sK + buf * kBK * D * 2, kg + j0 * KH * D, KH * D, k_len - j0);
       load_tile<kBK, D, kThreads>(sV + buf * kBK * D * 2, vg + j0 * VH * D, VH * D, k_len - j0);
     };
     load_kv(0);
     cp_async_commit();
-    if (kStages == 3 && n_tiles > 1) {
-      load_kv(1);
-      cp_async_commit();
-    }
     uint32_t qf[kMT][kQInRegs ? KD : 1][4];  // (unused without kQInRegs)
     for (int t = 0; t < n_tiles; ++t) {
       // One barrier a tile: tile t has landed for every thread, and every warp is done with
-      // tile t - 1, whose buffer the prefetch of tile t + kStages - 1 then refills (measured on
-      // an H200: a second barrier at a tile's end was ~15% of the warps' stalls).
-      ring_wait<kStages>(t, n_tiles);
+      // tile t - 1, whose buffer the prefetch of tile t + 1 then refills (measured on an
+      // H200: a second barrier at a tile's end was ~15% of the warps' stalls).
+      cp_async_wait<0>();
       if constexpr (W) fence_proxy_async();
       __syncthreads();
-      if (t + kStages - 1 < n_tiles) {
-        load_kv(t + kStages - 1);
+      if (t + 1 < n_tiles) {
+        load_kv(t + 1);
         cp_async_commit();
       }
       if constexpr (kQInRegs) {
@@ -141,7 +136,7 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
             for (int kd = 0; kd < KD; ++kd) load_a<D>(qf[mt][kd], sQ, row_of(mt), kd, lane);
         }
       }
-      const uint32_t k_s = sK + (t % kStages) * kBK * D * 2, v_s = sV + (t % kStages) * kBK * D * 2;
+      const uint32_t k_s = sK + (t & 1) * kBK * D * 2, v_s = sV + (t & 1) * kBK * D * 2;
       const int j0 = j_begin + t * kBK;
       // Whole tile visible to every row of the CTA: no element mask.
       const bool full = j0 >= lo_last && j0 + kBK - 1 <= hi_first;
