@@ -86,4 +86,17 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
   return g;
 }
 
+AttentionOutputs attention_forward_bf16_operands(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                 const AttentionSpec& spec) {
+  return detail::forward_impl(q, k, v, spec, BuiltinBinder{}, true);
+}
+
+AttentionGrads attention_backward_bf16_operands(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                const AttentionSpec& spec, const Tensor& out,
+                                                const Tensor& lse, const Tensor& dout) {
+  AttentionGrads g = detail::backward_impl(q, k, v, spec, out, lse, dout, BuiltinBinder{}, true);
+  detail::finish_grads(spec, g);
+  return g;
+}
+
 }  // namespace driftless::layers

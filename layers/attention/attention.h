@@ -50,6 +50,16 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
                                   const AttentionSpec& spec, const Tensor& out, const Tensor& lse,
                                   const Tensor& dout);
 
+// FlashAttention's plain bf16 reference, the bound of the tensor-core kernels' tests
+// (CONVENTIONS.md "Numerical tolerances"): the CPU kernels on bf16 inputs with P and dS
+// rounded to bf16 where they enter a matrix product, as in the kernels (and in PyTorch's bf16
+// ops); sums, row statistics and accumulation in f32. Built-in modifiers; tensors on cpu.
+AttentionOutputs attention_forward_bf16_operands(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                 const AttentionSpec& spec);
+AttentionGrads attention_backward_bf16_operands(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                const AttentionSpec& spec, const Tensor& out,
+                                                const Tensor& lse, const Tensor& dout);
+
 namespace detail {
 
 constexpr const char* kOp = "attention";
@@ -103,10 +113,14 @@ bool use_cuda(const Tensor& q, const Tensor& k, const Tensor& v) {
   return true;
 }
 
+// bf16_operands: Problem::bf16_operands (the reference above; bf16 tensors on cpu only).
 template <class Binder>
 AttentionOutputs forward_impl(const Tensor& q, const Tensor& k, const Tensor& v,
-                              const AttentionSpec& spec, const Binder& bind) {
+                              const AttentionSpec& spec, const Binder& bind,
+                              bool bf16_operands = false) {
   const ResolvedAttention r = validate(spec, q, k, v);
+  DL_CHECK(!bf16_operands || (q.device() == Device::cpu && q.dtype() == DType::bf16), kOp,
+           "the bf16-operand reference takes bf16 tensors on cpu");
   if (use_cuda<Binder>(q, k, v)) return cuda_forward(r, q, k, v, spec);
   const DType ct = compute_dtype(q.dtype());
   return visit_dtype(ct, [&](auto tag) -> AttentionOutputs {
@@ -116,7 +130,8 @@ AttentionOutputs forward_impl(const Tensor& q, const Tensor& k, const Tensor& v,
       Tensor bc = as_compute(spec.bias, ct);
       Tensor out = Tensor::zeros({r.t_q, r.heads, r.head_dim}, ct);
       Tensor lse = Tensor::full({r.heads, r.t_q}, -std::numeric_limits<double>::infinity(), ct);
-      const cpu::Problem<T> p = make_problem<T>(r, qc, kc, vc, bc);
+      cpu::Problem<T> p = make_problem<T>(r, qc, kc, vc, bc);
+      p.bf16_operands = bf16_operands;
       bind(T{}, spec,
            [&](const auto& mod) { cpu::flash_forward<T>(p, mod, out.data<T>(), lse.data<T>()); });
       return {out.to(q.dtype()), lse};
@@ -129,8 +144,10 @@ AttentionOutputs forward_impl(const Tensor& q, const Tensor& k, const Tensor& v,
 template <class Binder>
 AttentionGrads backward_impl(const Tensor& q, const Tensor& k, const Tensor& v,
                              const AttentionSpec& spec, const Tensor& out, const Tensor& lse,
-                             const Tensor& dout, const Binder& bind) {
+                             const Tensor& dout, const Binder& bind, bool bf16_operands = false) {
   const ResolvedAttention r = validate(spec, q, k, v);
+  DL_CHECK(!bf16_operands || (q.device() == Device::cpu && q.dtype() == DType::bf16), kOp,
+           "the bf16-operand reference takes bf16 tensors on cpu");
   const bool on_cuda = use_cuda<Binder>(q, k, v);
   const Shape qs{r.t_q, r.heads, r.head_dim};
   DL_CHECK(out.defined() && out.shape() == qs, kOp,
@@ -154,7 +171,8 @@ AttentionGrads backward_impl(const Tensor& q, const Tensor& k, const Tensor& v,
              dv = Tensor::zeros(k.shape(), ct);
       Tensor dbias = bc.defined() ? Tensor::zeros(bc.shape(), ct) : Tensor();
       Tensor dparams;
-      const cpu::Problem<T> p = make_problem<T>(r, qc, kc, vc, bc);
+      cpu::Problem<T> p = make_problem<T>(r, qc, kc, vc, bc);
+      p.bf16_operands = bf16_operands;
       bind(T{}, spec, [&](const auto& mod) {
         T* dp = nullptr;
         if constexpr (score_mod::HasParams<std::decay_t<decltype(mod)>>) {

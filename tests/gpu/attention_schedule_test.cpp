@@ -8,6 +8,7 @@
 
 #include <climits>
 #include <map>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -68,6 +69,56 @@ TEST(AttentionSchedule, ByHeadListsEveryTileOncePerHeadDocumentAfterDocument) {
     i = j;
   }
   EXPECT_EQ(next_head, 3);
+}
+
+// With concurrent_ctas: the runs as above, then the tail band, the last runs merged heaviest
+// first, the fewest that hold 2 x concurrent_ctas x the heaviest tile's work.
+TEST(AttentionSchedule, ByHeadEndsOnAHeaviestFirstBand) {
+  layers::gpu::Problem p;
+  p.causal = true;
+  p.heads = 8;
+  p.kv_heads = 4;
+  p.head_dim = 64;
+  const std::vector<layers::gpu::Doc> docs = {
+      {0, 1000, 0, 1000}, {1000, 600, 1000, 600}, {1600, 200, 1600, 200}};
+  // Causal, q_len == k_len: a tile's work is the query rows from its first key on.
+  auto work = [&](const fast::Tile& t) { return docs[size_t(t.doc)].q_len - t.start; };
+  const std::vector<fast::Tile> plain = fast::k_tiles_by_head(p, docs, 64);
+  const int64_t max_work = 1000;
+  for (int64_t ctas : {1, 4, 10, 1000}) {
+    SCOPED_TRACE("concurrent_ctas " + std::to_string(ctas));
+    const std::vector<fast::Tile> by = fast::k_tiles_by_head(p, docs, 64, ctas);
+    ASSERT_EQ(by.size(), plain.size());
+    // The runs of the plain schedule, from the end, until their work reaches the target.
+    const int64_t need = 2 * ctas * max_work;
+    size_t band_begin = plain.size();
+    int64_t band_work = 0;
+    while (band_begin > 0 && band_work < need) {
+      const fast::Tile last = plain[band_begin - 1];
+      while (band_begin > 0 && plain[band_begin - 1].doc == last.doc &&
+             plain[band_begin - 1].head == last.head)
+        band_work += work(plain[--band_begin]);
+    }
+    if (ctas == 1) {
+      EXPECT_LT(band_begin, plain.size() - 16) << "band of one run or less";
+    }
+    if (ctas == 1000) {
+      EXPECT_EQ(band_begin, 0u) << "everything in the band";
+    }
+    for (size_t i = 0; i < band_begin; ++i)
+      EXPECT_TRUE(by[i].doc == plain[i].doc && by[i].start == plain[i].start &&
+                  by[i].head == plain[i].head)
+          << "before the band the schedule is by head; tile " << i;
+    std::map<std::tuple<int, int, int>, int> want, got;
+    for (size_t i = band_begin; i < plain.size(); ++i) {
+      ++want[{plain[i].doc, plain[i].start, plain[i].head}];
+      ++got[{by[i].doc, by[i].start, by[i].head}];
+      if (i > band_begin) {
+        EXPECT_GE(work(by[i - 1]), work(by[i])) << "band not heaviest first";
+      }
+    }
+    EXPECT_EQ(got, want) << "the band holds the last runs' tiles, each once";
+  }
 }
 
 }  // namespace

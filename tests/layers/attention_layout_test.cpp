@@ -3,6 +3,7 @@
 // whole-sequence run, no shared state between calls, bitwise determinism, bf16.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -220,6 +221,47 @@ TEST(AttentionLayout, Bf16ComputesInF32) {
       layers::attention_forward(q.to(DType::f32), k.to(DType::f32), v.to(DType::f32), in.spec);
   EXPECT_TRUE(same_bits(f.out, f32.out.to(DType::bf16)));
   EXPECT_TRUE(same_bits(f.lse, f32.lse));
+}
+
+// FlashAttention's plain bf16 reference (the bound of the tensor-core kernels' tests): P and
+// dS are rounded to bf16 where they enter a product, nothing else is. So its LSE is the plain
+// bf16 path's to the bit, while out, dq, dk and dv move, by about a bf16 rounding.
+TEST(AttentionLayout, Bf16OperandsReferenceRoundsOnlyTheProductOperands) {
+  Case c;
+  c.docs = {{65, 65}, {7, 30}};
+  Inputs in = make_inputs(c);
+  Tensor q = in.q.to(DType::bf16), k = in.k.to(DType::bf16), v = in.v.to(DType::bf16);
+  Tensor dout = in.dout.to(DType::bf16);
+  const auto plain = layers::attention_forward(q, k, v, in.spec);
+  const auto ref = layers::attention_forward_bf16_operands(q, k, v, in.spec);
+  EXPECT_TRUE(same_bits(ref.lse, plain.lse));
+  EXPECT_FALSE(same_bits(ref.out, plain.out)) << "P not rounded";
+  const auto gp = layers::attention_backward(q, k, v, in.spec, plain.out, plain.lse, dout);
+  const auto gr = layers::attention_backward_bf16_operands(q, k, v, in.spec, plain.out, plain.lse,
+                                                           dout);
+  EXPECT_FALSE(same_bits(gr.dq, gp.dq)) << "dS not rounded for dQ";
+  EXPECT_FALSE(same_bits(gr.dk, gp.dk)) << "dS not rounded for dK";
+  EXPECT_FALSE(same_bits(gr.dv, gp.dv)) << "P not rounded for dV";
+  // Against float64 on the same inputs: off by bf16 roundings, not by a wrong formula.
+  auto f64 = [](const Tensor& t) { return t.to(DType::f64); };
+  const auto exact = layers::attention_forward(f64(q), f64(k), f64(v), in.spec);
+  const auto ge =
+      layers::attention_backward(f64(q), f64(k), f64(v), in.spec, exact.out, exact.lse, f64(dout));
+  auto rel = [](const Tensor& t, const Tensor& r) {
+    const auto a = t.to_vector<double>(), b = r.to_vector<double>();
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      num = std::max(num, std::abs(a[i] - b[i]));
+      den = std::max(den, std::abs(b[i]));
+    }
+    return num / den;
+  };
+  EXPECT_LT(rel(ref.out, exact.out), 1e-2);
+  EXPECT_LT(rel(gr.dq, ge.dq), 1e-2);
+  EXPECT_LT(rel(gr.dk, ge.dk), 1e-2);
+  EXPECT_LT(rel(gr.dv, ge.dv), 1e-2);
+  EXPECT_THROW(layers::attention_forward_bf16_operands(in.q, in.k, in.v, in.spec), Error)
+      << "f32 inputs refused";
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // backward that recomputes P from the saved LSE (dS = P * (dP - rowsum(dO * O))). They are
 // the reference the CUDA kernels are held to, so they favour exactness and a fixed
 // reduction order (deterministic) over speed. Templated on the compute type T (float or
-// double: all accumulation happens in T) and on the score modifier (score_mod.h).
+// double: all accumulation happens in T) and on the score modifier (score_mod.h). With
+// Problem::bf16_operands the matrix products take P and dS as bf16 operands, as tensor-core
+// kernels do: FlashAttention's plain bf16 reference (attention.h).
 // Tensors are raw contiguous arrays: q (T_q, H, D), k and v (T_k, H_kv, D), lse (H, T_q).
 #pragma once
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <limits>
 #include <vector>
 
+#include "engine/core/dtype.h"
 #include "layers/attention/mask.h"
 #include "layers/attention/score_mod.h"
 #include "layers/attention/spec.h"
@@ -39,6 +42,9 @@ struct Problem {
   const T* k = nullptr;  // (T_k, H_kv, D)
   const T* v = nullptr;  // (T_k, H_kv, D)
   BiasView<T> bias;
+  // P and dS rounded to bf16 where they enter a product (P V, P^T dO, dS K, dS^T Q); their
+  // row sums, the statistics and every accumulation stay in T.
+  bool bf16_operands = false;
 };
 
 namespace detail {
@@ -57,6 +63,12 @@ inline T pre_score(const Problem<T>& p, const T* qrow, const T* krow, int64_t h,
   T s = dot(qrow, krow, p.r->head_dim) * T(p.r->scale);
   if (p.bias.data) s += p.bias.data[p.bias.index(h, row_q, row_k)];
   return s;
+}
+
+// x as a product operand: rounded to bf16 under Problem::bf16_operands.
+template <class T>
+inline T operand(const Problem<T>& p, T x) {
+  return p.bf16_operands ? T(float(bf16(float(x)))) : x;
 }
 
 }  // namespace detail
@@ -117,8 +129,9 @@ void flash_forward(const Problem<T>& p, const Mod& mod, T* out, T* lse) {
             for (int64_t j = jl; j <= jh; ++j) {
               const T pj = std::exp(s[j - j0] - m_new);
               l[t] += pj;
+              const T pv = detail::operand(p, pj);
               const T* vrow = p.v + ((doc.k_offset + j) * Hkv + kh) * D;
-              for (int64_t d = 0; d < D; ++d) a[d] += pj * vrow[d];
+              for (int64_t d = 0; d < D; ++d) a[d] += pv * vrow[d];
             }
             m[t] = m_new;
           }
@@ -188,13 +201,13 @@ void flash_backward(const Problem<T>& p, const Mod& mod, const T* out, const T* 
               }
               const T ds0 = ds * mod.derivative(s0, int(b), int(h), qpos, int(j));
               if (dbias) dbias[p.bias.index(h, row_q, row_k)] += ds0;
-              const T g = ds0 * scale;
+              const T g = detail::operand(p, ds0) * scale, pv = detail::operand(p, pj);
               T* dkrow = dk + ko;
               T* dvrow = dv + ko;
               for (int64_t d = 0; d < D; ++d) {
                 dqrow[d] += g * krow[d];
                 dkrow[d] += g * qrow[d];
-                dvrow[d] += pj * dorow[d];
+                dvrow[d] += pv * dorow[d];
               }
             }
           }

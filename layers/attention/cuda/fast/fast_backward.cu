@@ -19,6 +19,7 @@
 // dq_acc with vector atomic adds, over k_tiles_by_head's schedule, then dq_from_acc_kernel;
 // no dq_kernel. Measured (H200): backward +5-20% at D = 64, +24% with softcap.
 #include <algorithm>
+#include <cstdlib>
 #include <type_traits>
 
 #include "engine/core/cuda/check.h"
@@ -176,7 +177,25 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
   }
 }
 
+template <int D>
+int64_t concurrent_dkv_ctas() {
+  constexpr int kBytes = bwd::DkvSmem<D, true>::kBytes;
+  auto kernel = dkv_kernel<D, ModNone, true, true>;
+  set_smem(kernel, kBytes);
+  int dev = 0, sms = 0, per_sm = 0;
+  DL_CUDA_CHECK(cudaGetDevice(&dev));
+  DL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  DL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kBytes));
+  return int64_t(sms) * per_sm;
+}
+
 }  // namespace
+
+int64_t atomic_dkv_concurrent_ctas(int64_t head_dim) {
+  if (!atomic_dq() || std::getenv("DL_SCHED_NOBAND")) return 0;  // TEMP A/B, remove
+  static const int64_t d64 = concurrent_dkv_ctas<64>(), d128 = concurrent_dkv_ctas<128>();
+  return head_dim == 64 ? d64 : d128;
+}
 
 void backward(const Problem& problem, const Mod& mod, const Tile* q_tiles, int n_q_tiles,
               const Tile* k_tiles, int n_k_tiles, bool q_padded, bool k_padded, const void* out,

@@ -1,7 +1,7 @@
 // Host schedule of the fast attention kernels (fast_attention.h): the list of (document,
 // tile start) pairs the CTAs walk, heaviest first so the long causal tiles of long documents
-// are not left for the tail of the grid (the atomic dQ's: per document and head, see
-// k_tiles_by_head). Sorted stably, so the schedule (and with it
+// are not left for the tail of the grid (the atomic dQ's: per document and head, but for a
+// tail band, see k_tiles_by_head). Sorted stably, so the schedule (and with it
 // nothing numeric: each output is reduced by one CTA in a fixed order) is deterministic.
 #include <algorithm>
 #include <cstdint>
@@ -86,20 +86,40 @@ std::vector<Tile> k_tiles(const Problem& p, const std::vector<Doc>& docs, int bl
   return sorted(std::move(w));
 }
 
-std::vector<Tile> k_tiles_by_head(const Problem& p, const std::vector<Doc>& docs, int block_k) {
+std::vector<Tile> k_tiles_by_head(const Problem& p, const std::vector<Doc>& docs, int block_k,
+                                  int64_t concurrent_ctas) {
   std::vector<size_t> order(docs.size());
   for (size_t b = 0; b < order.size(); ++b) order[b] = b;
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return docs[a].q_len > docs[b].q_len; });
-  std::vector<Tile> out;
+  std::vector<std::vector<Weighted>> runs;  // one per (document, kv head), in schedule order
+  int64_t max_work = 0;
   for (size_t b : order) {
-    const std::vector<Tile> doc = sorted(doc_k_tiles(p, docs[b], b, block_k));
-    for (int32_t h = 0; h < int32_t(p.kv_heads); ++h)
-      for (Tile t : doc) {
-        t.head = h;
-        out.push_back(t);
-      }
+    std::vector<Weighted> doc = doc_k_tiles(p, docs[b], b, block_k);
+    std::stable_sort(doc.begin(), doc.end(),
+                     [](const Weighted& x, const Weighted& y) { return x.work > y.work; });
+    for (const Weighted& x : doc) max_work = std::max(max_work, x.work);
+    for (int32_t h = 0; h < int32_t(p.kv_heads); ++h) {
+      runs.push_back(doc);
+      for (Weighted& x : runs.back()) x.tile.head = h;
+    }
   }
+  // The tail band: the last runs, together at least 2 x concurrent_ctas x the heaviest tile's
+  // work, merged heaviest first.
+  size_t band = 0;
+  int64_t band_work = 0;
+  while (band < runs.size() && band_work < 2 * concurrent_ctas * max_work) {
+    for (const Weighted& x : runs[runs.size() - 1 - band]) band_work += x.work;
+    ++band;
+  }
+  std::vector<Tile> out;
+  for (size_t r = 0; r + band < runs.size(); ++r)
+    for (const Weighted& x : runs[r]) out.push_back(x.tile);
+  std::vector<Weighted> tail;
+  for (size_t r = runs.size() - band; r < runs.size(); ++r)
+    tail.insert(tail.end(), runs[r].begin(), runs[r].end());
+  const std::vector<Tile> merged = sorted(std::move(tail));
+  out.insert(out.end(), merged.begin(), merged.end());
   return out;
 }
 
