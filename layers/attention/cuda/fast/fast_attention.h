@@ -52,9 +52,8 @@ std::vector<Tile> k_tiles(const Problem& p, const std::vector<Doc>& docs, int bl
 // heaviest tiles first within each): the schedule of the atomic dQ, whose f32 adds then
 // land on the rows of a few (document, head) pairs at a time, which stay in L2, rather than
 // on every row at once (measured: the adds otherwise ran at DRAM speed). But for the tail
-// band: the last runs, together at least 2 x concurrent_ctas x the heaviest tile's work, are
-// merged heaviest first, so the grid does not end on one run's heavy tiles while the rest of
-// the GPU idles. 0: no band.
+// band: the fewest last runs that hold concurrent_ctas tiles are merged heaviest first, so
+// the grid does not end on one run's heavy tiles while the rest of the GPU idles. 0: no band.
 std::vector<Tile> k_tiles_by_head(const Problem& p, const std::vector<Doc>& docs, int block_k,
                                   int64_t concurrent_ctas = 0);
 // How many dK/dV CTAs of the atomic dQ backward run at once on the current device (SMs x

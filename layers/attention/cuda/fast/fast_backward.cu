@@ -192,9 +192,11 @@ int64_t concurrent_dkv_ctas() {
 }  // namespace
 
 int64_t atomic_dkv_concurrent_ctas(int64_t head_dim) {
-  if (!atomic_dq() || std::getenv("DL_SCHED_NOBAND")) return 0;  // TEMP A/B, remove
+  if (!atomic_dq()) return 0;
   static const int64_t d64 = concurrent_dkv_ctas<64>(), d128 = concurrent_dkv_ctas<128>();
-  return head_dim == 64 ? d64 : d128;
+  const char* f = std::getenv("DL_SCHED_BAND");  // TEMP A/B, remove
+  const double factor = f ? std::atof(f) : 1.0;
+  return int64_t(factor * double(head_dim == 64 ? d64 : d128));
 }
 
 void backward(const Problem& problem, const Mod& mod, const Tile* q_tiles, int n_q_tiles,

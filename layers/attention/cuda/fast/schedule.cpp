@@ -93,23 +93,21 @@ std::vector<Tile> k_tiles_by_head(const Problem& p, const std::vector<Doc>& docs
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return docs[a].q_len > docs[b].q_len; });
   std::vector<std::vector<Weighted>> runs;  // one per (document, kv head), in schedule order
-  int64_t max_work = 0;
   for (size_t b : order) {
     std::vector<Weighted> doc = doc_k_tiles(p, docs[b], b, block_k);
     std::stable_sort(doc.begin(), doc.end(),
                      [](const Weighted& x, const Weighted& y) { return x.work > y.work; });
-    for (const Weighted& x : doc) max_work = std::max(max_work, x.work);
     for (int32_t h = 0; h < int32_t(p.kv_heads); ++h) {
       runs.push_back(doc);
       for (Weighted& x : runs.back()) x.tile.head = h;
     }
   }
-  // The tail band: the last runs, together at least 2 x concurrent_ctas x the heaviest tile's
-  // work, merged heaviest first.
+  // The tail band: the fewest last runs that hold concurrent_ctas tiles, merged heaviest
+  // first.
   size_t band = 0;
-  int64_t band_work = 0;
-  while (band < runs.size() && band_work < 2 * concurrent_ctas * max_work) {
-    for (const Weighted& x : runs[runs.size() - 1 - band]) band_work += x.work;
+  int64_t band_tiles = 0;
+  while (band < runs.size() && band_tiles < concurrent_ctas) {
+    band_tiles += int64_t(runs[runs.size() - 1 - band].size());
     ++band;
   }
   std::vector<Tile> out;
