@@ -19,7 +19,6 @@
 // dq_acc with vector atomic adds, over k_tiles_by_head's schedule, then dq_from_acc_kernel;
 // no dq_kernel. Measured (H200): backward +5-20% at D = 64, +24% with softcap.
 #include <algorithm>
-#include <cstdlib>
 #include <type_traits>
 
 #include "engine/core/cuda/check.h"
@@ -194,9 +193,7 @@ int64_t concurrent_dkv_ctas() {
 int64_t atomic_dkv_concurrent_ctas(int64_t head_dim) {
   if (!atomic_dq()) return 0;
   static const int64_t d64 = concurrent_dkv_ctas<64>(), d128 = concurrent_dkv_ctas<128>();
-  const char* f = std::getenv("DL_SCHED_BAND");  // TEMP A/B, remove
-  const double factor = f ? std::atof(f) : 1.0;
-  return int64_t(factor * double(head_dim == 64 ? d64 : d128));
+  return head_dim == 64 ? d64 : d128;
 }
 
 void backward(const Problem& problem, const Mod& mod, const Tile* q_tiles, int n_q_tiles,
