@@ -34,6 +34,10 @@ struct BenchArgs {
   std::vector<int64_t> micro_sequences = {1, 2, 4};
   int warmup = 3, reps = 20;
   std::vector<std::string> shapes;  // bench attention: names to keep (substrings); all if empty
+  // bench attention --docs: one shape of these document lengths instead of the built-in ones
+  std::vector<int64_t> docs;
+  int64_t heads = 32, kv_heads = 0, head_dim = 64;  // kv_heads 0: heads
+  double softcap = 0;
 };
 
 struct AttnShape {
@@ -68,7 +72,20 @@ int run_attention(const BenchArgs& a) {
   DL_CUDA_CHECK(cudaEventCreate(&e0));
   DL_CUDA_CHECK(cudaEventCreate(&e1));
   std::vector<AttnShape> shapes;
-  for (const AttnShape& sh : attention_shapes())
+  if (!a.docs.empty()) {
+    DL_CHECK(std::all_of(a.docs.begin(), a.docs.end(), [](int64_t n) { return n > 0; }), "bench",
+             "--docs takes positive document lengths");
+    DL_CHECK(a.heads > 0 && a.kv_heads >= 0 && (a.kv_heads == 0 || a.heads % a.kv_heads == 0),
+             "bench", "--heads must be a positive multiple of --kv-heads");
+    int64_t t = 0;
+    for (int64_t n : a.docs) t += n;
+    std::string name = "docs" + std::to_string(a.docs.size()) + "_t" + std::to_string(t) + "_d" +
+                       std::to_string(a.head_dim);
+    if (a.softcap > 0) name += "_softcap" + std::to_string(int(a.softcap));
+    shapes.push_back(
+        {name, a.docs, a.heads, a.kv_heads > 0 ? a.kv_heads : a.heads, a.head_dim, a.softcap});
+  }
+  for (const AttnShape& sh : a.docs.empty() ? attention_shapes() : std::vector<AttnShape>{})
     if (a.shapes.empty() || std::any_of(a.shapes.begin(), a.shapes.end(), [&](const std::string& s) {
           return sh.name.find(s) != std::string::npos;
         }))
@@ -190,6 +207,17 @@ Registrar reg({"bench",
                                  "only the shapes whose name contains this (repeatable): "
                                  "causal_t4096_d64, causal_t4096_d128, docs8_t8192_d64, "
                                  "docs8_t8192_d64_softcap30, causal_t4096_d128_gqa4");
+                 att->add_option("--docs", a->docs,
+                                 "instead of the built-in shapes, one of these causal "
+                                 "documents packed in one sequence (e.g. --docs 1024,512,2048)")
+                     ->delimiter(',');
+                 att->add_option("--heads", a->heads, "query heads of the --docs shape")
+                     ->check(CLI::PositiveNumber);
+                 att->add_option("--kv-heads", a->kv_heads,
+                                 "key/value heads of the --docs shape (default: --heads)");
+                 att->add_option("--head-dim", a->head_dim, "head dim of the --docs shape")
+                     ->check(CLI::IsMember({64, 128}));
+                 att->add_option("--softcap", a->softcap, "softcap of the --docs shape (0: none)");
                  auto train_run = std::make_shared<std::function<int()>>();
                  auto* tr = add_bench_train(sub, train_run.get());
                  sub.require_subcommand(1);
