@@ -6,7 +6,6 @@
 // (heaviest first). Host code only: runs without a GPU.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <climits>
 #include <map>
 #include <string>
@@ -115,50 +114,6 @@ TEST(AttentionSchedule, ByHeadEndsOnAHeaviestFirstBand) {
       }
     }
     EXPECT_EQ(got, want) << "the band holds the last runs' tiles, each once";
-  }
-}
-
-// The forward's schedule: every (query tile, query head) once; without a band, runs of one
-// (document, head), documents longest first, heads in order, each run heaviest first; with
-// one, it ends on the heaviest-first merge of its last runs.
-TEST(AttentionSchedule, ForwardByHeadListsEveryQueryTileOncePerHead) {
-  layers::gpu::Problem p;
-  p.causal = true;
-  p.heads = 3;
-  p.kv_heads = 1;
-  p.head_dim = 64;
-  const std::vector<layers::gpu::Doc> docs = {
-      {0, 300, 0, 300}, {300, 1000, 300, 1000}, {1300, 0, 1300, 0}, {1300, 129, 1300, 129}};
-  const std::vector<fast::Tile> plain = fast::q_tiles(p, docs, 128);
-  for (int64_t ctas : {0, 6}) {
-    SCOPED_TRACE("concurrent_ctas " + std::to_string(ctas));
-    const std::vector<fast::Tile> by = fast::q_tiles_by_head(p, docs, 128, ctas);
-    ASSERT_EQ(by.size(), plain.size() * 3);
-    std::map<std::tuple<int, int, int>, int> count;
-    for (const fast::Tile& t : by) ++count[{t.doc, t.start, t.head}];
-    for (const fast::Tile& t : plain)
-      for (int h = 0; h < 3; ++h)
-        EXPECT_EQ((count[{t.doc, t.start, h}]), 1) << "doc " << t.doc << " start " << t.start;
-    // Causal, q_len == k_len: a tile's work is its last row + 1.
-    auto work = [&](const fast::Tile& t) {
-      return std::min<int64_t>(t.start + 128, docs[size_t(t.doc)].q_len);
-    };
-    // Document 1 (8 tiles) heads 0, 1, 2, then document 0 (3 tiles), then document 3 (2 tiles);
-    // with ctas 6 the band is document 3's three runs (6 tiles).
-    const size_t band = ctas == 0 ? 0 : 6;
-    for (size_t i = 0; i + band < by.size(); ++i) {
-      const int want_doc = i < 24 ? 1 : i < 33 ? 0 : 3;
-      const int run_len = want_doc == 1 ? 8 : want_doc == 0 ? 3 : 2;
-      const size_t run_start = want_doc == 1 ? 0 : want_doc == 0 ? 24 : 33;
-      EXPECT_EQ(by[i].doc, want_doc) << i;
-      EXPECT_EQ(by[i].head, int((i - run_start) / size_t(run_len))) << i;
-      if ((i - run_start) % size_t(run_len) > 0) {
-        EXPECT_GE(work(by[i - 1]), work(by[i])) << i;
-      }
-    }
-    for (size_t i = by.size() - band + 1; i < by.size(); ++i) {
-      EXPECT_GE(work(by[i - 1]), work(by[i])) << "band not heaviest first at " << i;
-    }
   }
 }
 

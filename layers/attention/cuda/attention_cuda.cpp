@@ -5,7 +5,6 @@
 // bf16 with head_dim 64 or 128 goes to the tensor-core kernels of cuda/fast/ (which need
 // only the documents and a tile schedule); everything else to the reference kernels.
 #include <algorithm>
-#include <cstdlib>
 
 #include "layers/attention/attention.h"
 #include "layers/attention/cuda/fast/fast_attention.h"
@@ -165,18 +164,7 @@ AttentionOutputs cuda_forward(const ResolvedAttention& r, const Tensor& q, const
   Tensor out = Tensor::empty({r.t_q, r.heads, r.head_dim}, q.dtype(), Device::cuda);
   Tensor lse = Tensor::empty({r.heads, r.t_q}, DType::f32, Device::cuda);
   if (d.fast) {
-    std::vector<gpu::fast::Tile> order;
-    if (std::getenv("DL_FWD_OLD_ORDER")) {  // TEMP A/B: heaviest first, heads innermost
-      for (gpu::fast::Tile t : gpu::fast::q_tiles(d.p, d.host_docs, gpu::fast::kFwdBlockQ))
-        for (int32_t h = 0; h < int32_t(d.p.heads); ++h) {
-          t.head = h;
-          order.push_back(t);
-        }
-    } else {
-      order = gpu::fast::q_tiles_by_head(d.p, d.host_docs, gpu::fast::kFwdBlockQ,
-                                         gpu::fast::forward_concurrent_ctas(d.p.head_dim));
-    }
-    const Tensor tiles = device_tiles(order);
+    const Tensor tiles = device_tiles(gpu::fast::q_tiles(d.p, d.host_docs, gpu::fast::kFwdBlockQ));
     gpu::fast::forward(d.p, d.mod, tiles_ptr(tiles), tile_count(tiles), d.q_padded, out.raw_data(),
                        lse.data<float>());
     return {out, lse};

@@ -1,6 +1,6 @@
 // Launchers of the fast varlen attention (FlashAttention-2 style, bf16 tensor cores through
-// mma.sync m16n8k16 + ldmatrix, or wgmma on sm_90a; fp32 accumulation): forward (fast_forward.cu)
-// and a deterministic atomic-free backward (fast_backward.cu). Same contract as flash_cuda.h (which
+// mma.sync m16n8k16 + ldmatrix, or wgmma on sm_90a; fp32 accumulation): forward (fast_forward.cu) and a
+// deterministic atomic-free backward (fast_backward.cu). Same contract as flash_cuda.h (which
 // stays the fallback): bottom-right causal, windows, GQA without replication, padding written
 // as zeros, LSE (H, T_q) fp32, modifiers none/softcap/ALiBi as compile-time functors.
 // Plain pointers and POD structs only (nvcc compiles this as C++17).
@@ -27,7 +27,7 @@ struct DqRows {
 inline int dq_block_q(int64_t head_dim) {
   return head_dim <= 64 ? DqRows<64>::value : DqRows<128>::value;
 }
-constexpr int kBwdBlockK = 64;  // key rows per dK/dV CTA (4 warps x 16 rows)
+constexpr int kBwdBlockK = 64;   // key rows per dK/dV CTA (4 warps x 16 rows)
 
 // One unit of work: `start` is a row offset inside document `doc` (q rows for the forward
 // and dQ kernels, k rows for the dK/dV kernel); `head`: the kv head, in schedules that list
@@ -56,12 +56,6 @@ std::vector<Tile> k_tiles(const Problem& p, const std::vector<Doc>& docs, int bl
 // the grid does not end on one run's heavy tiles while the rest of the GPU idles. 0: no band.
 std::vector<Tile> k_tiles_by_head(const Problem& p, const std::vector<Doc>& docs, int block_k,
                                   int64_t concurrent_ctas = 0);
-// The forward's schedule: its query tiles by (document, query head) run in the same way, so
-// that the K/V rows of a few heads are read at a time (they stay in L2), with the same tail
-// band; concurrent_ctas: forward_concurrent_ctas.
-std::vector<Tile> q_tiles_by_head(const Problem& p, const std::vector<Doc>& docs, int block_q,
-                                  int64_t concurrent_ctas = 0);
-int64_t forward_concurrent_ctas(int64_t head_dim);
 // How many dK/dV CTAs of the atomic dQ backward run at once on the current device (SMs x
 // CTAs per SM at this head dim): k_tiles_by_head's concurrent_ctas.
 int64_t atomic_dkv_concurrent_ctas(int64_t head_dim);
@@ -70,9 +64,8 @@ int64_t atomic_dkv_concurrent_ctas(int64_t head_dim);
 // packed rows). The launchers below apply it; the kernels read the strides as given.
 Problem with_row_strides(const Problem& p);
 
-// tiles: device arrays (the forward's with heads listed: q_tiles_by_head's). `padded`: some q
-// (or k) rows belong to no document; those are zero-filled first (out 0, lse -inf; dq/dk/dv
-// 0). Every launch goes to the default stream.
+// tiles: device arrays. `padded`: some q (or k) rows belong to no document; those are
+// zero-filled first (out 0, lse -inf; dq/dk/dv 0). Every launch goes to the default stream.
 void forward(const Problem& p, const Mod& mod, const Tile* tiles, int n_tiles, bool padded,
              void* out, float* lse);
 // Row strides of the gradients, counted in heads (a row of dq is dq_heads * head_dim
@@ -93,8 +86,6 @@ void backward(const Problem& p, const Mod& mod, const Tile* q_tiles, int n_q_til
               OutRows rows = {}, float* dq_acc = nullptr);
 
 // True when backward() takes a dq_acc (the wgmma kernels run).
-inline bool atomic_dq() {
-  return use_wgmma();
-}
+inline bool atomic_dq() { return use_wgmma(); }
 
 }  // namespace driftless::layers::gpu::fast

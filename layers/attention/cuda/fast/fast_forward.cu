@@ -60,8 +60,8 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
   const uint32_t sK = sQ + kBQ * D * 2;      // 2 buffers of (kBK, D)
   const uint32_t sV = sK + 2 * kBK * D * 2;  // 2 buffers of (kBK, D)
   const int64_t H = p.heads, Hkv = p.kv_heads, QH = q_heads(p), KH = k_heads(p), VH = v_heads(p);
-  const Tile tile = tiles[blockIdx.x];  // heads listed (q_tiles_by_head)
-  const int h = tile.head;
+  const int h = int(blockIdx.x % H);
+  const Tile tile = tiles[blockIdx.x / H];
   const int kh = int(h / (H / Hkv));
   const Doc doc = p.docs[tile.doc];
   const int q_len = int(doc.q_len), k_len = int(doc.k_len), i0 = tile.start;
@@ -311,8 +311,8 @@ void launch_as(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, v
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     configured = true;
   }
-  cuda::launch(forward_kernel<D, M, W, kLin>, unsigned(n_tiles), Cfg<D, M, W>::kThreads, kSmem, p,
-               mod, tiles, static_cast<bf16*>(out), lse);
+  cuda::launch(forward_kernel<D, M, W, kLin>, unsigned(int64_t(n_tiles) * p.heads),
+               Cfg<D, M, W>::kThreads, kSmem, p, mod, tiles, static_cast<bf16*>(out), lse);
   DL_CUDA_LAUNCH_CHECK();
 }
 
@@ -331,29 +331,7 @@ void fill_f32(float* x, int64_t n, float value) {
   DL_CUDA_LAUNCH_CHECK();
 }
 
-template <int D, bool W>
-int64_t concurrent_forward_ctas() {
-  constexpr int kSmem = Cfg<D, ModNone, W>::kSmem;
-  auto kernel = forward_kernel<D, ModNone, W, true>;
-  DL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  int dev = 0, sms = 0, per_sm = 0;
-  DL_CUDA_CHECK(cudaGetDevice(&dev));
-  DL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  DL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
-                                                              Cfg<D, ModNone, W>::kThreads, kSmem));
-  return int64_t(sms) * per_sm;
-}
-
 }  // namespace
-
-int64_t forward_concurrent_ctas(int64_t head_dim) {
-  static const bool wg = use_wgmma();
-  static const int64_t d64 =
-      wg ? concurrent_forward_ctas<64, true>() : concurrent_forward_ctas<64, false>();
-  static const int64_t d128 =
-      wg ? concurrent_forward_ctas<128, true>() : concurrent_forward_ctas<128, false>();
-  return head_dim == 64 ? d64 : d128;
-}
 
 bool use_wgmma() {
   static const bool on = [] {

@@ -47,34 +47,57 @@ std::vector<Weighted> doc_k_tiles(const Problem& p, const Doc& d, size_t b, int 
   return w;
 }
 
-// The query tiles of document b with their work (keys that a row of the tile may see).
-std::vector<Weighted> doc_q_tiles(const Problem& p, const Doc& d, size_t b, int block_q) {
-  std::vector<Weighted> w;
-  for (int64_t i0 = 0; i0 < d.q_len; i0 += block_q) {
-    const int64_t i1 = std::min(d.q_len, i0 + block_q) - 1;
-    int64_t lo0, hi0, lo1, hi1;
-    visible_keys(i0, d.q_len, d.k_len, p.causal, p.window_left, p.window_right, &lo0, &hi0);
-    visible_keys(i1, d.q_len, d.k_len, p.causal, p.window_left, p.window_right, &lo1, &hi1);
-    w.push_back({std::max<int64_t>(hi1 - lo0 + 1, 0), {int32_t(b), int32_t(i0)}});
-  }
-  return w;
+}  // namespace
+
+Problem with_row_strides(const Problem& p) {
+  Problem r = p;
+  if (r.q_row_heads == 0) r.q_row_heads = int16_t(r.heads);
+  if (r.k_row_heads == 0) r.k_row_heads = int16_t(r.kv_heads);
+  if (r.v_row_heads == 0) r.v_row_heads = int16_t(r.kv_heads);
+  DL_CHECK(r.heads <= INT16_MAX && r.q_row_heads >= r.heads && r.k_row_heads >= r.kv_heads &&
+               r.v_row_heads >= r.kv_heads,
+           "attention",
+           "rows of " << r.q_row_heads << " / " << r.k_row_heads << " / " << r.v_row_heads
+                      << " heads cannot hold " << r.heads << " / " << r.kv_heads << " heads");
+  return r;
 }
 
-// Runs of (document, head), documents longest first, heads 0 .. heads - 1 within each, the
-// document's tiles (doc_tiles) heaviest first within a run; then the tail band (fast_attention.h).
-template <class DocTiles>
-std::vector<Tile> by_head(const std::vector<Doc>& docs, int64_t heads, int64_t concurrent_ctas,
-                          DocTiles doc_tiles) {
+std::vector<Tile> q_tiles(const Problem& p, const std::vector<Doc>& docs, int block_q) {
+  std::vector<Weighted> w;
+  for (size_t b = 0; b < docs.size(); ++b) {
+    const Doc& d = docs[b];
+    for (int64_t i0 = 0; i0 < d.q_len; i0 += block_q) {
+      const int64_t i1 = std::min(d.q_len, i0 + block_q) - 1;
+      int64_t lo0, hi0, lo1, hi1;
+      visible_keys(i0, d.q_len, d.k_len, p.causal, p.window_left, p.window_right, &lo0, &hi0);
+      visible_keys(i1, d.q_len, d.k_len, p.causal, p.window_left, p.window_right, &lo1, &hi1);
+      w.push_back({std::max<int64_t>(hi1 - lo0 + 1, 0), {int32_t(b), int32_t(i0)}});
+    }
+  }
+  return sorted(std::move(w));
+}
+
+std::vector<Tile> k_tiles(const Problem& p, const std::vector<Doc>& docs, int block_k) {
+  std::vector<Weighted> w;
+  for (size_t b = 0; b < docs.size(); ++b) {
+    std::vector<Weighted> d = doc_k_tiles(p, docs[b], b, block_k);
+    w.insert(w.end(), d.begin(), d.end());
+  }
+  return sorted(std::move(w));
+}
+
+std::vector<Tile> k_tiles_by_head(const Problem& p, const std::vector<Doc>& docs, int block_k,
+                                  int64_t concurrent_ctas) {
   std::vector<size_t> order(docs.size());
   for (size_t b = 0; b < order.size(); ++b) order[b] = b;
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return docs[a].q_len > docs[b].q_len; });
-  std::vector<std::vector<Weighted>> runs;  // one per (document, head), in schedule order
+  std::vector<std::vector<Weighted>> runs;  // one per (document, kv head), in schedule order
   for (size_t b : order) {
-    std::vector<Weighted> doc = doc_tiles(docs[b], b);
+    std::vector<Weighted> doc = doc_k_tiles(p, docs[b], b, block_k);
     std::stable_sort(doc.begin(), doc.end(),
                      [](const Weighted& x, const Weighted& y) { return x.work > y.work; });
-    for (int32_t h = 0; h < int32_t(heads); ++h) {
+    for (int32_t h = 0; h < int32_t(p.kv_heads); ++h) {
       runs.push_back(doc);
       for (Weighted& x : runs.back()) x.tile.head = h;
     }
@@ -96,51 +119,6 @@ std::vector<Tile> by_head(const std::vector<Doc>& docs, int64_t heads, int64_t c
   const std::vector<Tile> merged = sorted(std::move(tail));
   out.insert(out.end(), merged.begin(), merged.end());
   return out;
-}
-
-}  // namespace
-
-Problem with_row_strides(const Problem& p) {
-  Problem r = p;
-  if (r.q_row_heads == 0) r.q_row_heads = int16_t(r.heads);
-  if (r.k_row_heads == 0) r.k_row_heads = int16_t(r.kv_heads);
-  if (r.v_row_heads == 0) r.v_row_heads = int16_t(r.kv_heads);
-  DL_CHECK(r.heads <= INT16_MAX && r.q_row_heads >= r.heads && r.k_row_heads >= r.kv_heads &&
-               r.v_row_heads >= r.kv_heads,
-           "attention",
-           "rows of " << r.q_row_heads << " / " << r.k_row_heads << " / " << r.v_row_heads
-                      << " heads cannot hold " << r.heads << " / " << r.kv_heads << " heads");
-  return r;
-}
-
-std::vector<Tile> q_tiles(const Problem& p, const std::vector<Doc>& docs, int block_q) {
-  std::vector<Weighted> w;
-  for (size_t b = 0; b < docs.size(); ++b) {
-    std::vector<Weighted> d = doc_q_tiles(p, docs[b], b, block_q);
-    w.insert(w.end(), d.begin(), d.end());
-  }
-  return sorted(std::move(w));
-}
-
-std::vector<Tile> k_tiles(const Problem& p, const std::vector<Doc>& docs, int block_k) {
-  std::vector<Weighted> w;
-  for (size_t b = 0; b < docs.size(); ++b) {
-    std::vector<Weighted> d = doc_k_tiles(p, docs[b], b, block_k);
-    w.insert(w.end(), d.begin(), d.end());
-  }
-  return sorted(std::move(w));
-}
-
-std::vector<Tile> k_tiles_by_head(const Problem& p, const std::vector<Doc>& docs, int block_k,
-                                  int64_t concurrent_ctas) {
-  return by_head(docs, p.kv_heads, concurrent_ctas,
-                 [&](const Doc& d, size_t b) { return doc_k_tiles(p, d, b, block_k); });
-}
-
-std::vector<Tile> q_tiles_by_head(const Problem& p, const std::vector<Doc>& docs, int block_q,
-                                  int64_t concurrent_ctas) {
-  return by_head(docs, p.heads, concurrent_ctas,
-                 [&](const Doc& d, size_t b) { return doc_q_tiles(p, d, b, block_q); });
 }
 
 }  // namespace driftless::layers::gpu::fast
