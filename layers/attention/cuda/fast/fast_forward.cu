@@ -45,7 +45,7 @@ struct Cfg {
 // kLin: ModNone with a positive scale (see softmax below).
 template <int D, class M, bool W, bool kLin>
 __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBlocks)
-    forward_kernel(Problem p, M mod0, const Tile* tiles, int n_items, bf16* out, float* lse) {
+    forward_kernel(Problem p, M mod, const Tile* tiles, bf16* out, float* lse) {
   cuda::dependent_kernel_begin();
   using C = Cfg<D, M, W>;
   constexpr int kMT = C::kMT, kThreads = C::kThreads, kBK = C::kBK;
@@ -60,290 +60,238 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
   const uint32_t sK = sQ + kBQ * D * 2;      // 2 buffers of (kBK, D)
   const uint32_t sV = sK + 2 * kBK * D * 2;  // 2 buffers of (kBK, D)
   const int64_t H = p.heads, Hkv = p.kv_heads, QH = q_heads(p), KH = k_heads(p), VH = v_heads(p);
-  // Persistent: item r of this CTA is r G + b, or r G + G - 1 - b for odd r (G CTAs, b this
-  // one; a snake over the heaviest-first list, so every CTA gets a like share of the work).
-  // Item w is head w % H of tile w / H.
-  const int n_ctas = int(gridDim.x), b = int(blockIdx.x);
-  auto item_of = [&](int r) { return r * n_ctas + ((r & 1) ? n_ctas - 1 - b : b); };
-  // Issues the loads of item w's first tiles: Q into sQ, the first K and V tile into buffer
-  // buf (rows past the document zero-filled; an item that sees no key loads and ignores them).
-  auto load_item = [&](int w, int buf) {
-    const int h = w % int(H), kh = int(h / (H / Hkv));
-    const Tile tl = tiles[w / int(H)];
-    const Doc dc = p.docs[tl.doc];
-    int lo, hi;
-    row_keys(p, dc, tl.start, &lo, &hi);
-    const int j0 = lo > 0 ? (lo / kBK) * kBK : 0, kl = int(dc.k_len);
-    load_tile<kBQ, D, kThreads>(
-        sQ, static_cast<const bf16*>(p.q) + ((dc.q_offset + tl.start) * QH + h) * D, QH * D,
-        min(kBQ, int(dc.q_len) - tl.start));
-    load_tile<kBK, D, kThreads>(sK + buf * kBK * D * 2,
-                                static_cast<const bf16*>(p.k) + ((dc.k_offset + j0) * KH + kh) * D,
-                                KH * D, kl - j0);
-    load_tile<kBK, D, kThreads>(sV + buf * kBK * D * 2,
-                                static_cast<const bf16*>(p.v) + ((dc.k_offset + j0) * VH + kh) * D,
-                                VH * D, kl - j0);
-    cp_async_commit();
+  const int h = int(blockIdx.x % H);
+  const Tile tile = tiles[blockIdx.x / H];
+  const int kh = int(h / (H / Hkv));
+  const Doc doc = p.docs[tile.doc];
+  const int q_len = int(doc.q_len), k_len = int(doc.k_len), i0 = tile.start;
+  const int nq = min(kBQ, q_len - i0);
+  mod.bind(h);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  // First row of m-tile mt of this warp. mma.sync: the warp's kMT m-tiles are adjacent.
+  // wgmma: m-tile mt of warpgroup w is the 64-row block w * kMT + mt, of which the warp owns
+  // rows 16 (warp % 4) .. + 15.
+  auto row_of = [&](int mt) {
+    return W ? ((warp >> 2) * kMT + mt) * 64 + (warp & 3) * 16 : warp * 16 * kMT + mt * 16;
   };
-  int w = item_of(0);
-  if (w >= n_items) return;
-  load_item(w, 0);
-  int kv_base = 0;  // K/V buffer of the item's first tile
-  for (int r = 0;; ++r) {
-    const int h = w % int(H);
-    const Tile tile = tiles[w / int(H)];
-    const int kh = int(h / (H / Hkv));
-    const Doc doc = p.docs[tile.doc];
-    const int q_len = int(doc.q_len), k_len = int(doc.k_len), i0 = tile.start;
-    const int nq = min(kBQ, q_len - i0);
-    const int w_next = item_of(r + 1);
-    const bool has_next = w_next < n_items;
-    M mod = mod0;
-    mod.bind(h);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    // First row of m-tile mt of this warp. mma.sync: the warp's kMT m-tiles are adjacent.
-    // wgmma: m-tile mt of warpgroup w is the 64-row block w * kMT + mt, of which the warp owns
-    // rows 16 (warp % 4) .. + 15.
-    auto row_of = [&](int mt) {
-      return W ? ((warp >> 2) * kMT + mt) * 64 + (warp & 3) * 16 : warp * 16 * kMT + mt * 16;
+
+  int lo_first, hi_first, lo_last, hi_last;  // lo and hi never decrease with the row
+  row_keys(p, doc, i0, &lo_first, &hi_first);
+  row_keys(p, doc, i0 + nq - 1, &lo_last, &hi_last);
+  int lo[kMT][2], hi[kMT][2], qpos[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = row_of(mt) + g + 8 * r;
+      lo[mt][r] = 1;
+      hi[mt][r] = 0;
+      if (row < nq) row_keys(p, doc, i0 + row, &lo[mt][r], &hi[mt][r]);
+      qpos[mt][r] = i0 + row + k_len - q_len;
+    }
+
+  const bf16* qg = static_cast<const bf16*>(p.q) + ((doc.q_offset + i0) * QH + h) * D;
+  const bf16* kg = static_cast<const bf16*>(p.k) + (doc.k_offset * KH + kh) * D;
+  const bf16* vg = static_cast<const bf16*>(p.v) + (doc.k_offset * VH + kh) * D;
+  const int j_begin = lo_first > 0 ? (lo_first / kBK) * kBK : 0;
+  const int n_tiles = hi_last >= lo_first ? (hi_last - j_begin) / kBK + 1 : 0;
+
+  float o[kMT][ND][4];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int n = 0; n < ND; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.f;
+  float row_max[kMT][2], row_sum[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) row_max[mt][r] = -INFINITY, row_sum[mt][r] = 0.f;
+
+  if (n_tiles > 0) {
+    load_tile<kBQ, D, kThreads>(sQ, qg, QH * D, nq);
+    auto load_kv = [&](int t) {
+      const int j0 = j_begin + t * kBK, buf = t & 1;
+      load_tile<kBK, D, kThreads>(sK + buf * kBK * D * 2, kg + j0 * KH * D, KH * D, k_len - j0);
+      load_tile<kBK, D, kThreads>(sV + buf * kBK * D * 2, vg + j0 * VH * D, VH * D, k_len - j0);
     };
-
-    int lo_first, hi_first, lo_last, hi_last;  // lo and hi never decrease with the row
-    row_keys(p, doc, i0, &lo_first, &hi_first);
-    row_keys(p, doc, i0 + nq - 1, &lo_last, &hi_last);
-    int lo[kMT][2], hi[kMT][2], qpos[kMT][2];
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = row_of(mt) + g + 8 * r;
-        lo[mt][r] = 1;
-        hi[mt][r] = 0;
-        if (row < nq) row_keys(p, doc, i0 + row, &lo[mt][r], &hi[mt][r]);
-        qpos[mt][r] = i0 + row + k_len - q_len;
+    load_kv(0);
+    cp_async_commit();
+    uint32_t qf[kMT][kQInRegs ? KD : 1][4];  // (unused without kQInRegs)
+    for (int t = 0; t < n_tiles; ++t) {
+      // One barrier a tile: tile t has landed for every thread, and every warp is done with
+      // tile t - 1, whose buffer the prefetch of tile t + 1 then refills (measured on an
+      // H200: a second barrier at a tile's end was ~15% of the warps' stalls).
+      cp_async_wait<0>();
+      if constexpr (W) fence_proxy_async();
+      __syncthreads();
+      if (t + 1 < n_tiles) {
+        load_kv(t + 1);
+        cp_async_commit();
       }
-
-    const bf16* kg = static_cast<const bf16*>(p.k) + (doc.k_offset * KH + kh) * D;
-    const bf16* vg = static_cast<const bf16*>(p.v) + (doc.k_offset * VH + kh) * D;
-    const int j_begin = lo_first > 0 ? (lo_first / kBK) * kBK : 0;
-    const int n_tiles = hi_last >= lo_first ? (hi_last - j_begin) / kBK + 1 : 0;
-
-    float o[kMT][ND][4];
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int n = 0; n < ND; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.f;
-    float row_max[kMT][2], row_sum[kMT][2];
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) row_max[mt][r] = -INFINITY, row_sum[mt][r] = 0.f;
-
-    if (n_tiles > 0) {
-      auto load_kv = [&](int t) {
-        const int j0 = j_begin + t * kBK, buf = (kv_base + t) & 1;
-        load_tile<kBK, D, kThreads>(sK + buf * kBK * D * 2, kg + j0 * KH * D, KH * D, k_len - j0);
-        load_tile<kBK, D, kThreads>(sV + buf * kBK * D * 2, vg + j0 * VH * D, VH * D, k_len - j0);
-      };
-      uint32_t qf[kMT][kQInRegs ? KD : 1][4];  // (unused without kQInRegs)
-      for (int t = 0; t < n_tiles; ++t) {
-        // One barrier a tile: tile t has landed for every thread, and every warp is done with
-        // tile t - 1, whose buffer the prefetch of tile t + 1 then refills (measured on an
-        // H200: a second barrier at a tile's end was ~15% of the warps' stalls).
-        cp_async_wait<0>();
-        if constexpr (W) fence_proxy_async();
-        __syncthreads();
-        if (t + 1 < n_tiles) {
-          load_kv(t + 1);
-          cp_async_commit();
-        }
-        if constexpr (kQInRegs) {
-          if (t == 0) {
-#pragma unroll
-            for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-              for (int kd = 0; kd < KD; ++kd) load_a<D>(qf[mt][kd], sQ, row_of(mt), kd, lane);
-          }
-        }
-        const uint32_t k_s = sK + ((kv_base + t) & 1) * kBK * D * 2,
-                       v_s = sV + ((kv_base + t) & 1) * kBK * D * 2;
-        // On the item's last tile, once every warp's S is done (Q no longer read), the next
-        // item's Q and first K/V tile load into sQ and the other K/V buffer while this one
-        // finishes: its prologue overlaps this item's last tile and epilogue.
-        auto prefetch_next = [&] {
-          if (t + 1 == n_tiles && has_next) {
-            __syncthreads();
-            load_item(w_next, (kv_base + n_tiles) & 1);
-          }
-        };
-        const int j0 = j_begin + t * kBK;
-        // Whole tile visible to every row of the CTA: no element mask.
-        const bool full = j0 >= lo_last && j0 + kBK - 1 <= hi_first;
-        // Mask and online softmax of m-tile mt: scores -> unnormalized P; O and the row
-        // statistics rescaled.
-        // kLin (no modifier, positive scale): the row maximum is taken over the raw products
-        // and scaled once, and each probability is exp2(dot * scale - max) by one FFMA, one
-        // multiply an element fewer (the kernel issues about as many instructions as its
-        // products take cycles). O is rescaled only where a row's maximum moved.
-        auto softmax = [&](int mt, float(&sm)[NK][4]) {
-#pragma unroll
-          for (int n = 0; n < NK; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int r = e >> 1, j = j0 + n * 8 + 2 * t4 + (e & 1);
-              float x = sm[n][e];
-              if constexpr (!kLin) x = mod.x(x, qpos[mt][r], j);
-              if (!full && (j < lo[mt][r] || j > hi[mt][r])) x = -INFINITY;
-              sm[n][e] = x;
-            }
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            // Row max and sum as trees over the thread's elements, not chains: a chain of NK
-            // dependent instructions stalls the warp on each one's latency.
-            float mx = tree_reduce<NK>([&](int n) { return fmaxf(sm[n][2 * r], sm[n][2 * r + 1]); },
-                                       [](float a, float b) { return fmaxf(a, b); });
-            if constexpr (!kLin) mx = fmaxf(mx, row_max[mt][r]);
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            float scale = 1.f;
-            if constexpr (kLin) {
-              scale = mod.scale_log2;
-              mx = fmaxf(row_max[mt][r], mx * scale);
-            }
-            const float m_use = mx == -INFINITY ? 0.f : mx;
-            const float corr = exp2_ftz(row_max[mt][r] - m_use);
-            row_max[mt][r] = mx;
-#pragma unroll
-            for (int n = 0; n < NK; ++n) {
-              sm[n][2 * r] = exp2_ftz(fmaf(sm[n][2 * r], scale, -m_use));
-              sm[n][2 * r + 1] = exp2_ftz(fmaf(sm[n][2 * r + 1], scale, -m_use));
-            }
-            const float sum =
-                tree_reduce<NK>([&](int n) { return sm[n][2 * r] + sm[n][2 * r + 1]; },
-                                [](float a, float b) { return a + b; });
-            row_sum[mt][r] = row_sum[mt][r] * corr + sum;
-            if (__any_sync(0xffffffffu, corr != 1.f)) {
-#pragma unroll
-              for (int n = 0; n < ND; ++n) {
-                o[mt][n][2 * r] *= corr;
-                o[mt][n][2 * r + 1] *= corr;
-              }
-            }
-          }
-        };
-        float s[kMT][NK][4];
-        if constexpr (W) {
-          // One wgmma group per m-tile, software-pipelined when there are two (the softmax of
-          // one runs while the tensor cores do the other's product; groups complete in order).
-          // Cfg's wgmma shape has one m-tile per warp: there the overlap comes from the other
-          // warpgroup and the other CTA on the SM.
-          wg_fence();
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) {
-            const int r_mt = ((warp >> 2) * kMT + mt) * 64;
-#pragma unroll
-            for (int kd = 0; kd < KD; ++kd)
-              wgmma_ss<0>(s[mt], wg_desc_k<D>(sQ, kd, r_mt), wg_desc_k<D>(k_s, kd), kd);
-            wg_commit();
-          }
-          uint32_t a[kMT][kBK / 16][4];
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) {
-            wg_wait<kMT - 1>();  // S of m-tile mt done
-            wg_hold(s[mt]);
-            if (mt == kMT - 1) prefetch_next();
-            softmax(mt, s[mt]);
-#pragma unroll
-            for (int kk = 0; kk < kBK / 16; ++kk)
-              c_to_a(a[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < kBK / 16; ++kk)
-              wgmma_rs<1>(o[mt], a[mt][kk], wg_desc_n<D>(v_s, kk));
-            wg_commit();
-          }
-          wg_wait<0>();
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) wg_hold(o[mt]);
-        } else {
+      if constexpr (kQInRegs) {
+        if (t == 0) {
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-            for (int n = 0; n < NK; ++n)
-              s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+            for (int kd = 0; kd < KD; ++kd) load_a<D>(qf[mt][kd], sQ, row_of(mt), kd, lane);
+        }
+      }
+      const uint32_t k_s = sK + (t & 1) * kBK * D * 2, v_s = sV + (t & 1) * kBK * D * 2;
+      const int j0 = j_begin + t * kBK;
+      // Whole tile visible to every row of the CTA: no element mask.
+      const bool full = j0 >= lo_last && j0 + kBK - 1 <= hi_first;
+      // Mask and online softmax of m-tile mt: scores -> unnormalized P; O and the row
+      // statistics rescaled.
+      // kLin (no modifier, positive scale): the row maximum is taken over the raw products
+      // and scaled once, and each probability is exp2(dot * scale - max) by one FFMA, one
+      // multiply an element fewer (the kernel issues about as many instructions as its
+      // products take cycles). O is rescaled only where a row's maximum moved.
+      auto softmax = [&](int mt, float(&sm)[NK][4]) {
 #pragma unroll
-          for (int kd = 0; kd < KD; ++kd) {
-            uint32_t a[kMT][4];
+        for (int n = 0; n < NK; ++n)
 #pragma unroll
-            for (int mt = 0; mt < kMT; ++mt) {
-              if constexpr (kQInRegs) {
+          for (int e = 0; e < 4; ++e) {
+            const int r = e >> 1, j = j0 + n * 8 + 2 * t4 + (e & 1);
+            float x = sm[n][e];
+            if constexpr (!kLin) x = mod.x(x, qpos[mt][r], j);
+            if (!full && (j < lo[mt][r] || j > hi[mt][r])) x = -INFINITY;
+            sm[n][e] = x;
+          }
 #pragma unroll
-                for (int e = 0; e < 4; ++e) a[mt][e] = qf[mt][kd][e];
-              } else {
-                load_a<D>(a[mt], sQ, row_of(mt), kd, lane);
-              }
-            }
+        for (int r = 0; r < 2; ++r) {
+          // Row max and sum as trees over the thread's elements, not chains: a chain of NK
+          // dependent instructions stalls the warp on each one's latency.
+          float mx = tree_reduce<NK>([&](int n) { return fmaxf(sm[n][2 * r], sm[n][2 * r + 1]); },
+                                     [](float a, float b) { return fmaxf(a, b); });
+          if constexpr (!kLin) mx = fmaxf(mx, row_max[mt][r]);
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          float scale = 1.f;
+          if constexpr (kLin) {
+            scale = mod.scale_log2;
+            mx = fmaxf(row_max[mt][r], mx * scale);
+          }
+          const float m_use = mx == -INFINITY ? 0.f : mx;
+          const float corr = exp2_ftz(row_max[mt][r] - m_use);
+          row_max[mt][r] = mx;
 #pragma unroll
-            for (int np = 0; np < NK / 2; ++np) {
-              uint32_t b[4];
-              load_b<D>(b, k_s, np * 16, kd, lane);
+          for (int n = 0; n < NK; ++n) {
+            sm[n][2 * r] = exp2_ftz(fmaf(sm[n][2 * r], scale, -m_use));
+            sm[n][2 * r + 1] = exp2_ftz(fmaf(sm[n][2 * r + 1], scale, -m_use));
+          }
+          const float sum = tree_reduce<NK>([&](int n) { return sm[n][2 * r] + sm[n][2 * r + 1]; },
+                                            [](float a, float b) { return a + b; });
+          row_sum[mt][r] = row_sum[mt][r] * corr + sum;
+          if (__any_sync(0xffffffffu, corr != 1.f)) {
 #pragma unroll
-              for (int mt = 0; mt < kMT; ++mt) {
-                mma_bf16(s[mt][2 * np], a[mt], b[0], b[1]);
-                mma_bf16(s[mt][2 * np + 1], a[mt], b[2], b[3]);
-              }
+            for (int n = 0; n < ND; ++n) {
+              o[mt][n][2 * r] *= corr;
+              o[mt][n][2 * r + 1] *= corr;
             }
           }
-          prefetch_next();
+        }
+      };
+      float s[kMT][NK][4];
+      if constexpr (W) {
+        // One wgmma group per m-tile, software-pipelined when there are two (the softmax of
+        // one runs while the tensor cores do the other's product; groups complete in order).
+        // Cfg's wgmma shape has one m-tile per warp: there the overlap comes from the other
+        // warpgroup and the other CTA on the SM.
+        wg_fence();
 #pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) softmax(mt, s[mt]);
+        for (int mt = 0; mt < kMT; ++mt) {
+          const int r_mt = ((warp >> 2) * kMT + mt) * 64;
 #pragma unroll
-          for (int kk = 0; kk < kBK / 16; ++kk) {
-            uint32_t a[kMT][4];
+          for (int kd = 0; kd < KD; ++kd)
+            wgmma_ss<0>(s[mt], wg_desc_k<D>(sQ, kd, r_mt), wg_desc_k<D>(k_s, kd), kd);
+          wg_commit();
+        }
+        uint32_t a[kMT][kBK / 16][4];
 #pragma unroll
-            for (int mt = 0; mt < kMT; ++mt) c_to_a(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+        for (int mt = 0; mt < kMT; ++mt) {
+          wg_wait<kMT - 1>();  // S of m-tile mt done
+          wg_hold(s[mt]);
+          softmax(mt, s[mt]);
 #pragma unroll
-            for (int dp = 0; dp < ND / 2; ++dp) {
-              uint32_t b[4];
-              load_b_trans<D>(b, v_s, kk * 16, dp * 16, lane);
+          for (int kk = 0; kk < kBK / 16; ++kk) c_to_a(a[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
+          wg_fence();
 #pragma unroll
-              for (int mt = 0; mt < kMT; ++mt) {
-                mma_bf16(o[mt][2 * dp], a[mt], b[0], b[1]);
-                mma_bf16(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
-              }
+          for (int kk = 0; kk < kBK / 16; ++kk)
+            wgmma_rs<1>(o[mt], a[mt][kk], wg_desc_n<D>(v_s, kk));
+          wg_commit();
+        }
+        wg_wait<0>();
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) wg_hold(o[mt]);
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int n = 0; n < NK; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+#pragma unroll
+        for (int kd = 0; kd < KD; ++kd) {
+          uint32_t a[kMT][4];
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            if constexpr (kQInRegs) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) a[mt][e] = qf[mt][kd][e];
+            } else {
+              load_a<D>(a[mt], sQ, row_of(mt), kd, lane);
+            }
+          }
+#pragma unroll
+          for (int np = 0; np < NK / 2; ++np) {
+            uint32_t b[4];
+            load_b<D>(b, k_s, np * 16, kd, lane);
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+              mma_bf16(s[mt][2 * np], a[mt], b[0], b[1]);
+              mma_bf16(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+            }
+          }
+        }
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) softmax(mt, s[mt]);
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; ++kk) {
+          uint32_t a[kMT][4];
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) c_to_a(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+#pragma unroll
+          for (int dp = 0; dp < ND / 2; ++dp) {
+            uint32_t b[4];
+            load_b_trans<D>(b, v_s, kk * 16, dp * 16, lane);
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+              mma_bf16(o[mt][2 * dp], a[mt], b[0], b[1]);
+              mma_bf16(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
             }
           }
         }
       }
     }
+  }
 
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
+  for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float sum = row_sum[mt][r];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        const int row = row_of(mt) + g + 8 * r;
-        if (row >= nq) continue;
-        const float inv = sum > 0.f ? 1.f / sum : 0.f;
-        const int64_t qrow = doc.q_offset + i0 + row;
-        bf16* orow = out + (qrow * H + h) * D;
+    for (int r = 0; r < 2; ++r) {
+      float sum = row_sum[mt][r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int row = row_of(mt) + g + 8 * r;
+      if (row >= nq) continue;
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      const int64_t qrow = doc.q_offset + i0 + row;
+      bf16* orow = out + (qrow * H + h) * D;
 #pragma unroll
-        for (int n = 0; n < ND; ++n)
-          *reinterpret_cast<uint32_t*>(orow + n * 8 + 2 * t4) =
-              pack_bf16(o[mt][n][2 * r] * inv, o[mt][n][2 * r + 1] * inv);
-        if (t4 == 0)
-          lse[h * p.t_q + qrow] = sum > 0.f ? (row_max[mt][r] + log2f(sum)) * kLn2 : -INFINITY;
-      }
-    if (!has_next) break;
-    if (n_tiles == 0) {    // the item's loads were ignored, and nothing was prefetched
-      cp_async_wait<0>();  // (a thread's chunks are the same addresses every load)
-      load_item(w_next, kv_base);
+      for (int n = 0; n < ND; ++n)
+        *reinterpret_cast<uint32_t*>(orow + n * 8 + 2 * t4) =
+            pack_bf16(o[mt][n][2 * r] * inv, o[mt][n][2 * r + 1] * inv);
+      if (t4 == 0)
+        lse[h * p.t_q + qrow] = sum > 0.f ? (row_max[mt][r] + log2f(sum)) * kLn2 : -INFINITY;
     }
-    kv_base = (kv_base + n_tiles) & 1;
-    w = w_next;
-  }
 }
 
 __global__ void fill_kernel(float* x, int64_t n, float value) {
@@ -357,22 +305,14 @@ template <int D, class M, bool W, bool kLin>
 void launch_as(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, void* out,
                float* lse) {
   constexpr int kSmem = Cfg<D, M, W>::kSmem;
-  // Persistent CTAs, as many as run at once (each loops over items, prefetching the next).
-  static const int64_t concurrent = [] {
-    auto kernel = forward_kernel<D, M, W, kLin>;
-    DL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    int dev = 0, sms = 0, per_sm = 0;
-    DL_CUDA_CHECK(cudaGetDevice(&dev));
-    DL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    DL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel,
-                                                                Cfg<D, M, W>::kThreads, kSmem));
-    return int64_t(sms) * std::max(per_sm, 1);
-  }();
-  const int64_t n_items = int64_t(n_tiles) * p.heads;
-  DL_CHECK(n_items <= INT32_MAX, "attention", "too many query tiles x heads: " << n_items);
-  cuda::launch(forward_kernel<D, M, W, kLin>, unsigned(std::min(n_items, concurrent)),
-               Cfg<D, M, W>::kThreads, kSmem, p, mod, tiles, int(n_items), static_cast<bf16*>(out),
-               lse);
+  static bool configured = false;
+  if (!configured) {
+    DL_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<D, M, W, kLin>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    configured = true;
+  }
+  cuda::launch(forward_kernel<D, M, W, kLin>, unsigned(int64_t(n_tiles) * p.heads),
+               Cfg<D, M, W>::kThreads, kSmem, p, mod, tiles, static_cast<bf16*>(out), lse);
   DL_CUDA_LAUNCH_CHECK();
 }
 
