@@ -114,13 +114,17 @@ bool use_cuda(const Tensor& q, const Tensor& k, const Tensor& v) {
 }
 
 // bf16_operands: Problem::bf16_operands (the reference above; bf16 tensors on cpu only).
+inline void check_bf16_operands(const Tensor& q, bool bf16_operands) {
+  DL_CHECK(!bf16_operands || (q.device() == Device::cpu && q.dtype() == DType::bf16), kOp,
+           "the bf16-operand reference takes bf16 tensors on cpu");
+}
+
 template <class Binder>
 AttentionOutputs forward_impl(const Tensor& q, const Tensor& k, const Tensor& v,
                               const AttentionSpec& spec, const Binder& bind,
                               bool bf16_operands = false) {
   const ResolvedAttention r = validate(spec, q, k, v);
-  DL_CHECK(!bf16_operands || (q.device() == Device::cpu && q.dtype() == DType::bf16), kOp,
-           "the bf16-operand reference takes bf16 tensors on cpu");
+  check_bf16_operands(q, bf16_operands);
   if (use_cuda<Binder>(q, k, v)) return cuda_forward(r, q, k, v, spec);
   const DType ct = compute_dtype(q.dtype());
   return visit_dtype(ct, [&](auto tag) -> AttentionOutputs {
@@ -146,8 +150,7 @@ AttentionGrads backward_impl(const Tensor& q, const Tensor& k, const Tensor& v,
                              const AttentionSpec& spec, const Tensor& out, const Tensor& lse,
                              const Tensor& dout, const Binder& bind, bool bf16_operands = false) {
   const ResolvedAttention r = validate(spec, q, k, v);
-  DL_CHECK(!bf16_operands || (q.device() == Device::cpu && q.dtype() == DType::bf16), kOp,
-           "the bf16-operand reference takes bf16 tensors on cpu");
+  check_bf16_operands(q, bf16_operands);
   const bool on_cuda = use_cuda<Binder>(q, k, v);
   const Shape qs{r.t_q, r.heads, r.head_dim};
   DL_CHECK(out.defined() && out.shape() == qs, kOp,

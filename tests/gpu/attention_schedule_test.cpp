@@ -20,12 +20,17 @@ namespace {
 
 namespace fast = layers::gpu::fast;
 
-TEST(AttentionSchedule, ByHeadListsEveryTileOncePerHeadDocumentAfterDocument) {
+layers::gpu::Problem causal_problem(int64_t heads, int64_t kv_heads) {
   layers::gpu::Problem p;
   p.causal = true;
-  p.heads = 6;
-  p.kv_heads = 3;
+  p.heads = heads;
+  p.kv_heads = kv_heads;
   p.head_dim = 64;
+  return p;
+}
+
+TEST(AttentionSchedule, ByHeadListsEveryTileOncePerHeadDocumentAfterDocument) {
+  const layers::gpu::Problem p = causal_problem(6, 3);
   // (q_offset, q_len, k_offset, k_len): a short, a long, an empty, a one-tile document and
   // one with more keys than queries.
   const std::vector<layers::gpu::Doc> docs = {{0, 100, 0, 100},
@@ -75,19 +80,15 @@ TEST(AttentionSchedule, ByHeadListsEveryTileOncePerHeadDocumentAfterDocument) {
 // With concurrent_ctas: the runs as above, then the tail band, the last runs merged heaviest
 // first, the fewest that hold concurrent_ctas tiles.
 TEST(AttentionSchedule, ByHeadEndsOnAHeaviestFirstBand) {
-  layers::gpu::Problem p;
-  p.causal = true;
-  p.heads = 8;
-  p.kv_heads = 4;
-  p.head_dim = 64;
+  const layers::gpu::Problem p = causal_problem(8, 4);
   const std::vector<layers::gpu::Doc> docs = {
       {0, 1000, 0, 1000}, {1000, 600, 1000, 600}, {1600, 200, 1600, 200}};
   // Causal, q_len == k_len: a tile's work is the query rows from its first key on.
   auto work = [&](const fast::Tile& t) { return docs[size_t(t.doc)].q_len - t.start; };
   const std::vector<fast::Tile> plain = fast::k_tiles_by_head(p, docs, 64);
   // Runs: 4 heads x 16 tiles (1000 rows), 4 x 10 (600), 4 x 4 (200).
-  for (auto [ctas, band_size] : std::vector<std::pair<int64_t, size_t>>{
-           {0, 0}, {1, 4}, {5, 8}, {20, 26}, {1000, 120}}) {
+  for (auto [ctas, band_size] :
+       std::vector<std::pair<int64_t, size_t>>{{0, 0}, {1, 4}, {5, 8}, {20, 26}, {1000, 120}}) {
     SCOPED_TRACE("concurrent_ctas " + std::to_string(ctas));
     const std::vector<fast::Tile> by = fast::k_tiles_by_head(p, docs, 64, ctas);
     ASSERT_EQ(by.size(), plain.size());

@@ -137,8 +137,8 @@ inline Tensor rnd(const Shape& shape, double scale = 1.0) {
 // backward must add into that storage (same buffer, f32 kept) and the sum minus the preset
 // values must match the CPU gradient within param_tol; the first input's gradient as usual.
 inline void check_into_f32_grads(const std::string& op, const std::string& name, const Fn& fn,
-                          const std::vector<Tensor>& in, DType dt, double param_tol,
-                          const GradTols& grad_tols = {}) {
+                                 const std::vector<Tensor>& in, DType dt, double param_tol,
+                                 const GradTols& grad_tols = {}) {
   SCOPED_TRACE(op + " " + name + " into f32 grads " + dtype_name(dt));
   std::vector<Tensor> cpu_in, gpu_leaves, preset;
   for (const Tensor& t : in) {

@@ -28,7 +28,6 @@ namespace {
 
 using namespace fused_test;
 
-
 struct Dims {
   int64_t n, in, out;
 };
@@ -61,7 +60,8 @@ std::vector<double> gelu_bf16_tols(const std::vector<Tensor>& in, const Tensor& 
   auto vec = [](const Tensor& t) { return t.to(DType::f64).to_vector<double>(); };
   const int64_t n = in[0].size(0), ci = in[0].size(1), hid = in[1].size(0);
   const std::vector<double> x = vec(in[0]), w1 = vec(in[1]), g_out = vec(cot);
-  const std::vector<double> b1 = in.size() > 2 && in[2].defined() ? vec(in[2]) : std::vector<double>(size_t(hid), 0.0);
+  const std::vector<double> b1 =
+      in.size() > 2 && in[2].defined() ? vec(in[2]) : std::vector<double>(size_t(hid), 0.0);
   const std::vector<double> w2 = mlp ? vec(in[3]) : std::vector<double>();
   const int64_t co = mlp ? in[3].size(0) : hid;
   // Gradients {dx, dW1, db1, dW2, db2} with (rounded) or without the kernels' roundings.
@@ -81,7 +81,8 @@ std::vector<double> gelu_bf16_tols(const std::vector<Tensor>& in, const Tensor& 
       for (int64_t j = 0; j < hid; ++j) {
         double dh = 0;
         if (mlp) {
-          for (int64_t o = 0; o < co; ++o) dh += g_out[size_t(i * co + o)] * w2[size_t(o * hid + j)];
+          for (int64_t o = 0; o < co; ++o)
+            dh += g_out[size_t(i * co + o)] * w2[size_t(o * hid + j)];
         } else {
           dh = g_out[size_t(i * hid + j)];
         }
@@ -108,13 +109,15 @@ std::vector<double> gelu_bf16_tols(const std::vector<Tensor>& in, const Tensor& 
   const auto exact = grads(false), emulated = grads(true);
   std::vector<double> tols;
   for (size_t i = 0; i < (mlp ? 5u : 3u); ++i)
-    tols.push_back(1.6e-2 + 2 * max_err(Tensor::from_vector(emulated[i]), Tensor::from_vector(exact[i])));
+    tols.push_back(1.6e-2 +
+                   2 * max_err(Tensor::from_vector(emulated[i]), Tensor::from_vector(exact[i])));
   if (!mlp) return tols;
   // The MLP's output, h W2^T + b2 (+ residual), with and without the roundings of pre, h and
   // the output: where the bias or residual cancels the product (one-element shapes), the
   // output's relative error is that of h, amplified; 1.6e-2 plus twice the emulation's.
   const std::vector<double> b2 = vec(in[4]);
-  const std::vector<double> res = in.size() > 5 ? vec(in[5]) : std::vector<double>(size_t(n * co), 0.0);
+  const std::vector<double> res =
+      in.size() > 5 ? vec(in[5]) : std::vector<double>(size_t(n * co), 0.0);
   auto outs = [&](bool rounded) {
     auto r = [&](double v) { return rounded ? round_bf16(v) : v; };
     std::vector<double> out(size_t(n * co));
@@ -131,7 +134,8 @@ std::vector<double> gelu_bf16_tols(const std::vector<Tensor>& in, const Tensor& 
     return out;
   };
   while (tols.size() < in.size()) tols.push_back(tolerance("mlp", DType::bf16).grad);
-  tols.push_back(1.6e-2 + 2 * max_err(Tensor::from_vector(outs(true)), Tensor::from_vector(outs(false))));
+  tols.push_back(1.6e-2 +
+                 2 * max_err(Tensor::from_vector(outs(true)), Tensor::from_vector(outs(false))));
   return tols;
 }
 
@@ -159,9 +163,8 @@ void check_layer(const std::string& op, Layer layer, const GradTols& bf16_tols =
 
 TEST(FusedCuda, LinearWithBias) {
   DL_REQUIRE_GPU();
-  check_layer("linear", [](const Tensor& x, const Tensor& w, const Tensor& b) {
-    return linear(x, w, b);
-  });
+  check_layer("linear",
+              [](const Tensor& x, const Tensor& w, const Tensor& b) { return linear(x, w, b); });
 }
 
 // The residual in linear's node (cuBLASLt's C operand at aligned shapes, a separate add
@@ -208,7 +211,6 @@ TEST(FusedCuda, EpiloguesRunAtGptShapes) {
   }
 }
 
-
 // A Linear's weight and bias gradients go straight into f32 storage, not through the
 // compute dtype: in bf16 too they are as close to the CPU's f32 as an f32 sum (1e-5; a
 // bf16-rounded dW would miss by ~4e-3). The bias gradient is the column-sum kernel's
@@ -240,7 +242,8 @@ TEST(FusedCuda, BiasGradientSumsAreTheSameBitsPackedOrNot) {
     const Tensor aligned = flat.narrow(0, 0, rows * n).view({rows, n});
     const Tensor shifted = flat.narrow(0, 1, rows * n).view({rows, n});  // 2 or 4 bytes off
     const Tensor preset = rnd({n}, 0.1).to(DType::f32);
-    Tensor scratch = Tensor::empty({ops::gpu::bias_grad_chunks(rows) * n}, DType::f32, Device::cuda);
+    Tensor scratch =
+        Tensor::empty({ops::gpu::bias_grad_chunks(rows) * n}, DType::f32, Device::cuda);
     auto sums = [&](const Tensor& dy) {
       dy.copy_(host.to(Device::cuda));
       Tensor db = preset.to(Device::cuda);
@@ -323,10 +326,10 @@ TEST(FusedCuda, Mlp) {
     }
   // At a GPT-like shape the DGELU epilogue runs (bf16).
   const int64_t before = ops::gpu::lt_matmul_count(ops::gpu::LtEpilogue::dgelu);
-  check_into_f32_grads("mlp", "gpt-like 256x128x512", fn,
-                       {rnd({256, 128}), rnd({512, 128}, 0.1), rnd({512}), rnd({128, 512}, 0.1),
-                        rnd({128})},
-                       DType::bf16, tolerance("mlp", DType::bf16).grad, mlp_tols(DType::bf16));
+  check_into_f32_grads(
+      "mlp", "gpt-like 256x128x512", fn,
+      {rnd({256, 128}), rnd({512, 128}, 0.1), rnd({512}), rnd({128, 512}, 0.1), rnd({128})},
+      DType::bf16, tolerance("mlp", DType::bf16).grad, mlp_tols(DType::bf16));
   EXPECT_EQ(ops::gpu::lt_matmul_count(ops::gpu::LtEpilogue::dgelu), before + 1);
 }
 

@@ -35,6 +35,13 @@ inline uint64_t fresh_seed(const char* tag) {
   return base + 7919 * ++counter;
 }
 
+// |x| + 0.25 elementwise, x an f64 cpu tensor (inputs or cotangents that cannot cancel).
+inline Tensor positive(const Tensor& x) {
+  std::vector<double> v = x.to_vector<double>();
+  for (double& e : v) e = std::abs(e) + 0.25;
+  return Tensor::from_vector(v, x.shape());
+}
+
 // The inputs of a backends-agree check as each side sees them: floating ones (f64 on the
 // CPU) rounded to dt, then f32 on the CPU (f64 for f64) and dt on cuda; integer ones as they
 // are (copied to cuda); undefined ones stay undefined.
