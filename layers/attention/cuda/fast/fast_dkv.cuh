@@ -97,12 +97,9 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
   if (n_steps > 0) {
     load_tile<kBK, D, kThreads>(sK, kg, KH * D, nk);
     load_tile<kBK, D, kThreads>(sV, vg, VH * D, nk);
-    // Step s: query head kh * group + s % group, query rows i_begin + (s / group) * kBQ: the
-    // group's heads innermost, so the CTAs of one kv head sweep the query rows together (their
-    // Q, dO and dQ rows, the group's heads side by side in memory, stay in L2).
+    // Step s: query head kh * group + s / n_qt, query rows i_begin + (s % n_qt) * kBQ.
     auto load_q = [&](int s) {
-      const int h = int(kh * group + s % int(group)), q0 = i_begin + (s / int(group)) * kBQ,
-                buf = s & 1;
+      const int h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ, buf = s & 1;
       const int n = min(kBQ, q_len - q0);
       const int64_t off = ((doc.q_offset + q0) * H + h) * D;
       load_tile<kBQ, D, kThreads>(
@@ -130,8 +127,7 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
         load_q(s + 1);
         cp_async_commit();
       }
-      const int buf = s & 1, h = int(kh * group + s % int(group)),
-                q0 = i_begin + (s / int(group)) * kBQ;
+      const int buf = s & 1, h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ;
       M mod = mod0;
       mod.bind(h);
       const uint32_t q_s = sQ + buf * kBQ * D * 2, do_s = sdO + buf * kBQ * D * 2;
