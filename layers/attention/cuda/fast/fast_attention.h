@@ -59,6 +59,9 @@ std::vector<Tile> k_tiles_by_head(const Problem& p, const std::vector<Doc>& docs
 // How many dK/dV CTAs of the atomic dQ backward run at once on the current device (SMs x
 // CTAs per SM at this head dim): k_tiles_by_head's concurrent_ctas.
 int64_t atomic_dkv_concurrent_ctas(int64_t head_dim);
+// Key rows per dK/dV CTA of the atomic dQ backward (its k_tiles_by_head's block_k): 128 at
+// D = 128 (two warpgroups), else kBwdBlockK.
+int atomic_dkv_block_k(int64_t head_dim);
 
 // p with its row strides filled in (Problem::q_row_heads = H, k/v_row_heads = H_kv where 0:
 // packed rows). The launchers below apply it; the kernels read the strides as given.

@@ -19,6 +19,8 @@
 // dq_acc with vector atomic adds, over k_tiles_by_head's schedule, then dq_from_acc_kernel;
 // no dq_kernel. Measured (H200): backward +5-20% at D = 64, +24% with softcap.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "engine/core/cuda/check.h"
@@ -125,6 +127,16 @@ void set_smem(K kernel, int bytes) {
   DL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
+// Warpgroups of the atomic dK/dV kernel: two at D = 128 (128 keys a CTA, see dkv_kernel).
+// DL_DKV_WG=1: one (a temporary switch to time both on one build).
+int atomic_wg(int64_t head_dim) {
+  static const bool one = [] {
+    const char* e = std::getenv("DL_DKV_WG");
+    return e != nullptr && std::string(e) == "1";
+  }();
+  return head_dim == 128 && !one ? 2 : 1;
+}
+
 template <int D, class M, bool W>
 void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, const Tile* k_tiles,
             int n_k_tiles, const bf16* out, const bf16* dout, const float* lse, float* delta,
@@ -133,11 +145,15 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
   constexpr int kSmemQ = ((W ? 3 : 2) * DqRows<D>::value + 4 * kBK) * D * 2 + kSmemAlign;
   constexpr int kSmemKV = bwd::DkvSmem<D, false>::kBytes;
   constexpr int kSmemKVDq = bwd::DkvSmem<D, true>::kBytes;  // and dS^T
+  constexpr int kSmemKVDq2 = bwd::DkvSmem<D, true, 2>::kBytes;  // two warpgroups
   static bool configured = false;
   if (!configured) {
     set_smem(dq_kernel<D, M, W>, kSmemQ);
     set_smem(dkv_kernel<D, M, W>, kSmemKV);
-    if constexpr (W) set_smem(dkv_kernel<D, M, W, true>, kSmemKVDq);
+    if constexpr (W) {
+      set_smem(dkv_kernel<D, M, W, true>, kSmemKVDq);
+      if constexpr (D == 128) set_smem(dkv_kernel<D, M, W, true, 2>, kSmemKVDq2);
+    }
     configured = true;
   }
   const bool atomic_dq = W && dq_acc != nullptr;
@@ -153,9 +169,19 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
     if (atomic_dq) {  // dq_acc zeroed by delta_kernel above
       const int64_t n = p.t_q * p.heads * D;
       if (n_k_tiles > 0) {
-        cuda::launch(dkv_kernel<D, M, W, true>, unsigned(n_k_tiles), kThreads, kSmemKVDq, p, mod,
-                     k_tiles, dout, lse, delta, dk, dv, out_rows.dkv_heads, dq_acc);
-        DL_CUDA_LAUNCH_CHECK();
+        if constexpr (D == 128) {
+          if (atomic_wg(D) == 2) {
+            cuda::launch(dkv_kernel<D, M, W, true, 2>, unsigned(n_k_tiles), 2 * kThreads,
+                         kSmemKVDq2, p, mod, k_tiles, dout, lse, delta, dk, dv,
+                         out_rows.dkv_heads, dq_acc);
+            DL_CUDA_LAUNCH_CHECK();
+          }
+        }
+        if (atomic_wg(D) == 1) {
+          cuda::launch(dkv_kernel<D, M, W, true>, unsigned(n_k_tiles), kThreads, kSmemKVDq, p,
+                       mod, k_tiles, dout, lse, delta, dk, dv, out_rows.dkv_heads, dq_acc);
+          DL_CUDA_LAUNCH_CHECK();
+        }
       }
       cuda::launch(dq_from_acc_kernel, unsigned(std::min<int64_t>((n / 4 + 255) / 256, 8192)), 256,
                    0, static_cast<const float*>(dq_acc), n / 4, p.heads, D, p.scale, dq,
@@ -176,24 +202,31 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
   }
 }
 
-template <int D>
+template <int D, int kWG>
 int64_t concurrent_dkv_ctas() {
-  constexpr int kBytes = bwd::DkvSmem<D, true>::kBytes;
-  auto kernel = dkv_kernel<D, ModNone, true, true>;
+  constexpr int kBytes = bwd::DkvSmem<D, true, kWG>::kBytes;
+  auto kernel = dkv_kernel<D, ModNone, true, true, kWG>;
   set_smem(kernel, kBytes);
   int dev = 0, sms = 0, per_sm = 0;
   DL_CUDA_CHECK(cudaGetDevice(&dev));
   DL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  DL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kBytes));
+  DL_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads * kWG, kBytes));
   return int64_t(sms) * per_sm;
 }
 
 }  // namespace
 
+int atomic_dkv_block_k(int64_t head_dim) { return kBK * atomic_wg(head_dim); }
+
 int64_t atomic_dkv_concurrent_ctas(int64_t head_dim) {
   if (!atomic_dq()) return 0;
-  static const int64_t d64 = concurrent_dkv_ctas<64>(), d128 = concurrent_dkv_ctas<128>();
-  return head_dim == 64 ? d64 : d128;
+  if (head_dim == 64) {
+    static const int64_t d64 = concurrent_dkv_ctas<64, 1>();
+    return d64;
+  }
+  static const int64_t d128 = concurrent_dkv_ctas<128, 1>(), d128w2 = concurrent_dkv_ctas<128, 2>();
+  return atomic_wg(head_dim) == 2 ? d128w2 : d128;
 }
 
 void backward(const Problem& problem, const Mod& mod, const Tile* q_tiles, int n_q_tiles,

@@ -28,13 +28,14 @@ __device__ __forceinline__ void red_add_f32x4(float* dst, float4 v, bool on) {
 // 1024-byte aligned. A third step buffer at D = 64 (3 CTAs with kDq then fill the SM's
 // 228 KB exactly) measured within +-1.5% of 2 on an H200 (ncu, same machine: atomic 2.28
 // against 2.32 ms, deterministic 1.47 against 1.45, softcap 508 / 641 against 503 / 632 us);
-// at D = 128 it would cost the second CTA per SM.
-template <int D, bool kDq>
+// at D = 128 it would cost the second CTA per SM. kWG warpgroups a CTA: kWG x kBK keys.
+template <int D, bool kDq, int kWG = 1>
 struct DkvSmem {
-  static constexpr int kQ = 2 * kBK * D * 2, kDO = kQ + 2 * kBQ * D * 2;
+  static constexpr int kKeys = kBK * kWG;
+  static constexpr int kQ = 2 * kKeys * D * 2, kDO = kQ + 2 * kBQ * D * 2;
   static constexpr int kL = kDO + 2 * kBQ * D * 2, kDl = kL + 2 * kBQ * 4;
   static constexpr int kDS = (kDl + 2 * kBQ * 4 + 1023) / 1024 * 1024;
-  static constexpr int kBytes = (kDq ? kDS + kBK * kBQ * 2 : kDl + 2 * kBQ * 4) + kSmemAlign;
+  static constexpr int kBytes = (kDq ? kDS + kKeys * kBQ * 2 : kDl + 2 * kBQ * 4) + kSmemAlign;
 };
 
 // 3 CTAs per SM for the wgmma kernel at D = 64 (<= 168 registers): the element-wise work of
@@ -49,18 +50,25 @@ struct DkvSmem {
 // kernels and in the plain bf16 reference the tests' bound is made from (worst dq 0.50 of that
 // bound, session 13), and the tail's 8 KB of shared memory left one CTA per SM at D = 128
 // (backward 165 against 224 TFLOP/s).
-template <int D, class M, bool W, bool kDq = false>
-__global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
+//
+// kWG = 2 (kDq only): two warpgroups, 128 keys a CTA, sharing each step's Q and dO tiles; each
+// warpgroup computes dQ = dS K over all 128 keys for half of dQ's columns, so every step adds
+// dQ once per 128 keys instead of once per 64 (half the atomic adds, and half the Q and dO
+// loads per key).
+template <int D, class M, bool W, bool kDq = false, int kWG = 1>
+__global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
     dkv_kernel(Problem p, M mod0, const Tile* tiles, const bf16* dout, const float* lse,
                const float* delta, bf16* dk, bf16* dv, int dkv_heads, float* dq_acc) {
   cuda::dependent_kernel_begin();
   static_assert(W || !kDq, "the atomic dQ runs on wgmma only");
+  static_assert(kWG == 1 || (kDq && kWG == 2), "two warpgroups split the atomic dQ's columns");
   constexpr int KD = D / 16, NQ = kBQ / 8, ND = D / 8;
+  constexpr int kKeys = kBK * kWG, kT = kThreads * kWG;  // keys and threads of the CTA
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = align_smem(smem_raw);
-  using L = DkvSmem<D, kDq>;
+  using L = DkvSmem<D, kDq, kWG>;
   const uint32_t sK = smem_u32(smem);
-  const uint32_t sV = sK + kBK * D * 2;
+  const uint32_t sV = sK + kKeys * D * 2;
   const uint32_t sQ = sK + L::kQ, sdO = sK + L::kDO, sdS = sK + L::kDS;
   float* sL = reinterpret_cast<float*>(smem + L::kL);
   float* sD = reinterpret_cast<float*>(smem + L::kDl);
@@ -71,8 +79,9 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
   const int kh = kDq ? tile.head : int(blockIdx.x % Hkv);
   const Doc doc = p.docs[tile.doc];
   const int q_len = int(doc.q_len), k_len = int(doc.k_len), j0 = tile.start;
-  const int nk = min(kBK, k_len - j0);
+  const int nk = min(kKeys, k_len - j0);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int wg = warp >> 2;  // warpgroup: keys 64 wg .. of the tile
 
   // Query rows that may see a key of the tile (as the reference kernel; re-checked below).
   const int shift = k_len - q_len;
@@ -95,20 +104,20 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
     for (int e = 0; e < 4; ++e) dk_acc[n][e] = dv_acc[n][e] = 0.f;
 
   if (n_steps > 0) {
-    load_tile<kBK, D, kThreads>(sK, kg, KH * D, nk);
-    load_tile<kBK, D, kThreads>(sV, vg, VH * D, nk);
+    load_tile<kKeys, D, kT>(sK, kg, KH * D, nk);
+    load_tile<kKeys, D, kT>(sV, vg, VH * D, nk);
     // Step s: query head kh * group + s / n_qt, query rows i_begin + (s % n_qt) * kBQ.
     auto load_q = [&](int s) {
       const int h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ, buf = s & 1;
       const int n = min(kBQ, q_len - q0);
       const int64_t off = ((doc.q_offset + q0) * H + h) * D;
-      load_tile<kBQ, D, kThreads>(
+      load_tile<kBQ, D, kT>(
           sQ + buf * kBQ * D * 2,
           static_cast<const bf16*>(p.q) + ((doc.q_offset + q0) * QH + h) * D, QH * D, n);
-      load_tile<kBQ, D, kThreads>(sdO + buf * kBQ * D * 2, dout + off, H * D, n);
+      load_tile<kBQ, D, kT>(sdO + buf * kBQ * D * 2, dout + off, H * D, n);
       // lse and delta of the rows through cp.async as well (plain loads here stalled every
       // step on their latency); zeros past the document, whose P the mask zeroes.
-      for (int r = threadIdx.x; r < kBQ; r += kThreads) {
+      for (int r = threadIdx.x; r < kBQ; r += kT) {
         const int64_t row = h * p.t_q + doc.q_offset + q0 + min(r, n - 1);
         cp_async4(smem_u32(sL + buf * kBQ + r), lse + row, r < n);
         cp_async4(smem_u32(sD + buf * kBQ + r), delta + row, r < n);
@@ -139,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
       row_keys(p, doc, q0, &lo_a, &hi_a);
       row_keys(p, doc, q_last, &lo_b, &hi_b);
       const bool full =
-          q0 + kBQ <= q_len && j0 + kBK <= k_len && lo_b <= j0 && hi_a >= j0 + kBK - 1;
+          q0 + kBQ <= q_len && j0 + kKeys <= k_len && lo_b <= j0 && hi_a >= j0 + kKeys - 1;
       // S^T, dP^T of (the warp's 16 keys) x (queries c0 ..) in place -> P^T, dS^T.
       // lse (log2 units; +inf for a row that sees nothing: P = 0) and delta of this thread's
       // query columns c0 + 8n + 2 t4 (+1), read from shared memory ahead of the products they
@@ -183,10 +192,12 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
         for (int hf = 0; hf < 2; ++hf) {
 #pragma unroll
           for (int kd = 0; kd < KD; ++kd)
-            wgmma_ss<0>(st[hf], wg_desc_k<D>(sK, kd), wg_desc_k<D>(q_s, kd, hf * kBQ / 2), kd);
+            wgmma_ss<0>(st[hf], wg_desc_k<D>(sK, kd, wg * kBK), wg_desc_k<D>(q_s, kd, hf * kBQ / 2),
+                        kd);
 #pragma unroll
           for (int kd = 0; kd < KD; ++kd)
-            wgmma_ss<0>(dpt[hf], wg_desc_k<D>(sV, kd), wg_desc_k<D>(do_s, kd, hf * kBQ / 2), kd);
+            wgmma_ss<0>(dpt[hf], wg_desc_k<D>(sV, kd, wg * kBK),
+                        wg_desc_k<D>(do_s, kd, hf * kBQ / 2), kd);
           wg_commit();
         }
         uint32_t ap[2][KH][4], as[2][KH][4];
@@ -230,14 +241,18 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
         }
         if constexpr (kDq) {
           // dQ (kBQ queries x D) = dS K over the tile's keys: A is dS^T read M-major, B the K
-          // tile read N-major.
+          // tile read N-major; with two warpgroups, warpgroup wg takes the 64-column atom wg
+          // of K (1024 bytes apart in an 8-row group), so dQ's columns 64 wg ..
           fence_proxy_async();
           __syncthreads();  // every warp's rows of dS^T written
-          float dq[ND][4];
+          constexpr int NDQ = ND / kWG;  // 8-column chunks of dQ this warpgroup computes
+          static_assert(kWG == 1 || NDQ == 8, "a warpgroup's dQ columns are one 64-column atom");
+          float dq[NDQ][4];
           wg_fence();
 #pragma unroll
-          for (int kk = 0; kk < kBK / 16; ++kk)
-            wgmma_ss<1, 1>(dq, wg_desc_n<kBQ>(sdS, kk), wg_desc_n<D>(sK, kk), kk);
+          for (int kk = 0; kk < kKeys / 16; ++kk)
+            wgmma_ss<1, 1>(dq, wg_desc_n<kBQ>(sdS, kk),
+                           wg_desc_n<D>(sK, kk) + uint64_t(wg * (1024 >> 4)), kk);
           wg_commit();
           wg_wait<0>();
           wg_hold(dq);
@@ -251,11 +266,11 @@ __global__ void __launch_bounds__(kThreads, (W && D == 64) ? 3 : 1)
           const bool odd = t4 & 1;
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            const int row = warp * 16 + g + 8 * r;
-            float* dst =
-                dq_acc + ((doc.q_offset + q0 + row) * H + h) * D + 2 * (t4 & ~1) + (odd ? 8 : 0);
+            const int row = (warp & 3) * 16 + g + 8 * r;
+            float* dst = dq_acc + ((doc.q_offset + q0 + row) * H + h) * D + wg * (NDQ * 8) +
+                         2 * (t4 & ~1) + (odd ? 8 : 0);
 #pragma unroll
-            for (int n = 0; n < ND; n += 2) {
+            for (int n = 0; n < NDQ; n += 2) {
               const float a0 = dq[n][2 * r], a1 = dq[n][2 * r + 1];
               const float b0 = dq[n + 1][2 * r], b1 = dq[n + 1][2 * r + 1];
               const float x = __shfl_xor_sync(0xffffffffu, odd ? a0 : b0, 1);
