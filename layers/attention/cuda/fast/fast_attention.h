@@ -27,7 +27,7 @@ struct DqRows {
 inline int dq_block_q(int64_t head_dim) {
   return head_dim <= 64 ? DqRows<64>::value : DqRows<128>::value;
 }
-constexpr int kBwdBlockK = 64;   // key rows per dK/dV CTA (4 warps x 16 rows)
+constexpr int kBwdBlockK = 64;  // key rows per dK/dV warpgroup (4 warps x 16 rows)
 
 // One unit of work: `start` is a row offset inside document `doc` (q rows for the forward
 // and dQ kernels, k rows for the dK/dV kernel); `head`: the kv head, in schedules that list
@@ -59,9 +59,9 @@ std::vector<Tile> k_tiles_by_head(const Problem& p, const std::vector<Doc>& docs
 // How many dK/dV CTAs of the atomic dQ backward run at once on the current device (SMs x
 // CTAs per SM at this head dim): k_tiles_by_head's concurrent_ctas.
 int64_t atomic_dkv_concurrent_ctas(int64_t head_dim);
-// Key rows per dK/dV CTA of the atomic dQ backward (its k_tiles_by_head's block_k): 128 at
-// D = 128 (two warpgroups), else kBwdBlockK.
-int atomic_dkv_block_k(int64_t head_dim);
+// Key rows per dK/dV CTA, the block_k of k_tiles and k_tiles_by_head: 128 at D = 128 on the
+// wgmma kernels (two warpgroups), else kBwdBlockK.
+int dkv_block_k(int64_t head_dim);
 
 // p with its row strides filled in (Problem::q_row_heads = H, k/v_row_heads = H_kv where 0:
 // packed rows). The launchers below apply it; the kernels read the strides as given.

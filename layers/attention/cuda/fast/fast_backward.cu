@@ -127,14 +127,35 @@ void set_smem(K kernel, int bytes) {
   DL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
-// Warpgroups of the atomic dK/dV kernel: two at D = 128 (128 keys a CTA, see dkv_kernel).
-// DL_DKV_WG=1: one (a temporary switch to time both on one build).
-int atomic_wg(int64_t head_dim) {
+// Warpgroups of the wgmma dK/dV kernel: two at D = 128 (128 keys a CTA, see dkv_kernel),
+// in both backward modes. DL_DKV_WG=1: one (a temporary switch to time both on one build).
+int dkv_wg(int64_t head_dim) {
   static const bool one = [] {
     const char* e = std::getenv("DL_DKV_WG");
     return e != nullptr && std::string(e) == "1";
   }();
-  return head_dim == 128 && !one ? 2 : 1;
+  return use_wgmma() && head_dim == 128 && !one ? 2 : 1;
+}
+
+// One dK/dV launch (kDq: the atomic dQ's) with dkv_wg(D) warpgroups a CTA.
+template <int D, class M, bool W, bool kDq, int kWG = 1>
+void launch_dkv(unsigned grid, const Problem& p, const M& mod, const Tile* k_tiles,
+                const bf16* dout, const float* lse, const float* delta, bf16* dk, bf16* dv,
+                int dkv_heads, float* dq_acc) {
+  if constexpr (W && D == 128 && kWG == 1) {
+    if (dkv_wg(D) == 2)
+      return launch_dkv<D, M, W, kDq, 2>(grid, p, mod, k_tiles, dout, lse, delta, dk, dv,
+                                         dkv_heads, dq_acc);
+  }
+  constexpr int kBytes = bwd::DkvSmem<D, kDq, kWG>::kBytes;
+  static bool configured = false;
+  if (!configured) {
+    set_smem(dkv_kernel<D, M, W, kDq, kWG>, kBytes);
+    configured = true;
+  }
+  cuda::launch(dkv_kernel<D, M, W, kDq, kWG>, grid, kThreads * kWG, kBytes, p, mod, k_tiles, dout,
+               lse, delta, dk, dv, dkv_heads, dq_acc);
+  DL_CUDA_LAUNCH_CHECK();
 }
 
 template <int D, class M, bool W>
@@ -143,17 +164,9 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
             bf16* dq, bf16* dk, bf16* dv, const OutRows& out_rows, float* dq_acc) {
   // dQ: Q, dO, 2 K and 2 V tiles, and (W: delta inside the kernel) O.
   constexpr int kSmemQ = ((W ? 3 : 2) * DqRows<D>::value + 4 * kBK) * D * 2 + kSmemAlign;
-  constexpr int kSmemKV = bwd::DkvSmem<D, false>::kBytes;
-  constexpr int kSmemKVDq = bwd::DkvSmem<D, true>::kBytes;  // and dS^T
-  constexpr int kSmemKVDq2 = bwd::DkvSmem<D, true, 2>::kBytes;  // two warpgroups
   static bool configured = false;
   if (!configured) {
     set_smem(dq_kernel<D, M, W>, kSmemQ);
-    set_smem(dkv_kernel<D, M, W>, kSmemKV);
-    if constexpr (W) {
-      set_smem(dkv_kernel<D, M, W, true>, kSmemKVDq);
-      if constexpr (D == 128) set_smem(dkv_kernel<D, M, W, true, 2>, kSmemKVDq2);
-    }
     configured = true;
   }
   const bool atomic_dq = W && dq_acc != nullptr;
@@ -168,21 +181,9 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
   if constexpr (W) {
     if (atomic_dq) {  // dq_acc zeroed by delta_kernel above
       const int64_t n = p.t_q * p.heads * D;
-      if (n_k_tiles > 0) {
-        if constexpr (D == 128) {
-          if (atomic_wg(D) == 2) {
-            cuda::launch(dkv_kernel<D, M, W, true, 2>, unsigned(n_k_tiles), 2 * kThreads,
-                         kSmemKVDq2, p, mod, k_tiles, dout, lse, delta, dk, dv,
-                         out_rows.dkv_heads, dq_acc);
-            DL_CUDA_LAUNCH_CHECK();
-          }
-        }
-        if (atomic_wg(D) == 1) {
-          cuda::launch(dkv_kernel<D, M, W, true>, unsigned(n_k_tiles), kThreads, kSmemKVDq, p,
-                       mod, k_tiles, dout, lse, delta, dk, dv, out_rows.dkv_heads, dq_acc);
-          DL_CUDA_LAUNCH_CHECK();
-        }
-      }
+      if (n_k_tiles > 0)
+        launch_dkv<D, M, W, true>(unsigned(n_k_tiles), p, mod, k_tiles, dout, lse, delta, dk, dv,
+                                  out_rows.dkv_heads, dq_acc);
       cuda::launch(dq_from_acc_kernel, unsigned(std::min<int64_t>((n / 4 + 255) / 256, 8192)), 256,
                    0, static_cast<const float*>(dq_acc), n / 4, p.heads, D, p.scale, dq,
                    out_rows.dq_heads);
@@ -195,11 +196,9 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
                  kSmemQ, p, mod, q_tiles, dout, out, lse, delta, dq, out_rows.dq_heads);
     DL_CUDA_LAUNCH_CHECK();
   }
-  if (n_k_tiles > 0) {
-    cuda::launch(dkv_kernel<D, M, W>, unsigned(int64_t(n_k_tiles) * p.kv_heads), kThreads, kSmemKV,
-                 p, mod, k_tiles, dout, lse, delta, dk, dv, out_rows.dkv_heads, nullptr);
-    DL_CUDA_LAUNCH_CHECK();
-  }
+  if (n_k_tiles > 0)
+    launch_dkv<D, M, W, false>(unsigned(int64_t(n_k_tiles) * p.kv_heads), p, mod, k_tiles, dout,
+                               lse, delta, dk, dv, out_rows.dkv_heads, nullptr);
 }
 
 template <int D, int kWG>
@@ -217,7 +216,7 @@ int64_t concurrent_dkv_ctas() {
 
 }  // namespace
 
-int atomic_dkv_block_k(int64_t head_dim) { return kBK * atomic_wg(head_dim); }
+int dkv_block_k(int64_t head_dim) { return kBK * dkv_wg(head_dim); }
 
 int64_t atomic_dkv_concurrent_ctas(int64_t head_dim) {
   if (!atomic_dq()) return 0;
@@ -226,7 +225,7 @@ int64_t atomic_dkv_concurrent_ctas(int64_t head_dim) {
     return d64;
   }
   static const int64_t d128 = concurrent_dkv_ctas<128, 1>(), d128w2 = concurrent_dkv_ctas<128, 2>();
-  return atomic_wg(head_dim) == 2 ? d128w2 : d128;
+  return dkv_wg(head_dim) == 2 ? d128w2 : d128;
 }
 
 void backward(const Problem& problem, const Mod& mod, const Tile* q_tiles, int n_q_tiles,

@@ -51,17 +51,16 @@ struct DkvSmem {
 // bound, session 13), and the tail's 8 KB of shared memory left one CTA per SM at D = 128
 // (backward 165 against 224 TFLOP/s).
 //
-// kWG = 2 (kDq only): two warpgroups, 128 keys a CTA, sharing each step's Q and dO tiles; each
-// warpgroup computes dQ = dS K over all 128 keys for half of dQ's columns, so every step adds
-// dQ once per 128 keys instead of once per 64 (half the atomic adds, and half the Q and dO
-// loads per key).
+// kWG = 2 (wgmma only): two warpgroups, 128 keys a CTA, sharing each step's Q and dO tiles
+// (half the Q and dO loads per key). With kDq each warpgroup computes dQ = dS K over all 128
+// keys for half of dQ's columns, so a step adds dQ once per 128 keys instead of once per 64.
 template <int D, class M, bool W, bool kDq = false, int kWG = 1>
 __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
     dkv_kernel(Problem p, M mod0, const Tile* tiles, const bf16* dout, const float* lse,
                const float* delta, bf16* dk, bf16* dv, int dkv_heads, float* dq_acc) {
   cuda::dependent_kernel_begin();
   static_assert(W || !kDq, "the atomic dQ runs on wgmma only");
-  static_assert(kWG == 1 || (kDq && kWG == 2), "two warpgroups split the atomic dQ's columns");
+  static_assert(kWG == 1 || (W && kWG == 2), "two warpgroups on the wgmma kernels only");
   constexpr int KD = D / 16, NQ = kBQ / 8, ND = D / 8;
   constexpr int kKeys = kBK * kWG, kT = kThreads * kWG;  // keys and threads of the CTA
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -81,7 +80,7 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
   const int q_len = int(doc.q_len), k_len = int(doc.k_len), j0 = tile.start;
   const int nk = min(kKeys, k_len - j0);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-  const int wg = warp >> 2;  // warpgroup: keys 64 wg .. of the tile
+  const int wg = kWG == 1 ? 0 : warp >> 2;  // warpgroup: keys 64 wg .. (a constant for one)
 
   // Query rows that may see a key of the tile (as the reference kernel; re-checked below).
   const int shift = k_len - q_len;
