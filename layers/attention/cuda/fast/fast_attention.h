@@ -59,8 +59,8 @@ std::vector<Tile> k_tiles_by_head(const Problem& p, const std::vector<Doc>& docs
 // How many dK/dV CTAs of the atomic dQ backward run at once on the current device (SMs x
 // CTAs per SM at this head dim): k_tiles_by_head's concurrent_ctas.
 int64_t atomic_dkv_concurrent_ctas(int64_t head_dim);
-// Key rows per dK/dV CTA, the block_k of k_tiles and k_tiles_by_head: 128 at D = 128 on the
-// wgmma kernels (two warpgroups), else kBwdBlockK.
+// Key rows per dK/dV CTA, the block_k of k_tiles and k_tiles_by_head: kBwdBlockK, or 128 at
+// D = 128 on the wgmma kernels with DL_DKV_WG=2 (two warpgroups; opt-in, fast_backward.cu).
 int dkv_block_k(int64_t head_dim);
 
 // p with its row strides filled in (Problem::q_row_heads = H, k/v_row_heads = H_kv where 0:
