@@ -146,8 +146,8 @@ void launch_dkv(unsigned grid, const Problem& p, const M& mod, const Tile* k_til
                 int dkv_heads, float* dq_acc) {
   if constexpr (W && D == 128 && kWG == 1) {
     if (dkv_wg(D) == 2)
-      return launch_dkv<D, M, W, kDq, 2>(grid, p, mod, k_tiles, dout, lse, delta, dk, dv,
-                                         dkv_heads, dq_acc);
+      return launch_dkv<D, M, W, kDq, 2>(grid, p, mod, k_tiles, dout, lse, delta, dk, dv, dkv_heads,
+                                         dq_acc);
   }
   constexpr int kBytes = bwd::DkvSmem<D, kDq, kWG>::kBytes;
   static bool configured = false;
@@ -218,7 +218,9 @@ int64_t concurrent_dkv_ctas() {
 
 }  // namespace
 
-int dkv_block_k(int64_t head_dim) { return kBK * dkv_wg(head_dim); }
+int dkv_block_k(int64_t head_dim) {
+  return kBK * dkv_wg(head_dim);
+}
 
 int64_t atomic_dkv_concurrent_ctas(int64_t head_dim) {
   if (!atomic_dq()) return 0;

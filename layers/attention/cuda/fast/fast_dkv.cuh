@@ -36,6 +36,9 @@ struct DkvSmem {
   static constexpr int kL = kDO + 2 * kBQ * D * 2, kDl = kL + 2 * kBQ * 4;
   static constexpr int kDS = (kDl + 2 * kBQ * 4 + 1023) / 1024 * 1024;
   static constexpr int kBytes = (kDq ? kDS + kKeys * kBQ * 2 : kDl + 2 * kBQ * 4) + kSmemAlign;
+  // Hopper's most dynamic shared memory a block: 227 KB (at D = 128, two warpgroups: 146 KB
+  // with kDq, one CTA an SM).
+  static_assert(kBytes <= 227 * 1024, "the dK/dV kernel's shared memory fits one SM");
 };
 
 // 3 CTAs per SM for the wgmma kernel at D = 64 (<= 168 registers): the element-wise work of
@@ -110,9 +113,9 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
       const int h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ, buf = s & 1;
       const int n = min(kBQ, q_len - q0);
       const int64_t off = ((doc.q_offset + q0) * H + h) * D;
-      load_tile<kBQ, D, kT>(
-          sQ + buf * kBQ * D * 2,
-          static_cast<const bf16*>(p.q) + ((doc.q_offset + q0) * QH + h) * D, QH * D, n);
+      load_tile<kBQ, D, kT>(sQ + buf * kBQ * D * 2,
+                            static_cast<const bf16*>(p.q) + ((doc.q_offset + q0) * QH + h) * D,
+                            QH * D, n);
       load_tile<kBQ, D, kT>(sdO + buf * kBQ * D * 2, dout + off, H * D, n);
       // lse and delta of the rows through cp.async as well (plain loads here stalled every
       // step on their latency); zeros past the document, whose P the mask zeroes.
