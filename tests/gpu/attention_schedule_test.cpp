@@ -6,6 +6,7 @@
 // (heaviest first). Host code only: runs without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 #include <map>
 #include <string>
@@ -29,52 +30,83 @@ layers::gpu::Problem causal_problem(int64_t heads, int64_t kv_heads) {
   return p;
 }
 
+// (q_offset, q_len, k_offset, k_len): a short, a long, an empty, a one-tile document and
+// one with more keys than queries.
+const std::vector<layers::gpu::Doc> kDocs = {{0, 100, 0, 100},
+                                             {100, 300, 100, 300},
+                                             {400, 0, 400, 0},
+                                             {400, 64, 400, 64},
+                                             {464, 50, 464, 130}};
+
+// k_tiles at both key tiles the dK/dV kernel takes (fast_attention.h dkv_block_k: 64 keys,
+// or 128 with two warpgroups): each document's tiles start at 0, block_k, ... below its
+// length, each once, heaviest (most query rows) first.
+TEST(AttentionSchedule, KeyTilesCoverEveryKeyOnceAtEitherBlockSize) {
+  const layers::gpu::Problem p = causal_problem(6, 3);
+  for (const int block_k : {64, 128}) {
+    SCOPED_TRACE("block_k " + std::to_string(block_k));
+    const std::vector<fast::Tile> tiles = fast::k_tiles(p, kDocs, block_k);
+    std::map<int, std::vector<int>> starts;
+    for (const fast::Tile& t : tiles) starts[t.doc].push_back(t.start);
+    for (size_t b = 0; b < kDocs.size(); ++b) {
+      std::vector<int> want, got = starts[int(b)];
+      for (int64_t j = 0; j < kDocs[b].k_len; j += block_k) want.push_back(int(j));
+      std::sort(got.begin(), got.end());
+      EXPECT_EQ(got, want) << "doc " << b;
+    }
+    // Causal: a tile's query rows fall with its start (shift = k_len - q_len).
+    auto work = [&](const fast::Tile& t) {
+      const layers::gpu::Doc& d = kDocs[size_t(t.doc)];
+      return d.q_len - std::max<int64_t>(0, t.start - (d.k_len - d.q_len));
+    };
+    for (size_t i = 1; i < tiles.size(); ++i)
+      EXPECT_GE(work(tiles[i - 1]), work(tiles[i])) << "tile " << i << " not heaviest first";
+  }
+}
+
 TEST(AttentionSchedule, ByHeadListsEveryTileOncePerHeadDocumentAfterDocument) {
   const layers::gpu::Problem p = causal_problem(6, 3);
-  // (q_offset, q_len, k_offset, k_len): a short, a long, an empty, a one-tile document and
-  // one with more keys than queries.
-  const std::vector<layers::gpu::Doc> docs = {{0, 100, 0, 100},
-                                              {100, 300, 100, 300},
-                                              {400, 0, 400, 0},
-                                              {400, 64, 400, 64},
-                                              {464, 50, 464, 130}};
-  const std::vector<fast::Tile> plain = fast::k_tiles(p, docs, 64);
-  const std::vector<fast::Tile> by = fast::k_tiles_by_head(p, docs, 64);
-  ASSERT_EQ(by.size(), plain.size() * 3);
+  const std::vector<layers::gpu::Doc>& docs = kDocs;
+  for (const int block_k : {64, 128}) {
+    SCOPED_TRACE("block_k " + std::to_string(block_k));
+    const std::vector<fast::Tile> plain = fast::k_tiles(p, docs, block_k);
+    const std::vector<fast::Tile> by = fast::k_tiles_by_head(p, docs, block_k);
+    ASSERT_EQ(by.size(), plain.size() * 3);
 
-  std::map<std::tuple<int, int, int>, int> count;
-  for (const fast::Tile& t : by) ++count[{t.doc, t.start, t.head}];
-  for (const fast::Tile& t : plain)
-    for (int h = 0; h < 3; ++h)
-      EXPECT_EQ((count[{t.doc, t.start, h}]), 1)
-          << "doc " << t.doc << " start " << t.start << " head " << h;
-
-  // Runs of one (document, head): documents by decreasing length, heads 0, 1, 2 within one,
-  // and each run in k_tiles' order of that document.
-  int64_t prev_len = INT64_MAX;
-  int prev_doc = -1, next_head = 0;
-  for (size_t i = 0; i < by.size();) {
-    const int doc = by[i].doc, head = by[i].head;
-    size_t j = i;
-    std::vector<int> starts;
-    for (; j < by.size() && by[j].doc == doc && by[j].head == head; ++j)
-      starts.push_back(by[j].start);
-    std::vector<int> expect;
+    std::map<std::tuple<int, int, int>, int> count;
+    for (const fast::Tile& t : by) ++count[{t.doc, t.start, t.head}];
     for (const fast::Tile& t : plain)
-      if (t.doc == doc) expect.push_back(t.start);
-    EXPECT_EQ(starts, expect) << "doc " << doc << " head " << head;
-    if (doc != prev_doc) {
-      EXPECT_EQ(next_head, prev_doc < 0 ? 0 : 3) << "doc " << prev_doc << " lacks heads";
-      EXPECT_LE(docs[size_t(doc)].q_len, prev_len) << "doc " << doc << " out of length order";
-      prev_len = docs[size_t(doc)].q_len;
-      prev_doc = doc;
-      next_head = 0;
+      for (int h = 0; h < 3; ++h)
+        EXPECT_EQ((count[{t.doc, t.start, h}]), 1)
+            << "doc " << t.doc << " start " << t.start << " head " << h;
+
+    // Runs of one (document, head): documents by decreasing length, heads 0, 1, 2 within one,
+    // and each run in k_tiles' order of that document.
+    int64_t prev_len = INT64_MAX;
+    int prev_doc = -1, next_head = 0;
+    for (size_t i = 0; i < by.size();) {
+      const int doc = by[i].doc, head = by[i].head;
+      size_t j = i;
+      std::vector<int> starts;
+      for (; j < by.size() && by[j].doc == doc && by[j].head == head; ++j)
+        starts.push_back(by[j].start);
+      std::vector<int> expect;
+      for (const fast::Tile& t : plain)
+        if (t.doc == doc) expect.push_back(t.start);
+      EXPECT_EQ(starts, expect) << "doc " << doc << " head " << head;
+      if (doc != prev_doc) {
+        EXPECT_EQ(next_head, prev_doc < 0 ? 0 : 3) << "doc " << prev_doc << " lacks heads";
+        EXPECT_LE(docs[size_t(doc)].q_len, prev_len) << "doc " << doc << " out of length order";
+        prev_len = docs[size_t(doc)].q_len;
+        prev_doc = doc;
+        next_head = 0;
+      }
+      EXPECT_EQ(head, next_head) << "doc " << doc;
+      ++next_head;
+      i = j;
     }
-    EXPECT_EQ(head, next_head) << "doc " << doc;
-    ++next_head;
-    i = j;
+    EXPECT_EQ(next_head, 3);
   }
-  EXPECT_EQ(next_head, 3);
 }
 
 // With concurrent_ctas: the runs as above, then the tail band, the last runs merged heaviest
