@@ -2,9 +2,13 @@
 # The GPU benchmarks of BENCHMARKS.md in one invocation (issues 10, 11 and 12), on a machine
 # with GPUs and PyTorch: GPT-2 124M / 350M training throughput against PyTorch eager and
 # torch.compile; gpt2_124m scaling over sequence lengths for 1 GPU, sdp2 and dp2 (the
-# 2-GPU parts are skipped with one GPU); and `wide`: sdp2 / sdp4 / sdp8 at S = 65536 and
-# 131072 (as many as the machine has GPUs for). Needs a CUDA build: BUILD (default build-gpu).
-#   bash scripts/bench_gpu.sh [throughput] [scaling] [wide]   (default: throughput scaling)
+# 2-GPU parts are skipped with one GPU); `wide`: sdp2 / sdp4 / sdp8 at S = 65536 and
+# 131072 (as many as the machine has GPUs for); and `attention` (issue 9): the attention
+# kernels' forward and forward+backward TFLOP/s on the issue's shapes, then PyTorch's SDPA /
+# FlexAttention on the same shapes in the same invocation, with the ratios. Needs a CUDA
+# build: BUILD (default build-gpu).
+#   bash scripts/bench_gpu.sh [throughput] [scaling] [wide] [attention]
+#   (default: throughput scaling)
 # Logs go to ${OUT:-$BUILD}/bench-*.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +43,14 @@ if [[ $parts == *throughput* ]]; then
     python3 tests/reference/bench_gpt2.py --model "$model" --batch "$batch" \
       --driftless "$out/dl-$model.txt" 2>&1 | grep -v Warning | tee -a "$out/bench-train.log"
   done
+fi
+
+if [[ $parts == *attention* ]]; then
+  echo "== attention kernels (both backward modes) vs PyTorch" | tee -a "$out/bench-attention.log"
+  "$dl" bench attention >"$out/dl-attention.txt" 2>>"$out/bench-attention.log"
+  cat "$out/dl-attention.txt" >>"$out/bench-attention.log"
+  python3 tests/reference/bench_attention.py --driftless "$out/dl-attention.txt" 2>&1 |
+    grep -v Warning | tee -a "$out/bench-attention.log"
 fi
 
 if [[ $parts == *scaling* ]]; then

@@ -5,7 +5,9 @@
 # has a GPU. Logs go to ${OUT:-build-gpu}/gpu-tests.log, gpu-train.log, gpu-regress.log.
 # Environment: BUILD (build dir), CMAKE_ARGS (extra configure flags, e.g.
 # -DCMAKE_CUDA_ARCHITECTURES=90a to halve compile time), TARGETS (build only these targets,
-# space-separated; default all).
+# space-separated; default all), SANITIZE=1 (also compute-sanitizer memcheck and racecheck on
+# the fast attention tests, DL_ATTN_FAST_QUICK's small and odd shapes; gpu-memcheck.log,
+# gpu-racecheck.log; a reported error fails the run).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build-gpu}
@@ -22,6 +24,14 @@ cmake --build "$build" -j"$(nproc)" "${targets[@]}" >"$log_dir/build.log" 2>&1 |
 tail -3 "$log_dir/build.log"
 status=0
 ctest --test-dir "$build" -L gpu --output-on-failure 2>&1 | tee "$log_dir/gpu-tests.log" || status=1
+if [ "${SANITIZE:-0}" = 1 ]; then
+  for tool in memcheck:1 racecheck:2; do  # DL_ATTN_FAST_QUICK: 1 up to 300 rows, 2 odd shapes
+    DL_ATTN_FAST_QUICK=${tool#*:} compute-sanitizer --tool "${tool%:*}" --error-exitcode 1 \
+      "$build/tests/test_gpu" --gtest_filter='AttentionFast*' >"$log_dir/gpu-${tool%:*}.log" 2>&1 ||
+      status=1
+    tail -2 "$log_dir/gpu-${tool%:*}.log"
+  done
+fi
 if [ -x "$build/apps/driftless" ]; then
   dl="$build/apps/driftless"
   "$dl" info | tee -a "$log_dir/gpu-tests.log"
