@@ -6,6 +6,7 @@
 //                 16 keys, computes S^T and dP^T for every query head of the GQA group and
 //                 every 64-row query tile that sees the keys, and accumulates dV += P^T dO,
 //                 dK += dS^T Q in registers (the group's reduction happens in the CTA);
+//                 with DL_DKV_WG=2 at D = 128 (wgmma, opt-in), 128 keys and two warpgroups;
 //   dq_kernel     one CTA per (query tile of DqRows<D> rows, head), 16 rows a warp,
 //                 recomputing P over the visible key tiles: dQ += dS K. Runs before dkv_kernel,
 //                 which reads the delta it wrote.
