@@ -229,8 +229,10 @@ int64_t atomic_dkv_concurrent_ctas(int64_t head_dim) {
     static const int64_t d64 = concurrent_dkv_ctas<64, 1>();
     return d64;
   }
-  static const int64_t d128 = concurrent_dkv_ctas<128, 1>(), d128w2 = concurrent_dkv_ctas<128, 2>();
-  return dkv_wg(head_dim) == 2 ? d128w2 : d128;
+  // (dkv_wg is fixed for the process: the kernel it picks)
+  static const int64_t d128 =
+      dkv_wg(128) == 2 ? concurrent_dkv_ctas<128, 2>() : concurrent_dkv_ctas<128, 1>();
+  return d128;
 }
 
 void backward(const Problem& problem, const Mod& mod, const Tile* q_tiles, int n_q_tiles,
