@@ -212,9 +212,10 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
       dq_acc = Tensor::empty({r.t_q * r.heads * r.head_dim}, DType::f32, Device::cuda);
     const Tensor kt = device_tiles(
         dq_acc.defined()
-            ? gpu::fast::k_tiles_by_head(d.p, d.host_docs, gpu::fast::dkv_block_k(d.p.head_dim),
+            ? gpu::fast::k_tiles_by_head(d.p, d.host_docs,
+                                         gpu::fast::dkv_block_k(d.p.head_dim, true),
                                          gpu::fast::atomic_dkv_concurrent_ctas(d.p.head_dim))
-            : gpu::fast::k_tiles(d.p, d.host_docs, gpu::fast::dkv_block_k(d.p.head_dim)));
+            : gpu::fast::k_tiles(d.p, d.host_docs, gpu::fast::dkv_block_k(d.p.head_dim, false)));
     const Tensor qt =  // the dQ kernel's, which the atomic backward does not run
         dq_acc.defined() ? Tensor()
                          : device_tiles(gpu::fast::q_tiles(d.p, d.host_docs,

@@ -1,6 +1,6 @@
 // Launchers of the fast varlen attention (FlashAttention-2 style, bf16 tensor cores through
-// mma.sync m16n8k16 + ldmatrix, or wgmma on sm_90a; fp32 accumulation): forward (fast_forward.cu) and a
-// deterministic atomic-free backward (fast_backward.cu). Same contract as flash_cuda.h (which
+// mma.sync m16n8k16 + ldmatrix, or wgmma on sm_90a; fp32 accumulation): forward (fast_forward.cu)
+// and a deterministic atomic-free backward (fast_backward.cu). Same contract as flash_cuda.h (which
 // stays the fallback): bottom-right causal, windows, GQA without replication, padding written
 // as zeros, LSE (H, T_q) fp32, modifiers none/softcap/ALiBi as compile-time functors.
 // Plain pointers and POD structs only (nvcc compiles this as C++17).
@@ -59,9 +59,10 @@ std::vector<Tile> k_tiles_by_head(const Problem& p, const std::vector<Doc>& docs
 // How many dK/dV CTAs of the atomic dQ backward run at once on the current device (SMs x
 // CTAs per SM at this head dim): k_tiles_by_head's concurrent_ctas.
 int64_t atomic_dkv_concurrent_ctas(int64_t head_dim);
-// Key rows per dK/dV CTA, the block_k of k_tiles and k_tiles_by_head: kBwdBlockK, or 128 at
-// D = 128 on the wgmma kernels with DL_DKV_WG=2 (two warpgroups; opt-in, fast_backward.cu).
-int dkv_block_k(int64_t head_dim);
+// Key rows per dK/dV CTA, the block_k of k_tiles (the deterministic backward) and
+// k_tiles_by_head (atomic: the atomic dQ's backward): kBwdBlockK, or 128 in the atomic mode at
+// D = 128 on the wgmma kernels (two warpgroups a CTA; fast_dkv.cuh DkvWarpgroups).
+int dkv_block_k(int64_t head_dim, bool atomic);
 
 // p with its row strides filled in (Problem::q_row_heads = H, k/v_row_heads = H_kv where 0:
 // packed rows). The launchers below apply it; the kernels read the strides as given.
@@ -89,6 +90,8 @@ void backward(const Problem& p, const Mod& mod, const Tile* q_tiles, int n_q_til
               OutRows rows = {}, float* dq_acc = nullptr);
 
 // True when backward() takes a dq_acc (the wgmma kernels run).
-inline bool atomic_dq() { return use_wgmma(); }
+inline bool atomic_dq() {
+  return use_wgmma();
+}
 
 }  // namespace driftless::layers::gpu::fast

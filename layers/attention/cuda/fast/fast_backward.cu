@@ -6,7 +6,7 @@
 //                 16 keys, computes S^T and dP^T for every query head of the GQA group and
 //                 every 64-row query tile that sees the keys, and accumulates dV += P^T dO,
 //                 dK += dS^T Q in registers (the group's reduction happens in the CTA);
-//                 with DL_DKV_WG=2 at D = 128 (wgmma, opt-in), 128 keys and two warpgroups;
+//                 in the atomic mode at D = 128 (wgmma), 128 keys and two warpgroups;
 //   dq_kernel     one CTA per (query tile of DqRows<D> rows, head), 16 rows a warp,
 //                 recomputing P over the visible key tiles: dQ += dS K. Runs before dkv_kernel,
 //                 which reads the delta it wrote.
@@ -20,8 +20,6 @@
 // dq_acc with vector atomic adds, over k_tiles_by_head's schedule, then dq_from_acc_kernel;
 // no dq_kernel. Measured (H200): backward +5-20% at D = 64, +24% with softcap.
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 
 #include "engine/core/cuda/check.h"
@@ -128,28 +126,12 @@ void set_smem(K kernel, int bytes) {
   DL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
-// Warpgroups of the wgmma dK/dV kernel: one, or with DL_DKV_WG=2 two at D = 128 (128 keys a
-// CTA, see dkv_kernel), in both backward modes (so dk and dv keep the same bits in both).
-// Opt-in until the GPU tests pass on it (ctest attention_fast_two_warpgroups; session 14
-// measured its atomic mode, BENCHMARKS.md, before the device went away).
-int dkv_wg(int64_t head_dim) {
-  static const bool two = [] {
-    const char* e = std::getenv("DL_DKV_WG");
-    return e != nullptr && std::string(e) == "2";
-  }();
-  return use_wgmma() && head_dim == 128 && two ? 2 : 1;
-}
-
-// One dK/dV launch (kDq: the atomic dQ's) with dkv_wg(D) warpgroups a CTA.
-template <int D, class M, bool W, bool kDq, int kWG = 1>
+// One dK/dV launch (kDq: the atomic dQ's) with DkvWarpgroups warpgroups a CTA.
+template <int D, class M, bool W, bool kDq>
 void launch_dkv(unsigned grid, const Problem& p, const M& mod, const Tile* k_tiles,
                 const bf16* dout, const float* lse, const float* delta, bf16* dk, bf16* dv,
                 int dkv_heads, float* dq_acc) {
-  if constexpr (W && D == 128 && kWG == 1) {
-    if (dkv_wg(D) == 2)
-      return launch_dkv<D, M, W, kDq, 2>(grid, p, mod, k_tiles, dout, lse, delta, dk, dv, dkv_heads,
-                                         dq_acc);
-  }
+  constexpr int kWG = bwd::DkvWarpgroups<D, W, kDq>::value;
   constexpr int kBytes = bwd::DkvSmem<D, kDq, kWG>::kBytes;
   static bool configured = false;
   if (!configured) {
@@ -204,8 +186,9 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
                                lse, delta, dk, dv, out_rows.dkv_heads, nullptr);
 }
 
-template <int D, int kWG>
+template <int D>
 int64_t concurrent_dkv_ctas() {
+  constexpr int kWG = bwd::DkvWarpgroups<D, true, true>::value;
   constexpr int kBytes = bwd::DkvSmem<D, true, kWG>::kBytes;
   auto kernel = dkv_kernel<D, ModNone, true, true, kWG>;
   set_smem(kernel, kBytes);
@@ -219,19 +202,18 @@ int64_t concurrent_dkv_ctas() {
 
 }  // namespace
 
-int dkv_block_k(int64_t head_dim) {
-  return kBK * dkv_wg(head_dim);
+int dkv_block_k(int64_t head_dim, bool atomic) {
+  return atomic && use_wgmma() && head_dim == 128 ? bwd::DkvWarpgroups<128, true, true>::value * kBK
+                                                  : kBK;
 }
 
 int64_t atomic_dkv_concurrent_ctas(int64_t head_dim) {
   if (!atomic_dq()) return 0;
   if (head_dim == 64) {
-    static const int64_t d64 = concurrent_dkv_ctas<64, 1>();
+    static const int64_t d64 = concurrent_dkv_ctas<64>();
     return d64;
   }
-  // (dkv_wg is fixed for the process: the kernel it picks)
-  static const int64_t d128 =
-      dkv_wg(128) == 2 ? concurrent_dkv_ctas<128, 2>() : concurrent_dkv_ctas<128, 1>();
+  static const int64_t d128 = concurrent_dkv_ctas<128>();
   return d128;
 }
 

@@ -41,6 +41,16 @@ struct DkvSmem {
   static_assert(kBytes <= 227 * 1024, "the dK/dV kernel's shared memory fits one SM");
 };
 
+// Warpgroups of a dK/dV CTA: two in the atomic mode at D = 128 on wgmma, else one. Measured
+// on an H200 (session 15, BENCHMARKS.md): two make the atomic backward faster (GQA 4:1 +6-9%),
+// the deterministic one slower (dense D = 128 -9%: one CTA of 8 warps an SM against two of 4).
+// The deterministic kernel still takes the same query steps (kAnchor below), so dk and dv
+// keep the same bits in both modes.
+template <int D, bool W, bool kDq>
+struct DkvWarpgroups {
+  static constexpr int value = W && kDq && D == 128 ? 2 : 1;
+};
+
 // 3 CTAs per SM for the wgmma kernel at D = 64 (<= 168 registers): the element-wise work of
 // one CTA then overlaps the products of the others (measured on an H100: backward +14%).
 //
@@ -87,12 +97,23 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
 
   // Query rows that may see a key of the tile (as the reference kernel; re-checked below).
   const int shift = k_len - q_len;
-  int i_begin = 0, i_end = q_len - 1;
-  if (p.causal) i_begin = max(i_begin, j0 - shift);
   // (windows in 32 bits as row_keys takes them: a window of 2^31 or more wrapped here)
   const int wl = window_in_32_bits(p.window_left, q_len, k_len),
             wr = window_in_32_bits(p.window_right, q_len, k_len);
-  if (wr >= 0) i_begin = max(i_begin, j0 - wr - shift);
+  auto first_row = [&](int j) {  // the first query row that may see key j (never decreasing)
+    int i = 0;
+    if (p.causal) i = max(i, j - shift);
+    if (wr >= 0) i = max(i, j - wr - shift);
+    return i;
+  };
+  // The query steps lie on a grid of kBQ rows from the first row of the kAnchor-key tile that
+  // holds this one: the two-warpgroup kernel's grid (the atomic mode's at D = 128), so both
+  // modes sum a key's query rows in the same chunks and dk, dv keep the same bits (the
+  // steps a 64-key tile skips are masked whole for it in the 128-key tile: exact zeros).
+  constexpr int kAnchor = W && D == 128 ? kBK * DkvWarpgroups<D, W, true>::value : kKeys;
+  const int i_anchor = first_row(j0 - j0 % kAnchor);
+  const int i_begin = i_anchor + (first_row(j0) - i_anchor) / kBQ * kBQ;
+  int i_end = q_len - 1;
   if (wl >= 0) i_end = min(i_end, j0 + nk - 1 + wl - shift);
   const int n_qt = i_end >= i_begin ? (i_end - i_begin) / kBQ + 1 : 0;
   const int n_steps = int(group) * n_qt;
@@ -246,7 +267,7 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
           // tile read N-major; with two warpgroups, warpgroup wg takes the 64-column atom wg
           // of K (1024 bytes apart in an 8-row group), so dQ's columns 64 wg ..
           fence_proxy_async();
-          __syncthreads();  // every warp's rows of dS^T written
+          __syncthreads();               // every warp's rows of dS^T written
           constexpr int NDQ = ND / kWG;  // 8-column chunks of dQ this warpgroup computes
           static_assert(kWG == 1 || NDQ == 8, "a warpgroup's dQ columns are one 64-column atom");
           float dq[NDQ][4];
