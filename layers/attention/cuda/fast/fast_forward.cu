@@ -29,9 +29,7 @@ constexpr int kBQ = kFwdBlockQ;
 // 64 rows, so one m-tile per warp, two warpgroups and 64-key tiles; the registers that frees
 // give 2 CTAs (16 warps) per SM. Measured on an H100 against the 2-m-tile shape on the same
 // build: forward +19% at D = 128 (272 -> 325 TFLOP/s), +3% at D = 64 causal, -2% on docs8.
-// kPipe: the pipelined forward (below), which holds a tile's P beside the next one's S; at
-// D = 128 that does not fit two CTAs' 128 registers, so it runs one CTA an SM.
-template <int D, class M, bool W, bool kPipe = false>
+template <int D, class M, bool W>
 struct Cfg {
   static constexpr int kMT = W || std::is_same_v<M, ModSoftcap> ? 1 : 2;
   static constexpr int kWarps = kBQ / (16 * kMT), kThreads = kWarps * 32;
@@ -41,18 +39,15 @@ struct Cfg {
   // against 161 on docs8); at D = 128 it would cost the second CTA per SM.
   static constexpr int kSmem = (kBQ + 4 * kBK) * D * 2 + kSmemAlign;
   // (softcap at D = 128 would spill at the 128 registers of two CTAs)
-  static constexpr int kMinBlocks =
-      W && !(std::is_same_v<M, ModSoftcap> && D > 64) && !(kPipe && D > 64) ? 2 : 1;
+  static constexpr int kMinBlocks = W && !(std::is_same_v<M, ModSoftcap> && D > 64) ? 2 : 1;
 };
 
 // kLin: ModNone with a positive scale (see softmax below).
-// kPipe (wgmma only): FlashAttention-3's intra-warpgroup pipelining (see the loop).
-template <int D, class M, bool W, bool kLin, bool kPipe = false>
-__global__ void __launch_bounds__(Cfg<D, M, W, kPipe>::kThreads, Cfg<D, M, W, kPipe>::kMinBlocks)
+template <int D, class M, bool W, bool kLin>
+__global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBlocks)
     forward_kernel(Problem p, M mod, const Tile* tiles, bf16* out, float* lse) {
   cuda::dependent_kernel_begin();
-  using C = Cfg<D, M, W, kPipe>;
-  static_assert(!kPipe || (W && C::kMT == 1), "the pipelined forward runs on wgmma, one m-tile");
+  using C = Cfg<D, M, W>;
   constexpr int kMT = C::kMT, kThreads = C::kThreads, kBK = C::kBK;
   constexpr int KD = D / 16, NK = kBK / 8, ND = D / 8;
   // Q fragments stay in registers at D = 64 (or with one m-tile); at D = 128 with two they
@@ -114,256 +109,168 @@ __global__ void __launch_bounds__(Cfg<D, M, W, kPipe>::kThreads, Cfg<D, M, W, kP
 
   if (n_tiles > 0) {
     load_tile<kBQ, D, kThreads>(sQ, qg, QH * D, nq);
-    auto load_k = [&](int t) {
-      const int j0 = j_begin + t * kBK;
-      load_tile<kBK, D, kThreads>(sK + (t & 1) * kBK * D * 2, kg + j0 * KH * D, KH * D, k_len - j0);
+    auto load_kv = [&](int t) {
+      const int j0 = j_begin + t * kBK, buf = t & 1;
+      load_tile<kBK, D, kThreads>(sK + buf * kBK * D * 2, kg + j0 * KH * D, KH * D, k_len - j0);
+      load_tile<kBK, D, kThreads>(sV + buf * kBK * D * 2, vg + j0 * VH * D, VH * D, k_len - j0);
     };
-    auto load_v = [&](int t) {
-      const int j0 = j_begin + t * kBK;
-      load_tile<kBK, D, kThreads>(sV + (t & 1) * kBK * D * 2, vg + j0 * VH * D, VH * D, k_len - j0);
-    };
-    load_k(0);
-    if constexpr (!kPipe) load_v(0);
+    load_kv(0);
     cp_async_commit();
     uint32_t qf[kMT][kQInRegs ? KD : 1][4];  // (unused without kQInRegs)
-    // Mask and online softmax of m-tile mt over key tile j0 (full: no element mask): scores ->
-    // unnormalized P, the row statistics updated, and corr: the factors O must be rescaled by
-    // (rescale below), or with kNow O rescaled here, row by row (one factor live at a time:
-    // at D = 128 the two held to the end spilled).
-    // kLin (no modifier, positive scale): the row maximum is taken over the raw products
-    // and scaled once, and each probability is exp2(dot * scale - max) by one FFMA, one
-    // multiply an element fewer (the kernel issues about as many instructions as its
-    // products take cycles). O is rescaled only where a row's maximum moved.
-    // Row r of O's m-tile mt times corr, only where a row's maximum moved.
-    auto rescale_row = [&](int mt, int r, float corr) {
-      if (__any_sync(0xffffffffu, corr != 1.f)) {
-#pragma unroll
-        for (int n = 0; n < ND; ++n) {
-          o[mt][n][2 * r] *= corr;
-          o[mt][n][2 * r + 1] *= corr;
-        }
-      }
-    };
-    auto softmax = [&](int mt, float(&sm)[NK][4], float(&corr)[2], int j0, bool full, bool now) {
-#pragma unroll
-      for (int n = 0; n < NK; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e >> 1, j = j0 + n * 8 + 2 * t4 + (e & 1);
-          float x = sm[n][e];
-          if constexpr (!kLin) x = mod.x(x, qpos[mt][r], j);
-          if (!full && (j < lo[mt][r] || j > hi[mt][r])) x = -INFINITY;
-          sm[n][e] = x;
-        }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        // Row max and sum as trees over the thread's elements, not chains: a chain of NK
-        // dependent instructions stalls the warp on each one's latency.
-        float mx = tree_reduce<NK>([&](int n) { return fmaxf(sm[n][2 * r], sm[n][2 * r + 1]); },
-                                   [](float a, float b) { return fmaxf(a, b); });
-        if constexpr (!kLin) mx = fmaxf(mx, row_max[mt][r]);
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        float scale = 1.f;
-        if constexpr (kLin) {
-          scale = mod.scale_log2;
-          mx = fmaxf(row_max[mt][r], mx * scale);
-        }
-        const float m_use = mx == -INFINITY ? 0.f : mx;
-        corr[r] = exp2_ftz(row_max[mt][r] - m_use);
-        row_max[mt][r] = mx;
-#pragma unroll
-        for (int n = 0; n < NK; ++n) {
-          sm[n][2 * r] = exp2_ftz(fmaf(sm[n][2 * r], scale, -m_use));
-          sm[n][2 * r + 1] = exp2_ftz(fmaf(sm[n][2 * r + 1], scale, -m_use));
-        }
-        const float sum = tree_reduce<NK>([&](int n) { return sm[n][2 * r] + sm[n][2 * r + 1]; },
-                                          [](float a, float b) { return a + b; });
-        row_sum[mt][r] = row_sum[mt][r] * corr[r] + sum;
-        if (now) rescale_row(mt, r, corr[r]);
-      }
-    };
-    // Whole key tile j0 visible to every row of the CTA: no element mask.
-    auto full_tile = [&](int j0) { return j0 >= lo_last && j0 + kBK - 1 <= hi_first; };
-    if constexpr (kPipe) {
-      // FlashAttention-3's intra-warpgroup pipelining: step t issues S_t = Q K_t^T and then
-      // O += P_{t-1} V_{t-1}, and runs the softmax of S_t while the tensor cores do the
-      // second product; O is rescaled once that product is done. So V lags K by a tile: step t
-      // reads K buffer t & 1 and V buffer (t - 1) & 1, and after its barrier loads K_{t+1}
-      // (over K_{t-1}, whose product step t - 1 waited for) and V_t (over V_{t-2}, likewise).
-      // The prologue (S_0 and its softmax) and the epilogue (the last P V) are peeled off, so
-      // that the loop waits in one way (ptxas serializes wgmma groups whose waits differ
-      // between branches: C7514).
-      float s_pipe[NK][4];
-      uint32_t pa[kBK / 16][4];  // P_{t-1} as bf16 A fragments (read by the in-flight product)
-      auto barrier_and_load = [&](int t) {  // K_{t+1} and V_t, once K_t and V_{t-1} landed
-        cp_async_wait<0>();
-        fence_proxy_async();
-        __syncthreads();
-        if (t + 1 < n_tiles) load_k(t + 1);
-        if (t < n_tiles) load_v(t);
+    for (int t = 0; t < n_tiles; ++t) {
+      // One barrier a tile: tile t has landed for every thread, and every warp is done with
+      // tile t - 1, whose buffer the prefetch of tile t + 1 then refills (measured on an
+      // H200: a second barrier at a tile's end was ~15% of the warps' stalls).
+      cp_async_wait<0>();
+      if constexpr (W) fence_proxy_async();
+      __syncthreads();
+      if (t + 1 < n_tiles) {
+        load_kv(t + 1);
         cp_async_commit();
-      };
-      auto issue_s = [&](int t) {
-        const uint32_t k_s = sK + (t & 1) * kBK * D * 2;
-#pragma unroll
-        for (int kd = 0; kd < KD; ++kd)
-          wgmma_ss<0>(s_pipe, wg_desc_k<D>(sQ, kd, (warp >> 2) * 64), wg_desc_k<D>(k_s, kd), kd);
-        wg_commit();
-      };
-      auto issue_pv = [&](int t) {  // O += P_t V_t
-        const uint32_t v_s = sV + (t & 1) * kBK * D * 2;
-#pragma unroll
-        for (int kk = 0; kk < kBK / 16; ++kk) wgmma_rs<1>(o[0], pa[kk], wg_desc_n<D>(v_s, kk));
-        wg_commit();
-      };
-      auto softmax_of = [&](int t, float(&corr)[2]) {
-        wg_hold(s_pipe);
-        const int j0 = j_begin + t * kBK;
-        softmax(0, s_pipe, corr, j0, full_tile(j0), false);
-      };
-      auto to_p = [&] {  // once the product that read pa is done
-#pragma unroll
-        for (int kk = 0; kk < kBK / 16; ++kk) c_to_a(pa[kk], s_pipe[2 * kk], s_pipe[2 * kk + 1]);
-      };
-      {
-        barrier_and_load(0);
-        wg_fence();
-        issue_s(0);
-        wg_wait<0>();
-        float corr[2];  // (O is still 0: nothing to rescale)
-        softmax_of(0, corr);
-        to_p();
       }
-      for (int t = 1; t < n_tiles; ++t) {
-        barrier_and_load(t);
-        wg_fence();
-        issue_s(t);
-        issue_pv(t - 1);
-        wg_wait<1>();  // S_t done; P_{t-1} V_{t-1} may still run
-        float corr[2];
-        softmax_of(t, corr);  // P_t unnormalized, in place in S_t's registers
-        wg_wait<0>();
-        wg_hold(o[0]);
-        rescale_row(0, 0, corr[0]);
-        rescale_row(0, 1, corr[1]);
-        to_p();
-      }
-      barrier_and_load(n_tiles);  // V_{n-1} landed
-      wg_fence();
-      issue_pv(n_tiles - 1);
-      wg_wait<0>();
-      wg_hold(o[0]);
-    } else
-      for (int t = 0; t < n_tiles; ++t) {
-        // One barrier a tile: tile t has landed for every thread, and every warp is done with
-        // tile t - 1, whose buffer the prefetch of tile t + 1 then refills (measured on an
-        // H200: a second barrier at a tile's end was ~15% of the warps' stalls).
-        cp_async_wait<0>();
-        if constexpr (W) fence_proxy_async();
-        __syncthreads();
-        if (t + 1 < n_tiles) {
-          load_k(t + 1);
-          load_v(t + 1);
-          cp_async_commit();
-        }
-        if constexpr (kQInRegs) {
-          if (t == 0) {
-#pragma unroll
-            for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-              for (int kd = 0; kd < KD; ++kd) load_a<D>(qf[mt][kd], sQ, row_of(mt), kd, lane);
-          }
-        }
-        const uint32_t k_s = sK + (t & 1) * kBK * D * 2, v_s = sV + (t & 1) * kBK * D * 2;
-        const int j0 = j_begin + t * kBK;
-        const bool full = full_tile(j0);
-        float s[kMT][NK][4];
-        if constexpr (W) {
-          // One wgmma group per m-tile, software-pipelined when there are two (the softmax of
-          // one runs while the tensor cores do the other's product; groups complete in order).
-          // Cfg's wgmma shape has one m-tile per warp: there the overlap comes from the other
-          // warpgroup and the other CTA on the SM.
-          wg_fence();
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) {
-            const int r_mt = ((warp >> 2) * kMT + mt) * 64;
-#pragma unroll
-            for (int kd = 0; kd < KD; ++kd)
-              wgmma_ss<0>(s[mt], wg_desc_k<D>(sQ, kd, r_mt), wg_desc_k<D>(k_s, kd), kd);
-            wg_commit();
-          }
-          uint32_t a[kMT][kBK / 16][4];
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) {
-            wg_wait<kMT - 1>();  // S of m-tile mt done
-            wg_hold(s[mt]);
-            float corr[2];
-            softmax(mt, s[mt], corr, j0, full, true);
-#pragma unroll
-            for (int kk = 0; kk < kBK / 16; ++kk)
-              c_to_a(a[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < kBK / 16; ++kk)
-              wgmma_rs<1>(o[mt], a[mt][kk], wg_desc_n<D>(v_s, kk));
-            wg_commit();
-          }
-          wg_wait<0>();
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) wg_hold(o[mt]);
-        } else {
+      if constexpr (kQInRegs) {
+        if (t == 0) {
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-            for (int n = 0; n < NK; ++n)
-              s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+            for (int kd = 0; kd < KD; ++kd) load_a<D>(qf[mt][kd], sQ, row_of(mt), kd, lane);
+        }
+      }
+      const uint32_t k_s = sK + (t & 1) * kBK * D * 2, v_s = sV + (t & 1) * kBK * D * 2;
+      const int j0 = j_begin + t * kBK;
+      // Whole tile visible to every row of the CTA: no element mask.
+      const bool full = j0 >= lo_last && j0 + kBK - 1 <= hi_first;
+      // Mask and online softmax of m-tile mt: scores -> unnormalized P; O and the row
+      // statistics rescaled.
+      // kLin (no modifier, positive scale): the row maximum is taken over the raw products
+      // and scaled once, and each probability is exp2(dot * scale - max) by one FFMA, one
+      // multiply an element fewer (the kernel issues about as many instructions as its
+      // products take cycles). O is rescaled only where a row's maximum moved.
+      auto softmax = [&](int mt, float(&sm)[NK][4]) {
 #pragma unroll
-          for (int kd = 0; kd < KD; ++kd) {
-            uint32_t a[kMT][4];
+        for (int n = 0; n < NK; ++n)
 #pragma unroll
-            for (int mt = 0; mt < kMT; ++mt) {
-              if constexpr (kQInRegs) {
+          for (int e = 0; e < 4; ++e) {
+            const int r = e >> 1, j = j0 + n * 8 + 2 * t4 + (e & 1);
+            float x = sm[n][e];
+            if constexpr (!kLin) x = mod.x(x, qpos[mt][r], j);
+            if (!full && (j < lo[mt][r] || j > hi[mt][r])) x = -INFINITY;
+            sm[n][e] = x;
+          }
 #pragma unroll
-                for (int e = 0; e < 4; ++e) a[mt][e] = qf[mt][kd][e];
-              } else {
-                load_a<D>(a[mt], sQ, row_of(mt), kd, lane);
-              }
-            }
+        for (int r = 0; r < 2; ++r) {
+          // Row max and sum as trees over the thread's elements, not chains: a chain of NK
+          // dependent instructions stalls the warp on each one's latency.
+          float mx = tree_reduce<NK>([&](int n) { return fmaxf(sm[n][2 * r], sm[n][2 * r + 1]); },
+                                     [](float a, float b) { return fmaxf(a, b); });
+          if constexpr (!kLin) mx = fmaxf(mx, row_max[mt][r]);
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          float scale = 1.f;
+          if constexpr (kLin) {
+            scale = mod.scale_log2;
+            mx = fmaxf(row_max[mt][r], mx * scale);
+          }
+          const float m_use = mx == -INFINITY ? 0.f : mx;
+          const float corr = exp2_ftz(row_max[mt][r] - m_use);
+          row_max[mt][r] = mx;
 #pragma unroll
-            for (int np = 0; np < NK / 2; ++np) {
-              uint32_t b[4];
-              load_b<D>(b, k_s, np * 16, kd, lane);
+          for (int n = 0; n < NK; ++n) {
+            sm[n][2 * r] = exp2_ftz(fmaf(sm[n][2 * r], scale, -m_use));
+            sm[n][2 * r + 1] = exp2_ftz(fmaf(sm[n][2 * r + 1], scale, -m_use));
+          }
+          const float sum = tree_reduce<NK>([&](int n) { return sm[n][2 * r] + sm[n][2 * r + 1]; },
+                                            [](float a, float b) { return a + b; });
+          row_sum[mt][r] = row_sum[mt][r] * corr + sum;
+          if (__any_sync(0xffffffffu, corr != 1.f)) {
 #pragma unroll
-              for (int mt = 0; mt < kMT; ++mt) {
-                mma_bf16(s[mt][2 * np], a[mt], b[0], b[1]);
-                mma_bf16(s[mt][2 * np + 1], a[mt], b[2], b[3]);
-              }
+            for (int n = 0; n < ND; ++n) {
+              o[mt][n][2 * r] *= corr;
+              o[mt][n][2 * r + 1] *= corr;
             }
           }
+        }
+      };
+      float s[kMT][NK][4];
+      if constexpr (W) {
+        // One wgmma group per m-tile, software-pipelined when there are two (the softmax of
+        // one runs while the tensor cores do the other's product; groups complete in order).
+        // Cfg's wgmma shape has one m-tile per warp: there the overlap comes from the other
+        // warpgroup and the other CTA on the SM.
+        wg_fence();
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          const int r_mt = ((warp >> 2) * kMT + mt) * 64;
+#pragma unroll
+          for (int kd = 0; kd < KD; ++kd)
+            wgmma_ss<0>(s[mt], wg_desc_k<D>(sQ, kd, r_mt), wg_desc_k<D>(k_s, kd), kd);
+          wg_commit();
+        }
+        uint32_t a[kMT][kBK / 16][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          wg_wait<kMT - 1>();  // S of m-tile mt done
+          wg_hold(s[mt]);
+          softmax(mt, s[mt]);
+#pragma unroll
+          for (int kk = 0; kk < kBK / 16; ++kk) c_to_a(a[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
+          wg_fence();
+#pragma unroll
+          for (int kk = 0; kk < kBK / 16; ++kk)
+            wgmma_rs<1>(o[mt], a[mt][kk], wg_desc_n<D>(v_s, kk));
+          wg_commit();
+        }
+        wg_wait<0>();
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) wg_hold(o[mt]);
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int n = 0; n < NK; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+#pragma unroll
+        for (int kd = 0; kd < KD; ++kd) {
+          uint32_t a[kMT][4];
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
-            float corr[2];
-            softmax(mt, s[mt], corr, j0, full, true);
+            if constexpr (kQInRegs) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) a[mt][e] = qf[mt][kd][e];
+            } else {
+              load_a<D>(a[mt], sQ, row_of(mt), kd, lane);
+            }
           }
 #pragma unroll
-          for (int kk = 0; kk < kBK / 16; ++kk) {
-            uint32_t a[kMT][4];
+          for (int np = 0; np < NK / 2; ++np) {
+            uint32_t b[4];
+            load_b<D>(b, k_s, np * 16, kd, lane);
 #pragma unroll
-            for (int mt = 0; mt < kMT; ++mt) c_to_a(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+            for (int mt = 0; mt < kMT; ++mt) {
+              mma_bf16(s[mt][2 * np], a[mt], b[0], b[1]);
+              mma_bf16(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+            }
+          }
+        }
 #pragma unroll
-            for (int dp = 0; dp < ND / 2; ++dp) {
-              uint32_t b[4];
-              load_b_trans<D>(b, v_s, kk * 16, dp * 16, lane);
+        for (int mt = 0; mt < kMT; ++mt) softmax(mt, s[mt]);
 #pragma unroll
-              for (int mt = 0; mt < kMT; ++mt) {
-                mma_bf16(o[mt][2 * dp], a[mt], b[0], b[1]);
-                mma_bf16(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
-              }
+        for (int kk = 0; kk < kBK / 16; ++kk) {
+          uint32_t a[kMT][4];
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) c_to_a(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+#pragma unroll
+          for (int dp = 0; dp < ND / 2; ++dp) {
+            uint32_t b[4];
+            load_b_trans<D>(b, v_s, kk * 16, dp * 16, lane);
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+              mma_bf16(o[mt][2 * dp], a[mt], b[0], b[1]);
+              mma_bf16(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
             }
           }
         }
       }
+    }
   }
 
 #pragma unroll
@@ -394,32 +301,18 @@ __global__ void fill_kernel(float* x, int64_t n, float value) {
     x[i] = value;
 }
 
-// Temporary A/B switch (session 15): DL_FWD_PIPE=0 runs the unpipelined wgmma forward, =all
-// the pipelined one at both head dims; unset, at D = 64 only.
-bool fwd_pipe(int d) {
-  static const int mode = [] {
-    const char* e = std::getenv("DL_FWD_PIPE");
-    if (e == nullptr) return 64;
-    return std::string(e) == "0" ? 0 : std::string(e) == "all" ? 128 : 64;
-  }();
-  return d <= mode;
-}
-
-template <int D, class M, bool W, bool kLin, bool kPipe = false>
+template <int D, class M, bool W, bool kLin>
 void launch_as(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, void* out,
                float* lse) {
-  if constexpr (W && !kPipe) {
-    if (fwd_pipe(D)) return launch_as<D, M, W, kLin, true>(p, mod, tiles, n_tiles, out, lse);
-  }
-  constexpr int kSmem = Cfg<D, M, W, kPipe>::kSmem;
+  constexpr int kSmem = Cfg<D, M, W>::kSmem;
   static bool configured = false;
   if (!configured) {
-    DL_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<D, M, W, kLin, kPipe>,
+    DL_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<D, M, W, kLin>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     configured = true;
   }
-  cuda::launch(forward_kernel<D, M, W, kLin, kPipe>, unsigned(int64_t(n_tiles) * p.heads),
-               Cfg<D, M, W, kPipe>::kThreads, kSmem, p, mod, tiles, static_cast<bf16*>(out), lse);
+  cuda::launch(forward_kernel<D, M, W, kLin>, unsigned(int64_t(n_tiles) * p.heads),
+               Cfg<D, M, W>::kThreads, kSmem, p, mod, tiles, static_cast<bf16*>(out), lse);
   DL_CUDA_LAUNCH_CHECK();
 }
 
