@@ -1,6 +1,6 @@
 // Launchers of the fast varlen attention (FlashAttention-2 style, bf16 tensor cores through
-// mma.sync m16n8k16 + ldmatrix, or wgmma on sm_90a; fp32 accumulation): forward (fast_forward.cu)
-// and a deterministic atomic-free backward (fast_backward.cu). Same contract as flash_cuda.h (which
+// mma.sync m16n8k16 + ldmatrix, or wgmma on sm_90a; fp32 accumulation): forward (fast_forward.cu) and a
+// deterministic atomic-free backward (fast_backward.cu). Same contract as flash_cuda.h (which
 // stays the fallback): bottom-right causal, windows, GQA without replication, padding written
 // as zeros, LSE (H, T_q) fp32, modifiers none/softcap/ALiBi as compile-time functors.
 // Plain pointers and POD structs only (nvcc compiles this as C++17).
@@ -90,8 +90,6 @@ void backward(const Problem& p, const Mod& mod, const Tile* q_tiles, int n_q_til
               OutRows rows = {}, float* dq_acc = nullptr);
 
 // True when backward() takes a dq_acc (the wgmma kernels run).
-inline bool atomic_dq() {
-  return use_wgmma();
-}
+inline bool atomic_dq() { return use_wgmma(); }
 
 }  // namespace driftless::layers::gpu::fast

@@ -203,8 +203,9 @@ int64_t concurrent_dkv_ctas() {
 }  // namespace
 
 int dkv_block_k(int64_t head_dim, bool atomic) {
-  return atomic && use_wgmma() && head_dim == 128 ? bwd::DkvWarpgroups<128, true, true>::value * kBK
-                                                  : kBK;
+  if (!atomic || !use_wgmma()) return kBK;
+  return kBK * (head_dim == 64 ? bwd::DkvWarpgroups<64, true, true>::value
+                               : bwd::DkvWarpgroups<128, true, true>::value);
 }
 
 int64_t atomic_dkv_concurrent_ctas(int64_t head_dim) {

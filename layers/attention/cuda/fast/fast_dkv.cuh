@@ -42,8 +42,9 @@ struct DkvSmem {
 };
 
 // Warpgroups of a dK/dV CTA: two in the atomic mode at D = 128 on wgmma, else one. Measured
-// on an H200 (session 15, BENCHMARKS.md): two make the atomic backward faster (GQA 4:1 +6-9%),
-// the deterministic one slower (dense D = 128 -9%: one CTA of 8 warps an SM against two of 4).
+// on an H200 (session 15, BENCHMARKS.md): two make the atomic backward faster (GQA 4:1 fwd+bwd
+// +6%), the deterministic one slower (dense D = 128 -7%: one CTA of 8 warps an SM against two
+// of 4).
 // The deterministic kernel still takes the same query steps (kAnchor below), so dk and dv
 // keep the same bits in both modes.
 template <int D, bool W, bool kDq>
@@ -267,7 +268,7 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
           // tile read N-major; with two warpgroups, warpgroup wg takes the 64-column atom wg
           // of K (1024 bytes apart in an 8-row group), so dQ's columns 64 wg ..
           fence_proxy_async();
-          __syncthreads();               // every warp's rows of dS^T written
+          __syncthreads();  // every warp's rows of dS^T written
           constexpr int NDQ = ND / kWG;  // 8-column chunks of dQ this warpgroup computes
           static_assert(kWG == 1 || NDQ == 8, "a warpgroup's dQ columns are one 64-column atom");
           float dq[NDQ][4];
