@@ -58,6 +58,20 @@ class Communicator {
   virtual void broadcast(const Tensor& t, int root) = 0;
   virtual void barrier() = 0;
 
+  // ---- context parallelism (layers/attention/context_parallel.h) ----
+  // in (P·n), out (P·n), same dtype: chunk p of in goes to rank p, chunk p of out comes
+  // from rank p (Ulysses: tokens ↔ heads). out and in must not overlap.
+  virtual void all_to_all(const Tensor& out, const Tensor& in) = 0;
+  // Sends `send` to rank dst and receives `recv` from rank src in one exchange (a ring step:
+  // dst = rank + 1, src = rank − 1, mod P); dst == src == rank() copies. Same dtype on
+  // every rank; send's numel on this rank equals recv's numel on rank dst.
+  virtual void send_recv(const Tensor& send, int dst, const Tensor& recv, int src) = 0;
+  // send_recv that may overlap with work issued after it: NCCL runs it on the side stream,
+  // ordered after everything already issued on the compute stream; the caller neither
+  // writes send nor reads recv until wait(). Other backends finish it before returning.
+  virtual std::unique_ptr<Work> send_recv_async(const Tensor& send, int dst, const Tensor& recv,
+                                                int src);
+
   // In-place forms: buffer (P·n, ...) of which this rank holds chunk rank() along dim 0.
   void all_gather_in_place(const Tensor& buffer);
   void reduce_scatter_in_place(const Tensor& buffer);
