@@ -43,6 +43,53 @@ void Communicator::check_root(const char* op, int root) const {
            "root " << root << " out of range for " << size() << " ranks");
 }
 
+namespace {
+// Byte ranges of two contiguous tensors intersect (a collective's buffers must not).
+bool overlap(const Tensor& a, const Tensor& b) {
+  const char* pa = static_cast<const char*>(a.raw_data());
+  const char* pb = static_cast<const char*>(b.raw_data());
+  return a.nbytes() > 0 && b.nbytes() > 0 && pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+}  // namespace
+
+void Communicator::check_all_to_all(const char* op, const Tensor& out, const Tensor& in) const {
+  check_tensor(op, out);
+  check_tensor(op, in);
+  DL_CHECK(
+      out.dtype() == in.dtype(), op,
+      "dtypes differ: out " << dtype_name(out.dtype()) << " and in " << dtype_name(in.dtype()));
+  DL_CHECK(out.numel() == in.numel(), op,
+           "out " << shape_str(out.shape()) << " (" << out.numel() << " elements) and in "
+                  << shape_str(in.shape()) << " (" << in.numel()
+                  << " elements) must hold the same number of elements");
+  DL_CHECK(in.numel() % size() == 0, op,
+           "in " << shape_str(in.shape()) << " (" << in.numel() << " elements) must split into "
+                 << size() << " equal chunks, one per rank");
+  DL_CHECK(!overlap(out, in), op, "out and in overlap; all_to_all needs separate buffers");
+}
+
+void Communicator::check_send_recv(const char* op, const Tensor& send, int dst, const Tensor& recv,
+                                   int src) const {
+  check_tensor(op, send);
+  check_tensor(op, recv);
+  DL_CHECK(send.dtype() == recv.dtype(), op,
+           "dtypes differ: send " << dtype_name(send.dtype()) << " and recv "
+                                  << dtype_name(recv.dtype()));
+  DL_CHECK(dst >= 0 && dst < size(), op,
+           "dst " << dst << " out of range for " << size() << " ranks");
+  DL_CHECK(src >= 0 && src < size(), op,
+           "src " << src << " out of range for " << size() << " ranks");
+  DL_CHECK((dst == rank()) == (src == rank()), op,
+           "dst " << dst << " and src " << src << " on rank " << rank()
+                  << ": a rank that sends to itself must receive from itself, and only then");
+  DL_CHECK(dst != rank() || send.numel() == recv.numel(), op,
+           "send " << shape_str(send.shape()) << " (" << send.numel() << " elements) and recv "
+                   << shape_str(recv.shape()) << " (" << recv.numel()
+                   << " elements) must hold the same number of elements when rank " << rank()
+                   << " exchanges with itself");
+  DL_CHECK(!overlap(send, recv), op, "send and recv overlap; send_recv needs separate buffers");
+}
+
 Tensor Communicator::own_chunk(const Tensor& buffer) const {
   DL_CHECK(buffer.defined() && buffer.dim() >= 1, "own_chunk", "needs a tensor with dim 0");
   DL_CHECK(buffer.size(0) % size() == 0, "own_chunk",
@@ -64,6 +111,12 @@ std::unique_ptr<Work> Communicator::all_reduce_async(const Tensor& t) {
 
 std::unique_ptr<Work> Communicator::reduce_async(const Tensor& t, int root) {
   reduce(t, root);
+  return std::make_unique<CompletedWork>();
+}
+
+std::unique_ptr<Work> Communicator::send_recv_async(const Tensor& send, int dst, const Tensor& recv,
+                                                    int src) {
+  send_recv(send, dst, recv, src);
   return std::make_unique<CompletedWork>();
 }
 
@@ -104,6 +157,14 @@ class SingleProcessCommunicator final : public Communicator {
     check_root("broadcast", root);
   }
   void barrier() override {}
+  void all_to_all(const Tensor& out, const Tensor& in) override {
+    check_all_to_all("all_to_all", out, in);
+    copy_flat(out, in);
+  }
+  void send_recv(const Tensor& send, int dst, const Tensor& recv, int src) override {
+    check_send_recv("send_recv", send, dst, recv, src);
+    copy_flat(recv, send);
+  }
 
  private:
   static void copy_flat(const Tensor& dst, const Tensor& src) {

@@ -97,6 +97,12 @@ class Communicator {
   void check_tensor(const char* op, const Tensor& t) const;
   void check_gather_shapes(const char* op, const Tensor& big, const Tensor& small) const;
   void check_root(const char* op, int root) const;
+  // all_to_all: same dtype, equal numel dividing over size(), no overlap.
+  void check_all_to_all(const char* op, const Tensor& out, const Tensor& in) const;
+  // send_recv: same dtype, ranks in range, no overlap; dst == rank() exactly when src ==
+  // rank() (a rank that sends to itself receives from itself), and then equal numel.
+  void check_send_recv(const char* op, const Tensor& send, int dst, const Tensor& recv,
+                       int src) const;
 
   CommOptions options_;
 };

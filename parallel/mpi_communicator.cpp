@@ -102,13 +102,14 @@ void MpiCommunicator::check_usable(const char* op) const {
       "communicator is unusable after an earlier collective timed out on rank " << world_rank());
 }
 
-void MpiCommunicator::wait(const char* op, MPI_Request& req, std::vector<Tensor> in_use) {
+void MpiCommunicator::wait(const char* op, MPI_Request* reqs, int count,
+                           std::vector<Tensor> in_use) {
   using clock = std::chrono::steady_clock;
   const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(
                                            std::chrono::duration<double>(options_.timeout_s));
   for (int polls = 0;; ++polls) {
     int done = 0;
-    mpi_check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), op, "MPI_Test");
+    mpi_check(MPI_Testall(count, reqs, &done, MPI_STATUSES_IGNORE), op, "MPI_Testall");
     if (done) return;
     if (clock::now() > deadline) {
       // A started collective cannot be cancelled: park its buffers and refuse further use.
@@ -222,6 +223,45 @@ void MpiCommunicator::barrier() {
   MPI_Request req;
   mpi_check(MPI_Ibarrier(comm_.get(), &req), op, "MPI_Ibarrier");
   wait(op, req, {});
+}
+
+void MpiCommunicator::all_to_all(const Tensor& out, const Tensor& in) {
+  const char* op = "all_to_all";
+  check_usable(op);
+  check_all_to_all(op, out, in);
+  const int n = checked_count(op, in.numel() / size_);
+  const MPI_Datatype type = mpi_datatype(in.dtype());
+  MPI_Request req;
+  mpi_check(MPI_Ialltoall(in.raw_data(), n, type, out.raw_data(), n, type, comm_.get(), &req), op,
+            "MPI_Ialltoall");
+  wait(op, req, {out, in});
+}
+
+void MpiCommunicator::send_recv(const Tensor& send, int dst, const Tensor& recv, int src) {
+  const char* op = "send_recv";
+  check_usable(op);
+  check_send_recv(op, send, dst, recv, src);
+  if (dst == rank_) {
+    recv.view({recv.numel()}).copy_(send.view({send.numel()}));
+    return;
+  }
+  // One tag: this communicator is a private duplicate, and MPI keeps the order of messages
+  // between two ranks, so successive exchanges match in the order they were issued.
+  constexpr int kTag = 29;
+  const MPI_Datatype type = mpi_datatype(send.dtype());
+  const int send_count = checked_count(op, send.numel());
+  const int recv_count = checked_count(op, recv.numel());
+  MPI_Request reqs[2];
+  mpi_check(MPI_Irecv(recv.raw_data(), recv_count, type, src, kTag, comm_.get(), &reqs[0]), op,
+            "MPI_Irecv");
+  const int sent = MPI_Isend(send.raw_data(), send_count, type, dst, kTag, comm_.get(), &reqs[1]);
+  if (sent != MPI_SUCCESS) {
+    // The receive is posted: park its buffer, as after a timeout, before reporting.
+    broken_ = true;
+    abandoned_.push_back(recv);
+    mpi_check(sent, op, "MPI_Isend");
+  }
+  wait(op, reqs, 2, {send, recv});
 }
 
 }  // namespace driftless::parallel

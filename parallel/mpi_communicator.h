@@ -53,12 +53,19 @@ class MpiCommunicator final : public Communicator {
   void reduce(const Tensor& t, int root) override;
   void broadcast(const Tensor& t, int root) override;
   void barrier() override;
+  void all_to_all(const Tensor& out, const Tensor& in) override;
+  // MPI_Isend to dst and MPI_Irecv from src, waited for together; a local copy when both
+  // are this rank. send_recv_async is the default (completes before returning).
+  void send_recv(const Tensor& send, int dst, const Tensor& recv, int src) override;
 
  private:
   void check_usable(const char* op) const;
-  // Polls req until it completes or the timeout passes; keep alive the tensors MPI may
-  // still touch if it does not (they are parked in abandoned_, never freed under MPI).
-  void wait(const char* op, MPI_Request& req, std::vector<Tensor> in_use);
+  // Polls the requests until all complete or the timeout passes; keep alive the tensors MPI
+  // may still touch if they do not (they are parked in abandoned_, never freed under MPI).
+  void wait(const char* op, MPI_Request* reqs, int count, std::vector<Tensor> in_use);
+  void wait(const char* op, MPI_Request& req, std::vector<Tensor> in_use) {
+    wait(op, &req, 1, std::move(in_use));
+  }
 
   MpiComm comm_;
   int rank_ = 0, size_ = 1;

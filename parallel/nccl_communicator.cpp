@@ -3,7 +3,9 @@
 // stream and ncclCommGetAsyncError until the deadline, and on error or timeout aborts the
 // NCCL communicator (ncclCommAbort) before throwing. all_reduce_async runs on a side stream
 // that waits for an event recorded on the compute stream, so gradient buckets reduce while
-// the backward goes on; its Work polls an event the same way. The stream-ordered in-place
+// the backward goes on; its Work polls an event the same way (send_recv_async, the ring step
+// of context parallelism, runs there too). all_to_all and send_recv are grouped
+// ncclSend/ncclRecv pairs, blocking like the collectives. The stream-ordered in-place
 // collectives (the SDP K/V exchange) are enqueued on the compute stream without a wait; the
 // next one, or any waiting call, checks them. Sums: NCCL's ring/tree order is fixed for a
 // given topology and every rank receives the same reduced bits.
@@ -16,6 +18,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "engine/core/cuda/check.h"
 #include "engine/core/cuda/stream.h"
@@ -136,7 +139,7 @@ class NcclCommunicator final : public Communicator {
     cudaStream_t side = side_stream();
     DL_NCCL_CHECK(op, ncclAllReduce(t.raw_data(), t.raw_data(), size_t(t.numel()),
                                     nccl_datatype(t.dtype()), ncclSum, comm_, side));
-    return finish_async(side, t);
+    return finish_async(side, {t});
   }
   std::unique_ptr<Work> reduce_async(const Tensor& t, int root) override {
     const char* op = "reduce_async";
@@ -146,7 +149,7 @@ class NcclCommunicator final : public Communicator {
     cudaStream_t side = side_stream();
     DL_NCCL_CHECK(op, ncclReduce(t.raw_data(), t.raw_data(), size_t(t.numel()),
                                  nccl_datatype(t.dtype()), ncclSum, root, comm_, side));
-    return finish_async(side, t);
+    return finish_async(side, {t});
   }
   void broadcast(const Tensor& t, int root) override {
     const char* op = "broadcast";
@@ -162,6 +165,45 @@ class NcclCommunicator final : public Communicator {
     check_usable(op);
     DL_CUDA_CHECK(cudaStreamSynchronize(stream()));
     bootstrap_.barrier();
+  }
+  void all_to_all(const Tensor& out, const Tensor& in) override {
+    const char* op = "all_to_all";
+    check_usable(op);
+    check_all_to_all(op, out, in);
+    const size_t chunk = in.nbytes() / size_t(size_);
+    const size_t n = size_t(in.numel() / size_);
+    const ncclDataType_t type = nccl_datatype(in.dtype());
+    // This rank's own chunk is a device copy; the others are one send and one receive per peer.
+    DL_CUDA_CHECK(cudaMemcpyAsync(byte_ptr(out) + size_t(rank_) * chunk,
+                                  byte_ptr(in) + size_t(rank_) * chunk, chunk,
+                                  cudaMemcpyDeviceToDevice, stream()));
+    grouped(op, [&] {
+      ncclResult_t st = ncclSuccess;
+      for (int p = 0; p < size_ && st == ncclSuccess; ++p) {
+        if (p == rank_) continue;
+        st = ncclSend(byte_ptr(in) + size_t(p) * chunk, n, type, p, comm_, stream());
+        if (st == ncclSuccess)
+          st = ncclRecv(byte_ptr(out) + size_t(p) * chunk, n, type, p, comm_, stream());
+      }
+      return st;
+    });
+    wait(op);
+  }
+  void send_recv(const Tensor& send, int dst, const Tensor& recv, int src) override {
+    const char* op = "send_recv";
+    check_usable(op);
+    check_send_recv(op, send, dst, recv, src);
+    enqueue_send_recv(op, send, dst, recv, src, stream());
+    wait(op);
+  }
+  std::unique_ptr<Work> send_recv_async(const Tensor& send, int dst, const Tensor& recv,
+                                        int src) override {
+    const char* op = "send_recv_async";
+    check_usable(op);
+    check_send_recv(op, send, dst, recv, src);
+    cudaStream_t side = side_stream();
+    enqueue_send_recv(op, send, dst, recv, src, side);
+    return finish_async(side, {send, recv});
   }
 
  private:
@@ -181,6 +223,36 @@ class NcclCommunicator final : public Communicator {
     DL_NCCL_CHECK(op, ncclReduceScatter(in.raw_data(), out.raw_data(), size_t(out.numel()),
                                         nccl_datatype(in.dtype()), ncclSum, comm_, stream()));
   }
+  static char* byte_ptr(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
+
+  // Runs issue() (the ncclSend/ncclRecv calls, returning the first failure) inside
+  // ncclGroupStart/End. The group is closed even when a call fails, so that NCCL's
+  // thread-local group state does not swallow the next collective of any communicator.
+  template <class Issue>
+  void grouped(const char* op, const Issue& issue) {
+    DL_NCCL_CHECK(op, ncclGroupStart());
+    const ncclResult_t issued = issue();
+    const ncclResult_t ended = ncclGroupEnd();
+    if (issued != ncclSuccess) fail(op, "ncclSend/ncclRecv", issued);
+    if (ended != ncclSuccess) fail(op, "ncclGroupEnd()", ended);
+  }
+
+  void enqueue_send_recv(const char* op, const Tensor& send, int dst, const Tensor& recv, int src,
+                         cudaStream_t s) {
+    if (dst == rank_) {  // and src == rank_ (check_send_recv)
+      DL_CUDA_CHECK(cudaMemcpyAsync(recv.raw_data(), send.raw_data(), send.nbytes(),
+                                    cudaMemcpyDeviceToDevice, s));
+      return;
+    }
+    const ncclDataType_t type = nccl_datatype(send.dtype());
+    grouped(op, [&] {
+      ncclResult_t st = ncclSend(send.raw_data(), size_t(send.numel()), type, dst, comm_, s);
+      if (st == ncclSuccess)
+        st = ncclRecv(recv.raw_data(), size_t(recv.numel()), type, src, comm_, s);
+      return st;
+    });
+  }
+
   // At most one stream-ordered collective in flight: the previous one must have completed
   // (within the deadline) before the next is issued, so a hung peer is still reported, and
   // the host never queues more than about a layer of work behind a collective.
@@ -218,22 +290,25 @@ class NcclCommunicator final : public Communicator {
     side_->wait(ready);
     return side_->get();
   }
-  // The Work holds t until wait(): the side stream may still read it after the caller
-  // dropped its handle, and the caching allocator must not hand its block out before.
-  std::unique_ptr<Work> finish_async(cudaStream_t side, const Tensor& t) {
-    auto work = std::make_unique<NcclWork>(this, t);
+  // The Work holds its tensors until wait(): the side stream may still use them after the
+  // caller dropped its handles, and the caching allocator must not hand their blocks out
+  // before.
+  std::unique_ptr<Work> finish_async(cudaStream_t side, std::vector<Tensor> tensors) {
+    auto work = std::make_unique<NcclWork>(this, std::move(tensors));
     work->done.record(side);
     return work;
   }
 
   struct NcclWork final : Work {
-    NcclWork(NcclCommunicator* c, Tensor t) : comm(c), tensor(std::move(t)) {}
+    NcclWork(NcclCommunicator* c, std::vector<Tensor> t) : comm(c), tensors(std::move(t)) {}
+    // A host wait: returns once the side stream has passed the collective, so whatever is
+    // issued afterwards, on any stream, sees its result.
     void wait() override {
       comm->wait("async collective", [this] { return done.done(); });
-      tensor = Tensor();
+      tensors.clear();
     }
     NcclCommunicator* comm;
-    Tensor tensor;
+    std::vector<Tensor> tensors;
     cuda::Event done;
   };
 
@@ -280,7 +355,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   MpiCommunicator bootstrap_;
-  std::unique_ptr<cuda::Stream> side_;     // all_reduce_async
+  std::unique_ptr<cuda::Stream> side_;    // all_reduce_async, reduce_async, send_recv_async
   std::unique_ptr<cuda::Event> ordered_;  // the stream-ordered collective in flight
   ncclComm_t comm_ = nullptr;
   int rank_ = 0, size_ = 1;
