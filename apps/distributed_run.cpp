@@ -17,7 +17,9 @@ int run_distributed(const train::Config& config,
     const Device device = config.precision.device == "cuda" ? Device::cuda : Device::cpu;
     parallel::ProcessGroups groups(
         world,
-        {int(config.distributed.data_parallel), int(config.distributed.sequence_data_parallel)},
+        // The ranks sharing a sequence: SDP or context parallel (config.cpp allows one).
+        {int(config.distributed.data_parallel),
+         int(config.distributed.sequence_data_parallel * config.distributed.context_parallel.size)},
         device);
     auto exchange = parallel::make_kv_exchange(groups.sdp());
     train::TrainerOptions options;

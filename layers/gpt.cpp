@@ -162,10 +162,19 @@ void Gpt::init(uint64_t seed) {
   slab_.sync_compute();
 }
 
-void Gpt::prepare_buffers(int64_t slots, int64_t sequence_length) {
+void Gpt::prepare_buffers(int64_t slots, int64_t sequence_length, int64_t head_groups) {
+  DL_CHECK(head_groups >= 1 && config_.kv_heads() % head_groups == 0, "gpt",
+           "n_kv_head " << config_.kv_heads() << " does not divide into " << head_groups
+                        << " head groups");
   for (auto& b : kv_buffers_)
-    b.ensure(slots, sequence_length, config_.kv_heads(), config_.head_dim(), compute_dtype(),
-             device_, DType::f32);
+    b.ensure(slots, sequence_length, config_.kv_heads() / head_groups, config_.head_dim(),
+             compute_dtype(), device_, DType::f32);
+}
+
+ScoreModSpec Gpt::score_mod(int64_t h0, int64_t n) const {
+  if (config_.softcap > 0) return ScoreModSpec::make_softcap(config_.softcap);
+  if (config_.alibi) return ScoreModSpec::make_alibi(alibi_slopes_.narrow(0, h0, n).contiguous());
+  return ScoreModSpec::none();
 }
 
 void Gpt::zero_kv_grads() {
@@ -246,6 +255,12 @@ Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<SliceIn
   Tensor qkv = linear(x, p(layer_name(l, "attn.c_attn.weight")),
                       p(layer_name(l, "attn.c_attn.bias")));  // (T, (H + 2 Hkv) D)
   qkv = tap(qkv, layer_name(l, "attn.qkv"), o.sink, rows);
+  if (o.context_parallel != ContextParallel::none) {
+    Tensor y = context_parallel_core(l, qkv, slice, o);
+    y = tap(y, layer_name(l, "attn.core"), o.sink, rows);
+    return linear(y, p(layer_name(l, "attn.c_proj.weight")), p(layer_name(l, "attn.c_proj.bias")),
+                  residual);
+  }
   auto parts = ops::split(qkv, {H * D, Hkv * D, Hkv * D}, 1);
   const int64_t T = x.size(0);
   Tensor q = ops::reshape(parts[0], {T, H, D});
@@ -309,13 +324,69 @@ Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<SliceIn
     k_all = k_parts.size() == 1 ? k_parts[0] : ops::concat(k_parts, 0);
     v_all = v_parts.size() == 1 ? v_parts[0] : ops::concat(v_parts, 0);
   }
-  if (config_.softcap > 0) spec.score_mod = ScoreModSpec::make_softcap(config_.softcap);
-  if (config_.alibi) spec.score_mod = ScoreModSpec::make_alibi(alibi_slopes_);
+  spec.score_mod = score_mod(0, H);
   Tensor y = attention(q, k_all, v_all, spec);  // (T, H, D)
   y = ops::reshape(y, {T, H * D});
   y = tap(y, layer_name(l, "attn.core"), o.sink, rows);
   return linear(y, p(layer_name(l, "attn.c_proj.weight")), p(layer_name(l, "attn.c_proj.bias")),
                 residual);
+}
+
+Tensor Gpt::context_parallel_core(int64_t l, const Tensor& qkv,
+                                  const std::vector<SliceInput>& slice, const ForwardOptions& o) {
+  static KvExchange single_rank;
+  KvExchange& ex = o.exchange ? *o.exchange : single_rank;
+  const int64_t H = config_.n_head, Hkv = config_.kv_heads(), D = config_.head_dim();
+  const int64_t T = qkv.size(0), P = ex.ranks();
+  KvBuffer& buffer = kv_buffers_[size_t(l)];
+  if (o.context_parallel == ContextParallel::ring) {
+    DL_CHECK(slice.size() % 2 == 0, "gpt", "ring: the slice must list two chunks per sequence");
+    std::vector<RingSequence> seqs;
+    for (size_t j = 0; j < slice.size(); j += 2) {
+      DL_CHECK(slice[j].slot == slice[j + 1].slot, "gpt",
+               "ring: the two chunks of a sequence must share a K/V slot");
+      seqs.push_back({{slice[j].input, slice[j + 1].input}, slice[j].slot});
+    }
+    auto parts = ops::split(qkv, {H * D, Hkv * D, Hkv * D}, 1);
+    AttentionSpec base;
+    base.score_mod = score_mod(0, H);
+    base.deterministic = o.deterministic;
+    Tensor y = ring_attention(ops::reshape(parts[0], {T, H, D}), ops::reshape(parts[1], {T, Hkv, D}),
+                              ops::reshape(parts[2], {T, Hkv, D}), seqs, buffer, ex, base);
+    return ops::reshape(y, {T, H * D});
+  }
+  // a2a: this rank's heads over every row of the micro-sequence.
+  const int64_t n = int64_t(slice.size()), Hp = H / P, Hkvp = Hkv / P;
+  Tensor heads = tokens_to_heads(qkv, n, H, Hkv, ex);  // (n L, (Hp + 2 Hkvp) D)
+  const int64_t L = heads.size(0) / n;
+  auto parts = ops::split(heads, {Hp * D, Hkvp * D, Hkvp * D}, 1);
+  Tensor q = ops::reshape(parts[0], {n * L, Hp, D});
+  const std::vector<int64_t> rows_of(size_t(n), L);
+  const std::vector<Tensor> k_q = ops::split(ops::reshape(parts[1], {n * L, Hkvp, D}), rows_of, 0);
+  const std::vector<Tensor> v_q = ops::split(ops::reshape(parts[2], {n * L, Hkvp, D}), rows_of, 0);
+  std::vector<AttentionSpec> specs;
+  std::vector<int64_t> k_rows;
+  std::vector<Tensor> k_parts, v_parts;
+  for (int64_t j = 0; j < n; ++j) {
+    const data::ModelInput* w = slice[size_t(j)].whole;
+    DL_CHECK(w && w->num_queries() == L, "gpt",
+             "a2a: sequence " << j << " needs its whole micro-sequence of " << L << " rows");
+    specs.push_back(spec_from_input(*w, false));
+    k_rows.push_back(w->num_keys());
+    // The buffer holds this rank's heads of every row: one rank's exchange, no collective.
+    auto [k_ext, v_ext] = kv_write_read(
+        buffer, KvSlice{slice[size_t(j)].slot, w->sequence_k_past, w->sequence_k_end,
+                        w->first_document_begin, -1},
+        k_q[size_t(j)], v_q[size_t(j)]);
+    k_parts.push_back(k_ext);
+    v_parts.push_back(v_ext);
+  }
+  AttentionSpec spec = merge_specs(specs, k_rows);
+  spec.deterministic = o.deterministic;
+  spec.score_mod = score_mod(ex.rank() * Hp, Hp);
+  Tensor y = attention(q, n == 1 ? k_parts[0] : ops::concat(k_parts, 0),
+                       n == 1 ? v_parts[0] : ops::concat(v_parts, 0), spec);  // (n L, Hp, D)
+  return heads_to_tokens(ops::reshape(y, {n * L, Hp * D}), n, ex);
 }
 
 Tensor Gpt::logits(const std::vector<SliceInput>& slice, const ForwardOptions& o) {

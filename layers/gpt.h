@@ -10,6 +10,7 @@
 
 #include "data/model_input.h"
 #include "layers/gpt_config.h"
+#include "layers/attention/context_parallel.h"
 #include "layers/attention/kv_buffer.h"
 #include "layers/parameters.h"
 #include "layers/tap.h"
@@ -30,11 +31,17 @@ struct SliceInput {
   const data::ModelInput* input = nullptr;
   int64_t slot = 0;             // which K/V buffer sequence it uses
   int64_t global_sequence = 0;  // index in the step's global batch (for tensor logs)
+  // Context parallel a2a: the whole micro-sequence (SliceSpec {i, m, 0, 1}), whose rows
+  // this rank attends for its heads. Ring: the slice lists chunks r and 2P-1-r of each
+  // sequence as two consecutive entries with the same slot.
+  const data::ModelInput* whole = nullptr;
 };
 
 struct ForwardOptions {
   TensorSink* sink = nullptr;       // tensor logs
   KvExchange* exchange = nullptr;   // SDP K/V exchange (nullptr: single rank)
+  // Context parallelism over the exchange's ranks instead of SDP (context_parallel.h).
+  ContextParallel context_parallel = ContextParallel::none;
   const ModelFaults* faults = nullptr;
   bool training = true;             // dropout on
   // The loss recomputes its logits in the backward instead of saving dx / dW: set when
@@ -70,8 +77,9 @@ class Gpt {
   void init(uint64_t seed);
   DType compute_dtype() const { return slab_.compute_dtype(); }
 
-  // K/V buffers for `slots` sequences of `sequence_length` tokens (allocated once).
-  void prepare_buffers(int64_t slots, int64_t sequence_length);
+  // K/V buffers for `slots` sequences of `sequence_length` tokens (allocated once), of
+  // n_kv_head / head_groups heads (context parallel a2a: this rank's heads only).
+  void prepare_buffers(int64_t slots, int64_t sequence_length, int64_t head_groups = 1);
   void zero_kv_grads();
   int64_t kv_buffer_bytes() const;
 
@@ -91,6 +99,11 @@ class Gpt {
   Tensor self_attention(int64_t layer, const Tensor& x, const std::vector<SliceInput>& slice,
                         const ForwardOptions& options, const std::vector<RowBlock>& rows,
                         const Tensor& residual = Tensor());
+  // The attention core of context parallelism: qkv (T, (H + 2 H_kv) D) -> (T, H D).
+  Tensor context_parallel_core(int64_t layer, const Tensor& qkv,
+                               const std::vector<SliceInput>& slice, const ForwardOptions& options);
+  // The modifier of every attention call (softcap, or ALiBi slopes of heads [h0, h0 + n)).
+  ScoreModSpec score_mod(int64_t h0, int64_t n) const;
   const Tensor& p(const std::string& name) const { return slab_[name]; }
 
   GptConfig config_;

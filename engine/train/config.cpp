@@ -210,6 +210,32 @@ void cross_check(const Config& c, std::vector<std::string>& errors) {
   need((S / ms) % sdp == 0, "a micro-sequence (" + std::to_string(S / ms) +
                                 " tokens) must divide over distributed.sequence_data_parallel (" +
                                 std::to_string(sdp) + ")");
+  const ContextParallelConfig& cp = c.distributed.context_parallel;
+  if (cp.size > 1) {
+    const std::string P = std::to_string(cp.size);
+    need(sdp == 1, "distributed.context_parallel.size (" + P +
+                       ") and distributed.sequence_data_parallel (" + std::to_string(sdp) +
+                       ") both share sequences; choose one");
+    if (cp.kind == "ring") {
+      need((S / ms) % (2 * cp.size) == 0,
+           "a micro-sequence (" + std::to_string(S / ms) +
+               " tokens) must divide into 2 x distributed.context_parallel.size (" +
+               std::to_string(2 * cp.size) + ") chunks for the ring");
+      need(c.data.pad_documents_to <= 1,
+           "distributed.context_parallel.kind ring does not take data.pad_documents_to yet; use "
+           "kind a2a or sequence_data_parallel");
+      need(!m.alibi, "distributed.context_parallel.kind ring does not take model.alibi (its "
+                     "partial attention calls lose the token distance); use kind a2a");
+    } else {
+      need((S / ms) % cp.size == 0, "a micro-sequence (" + std::to_string(S / ms) +
+                                        " tokens) must divide over distributed.context_parallel.size (" +
+                                        P + ")");
+      need(m.n_head % cp.size == 0 && m.kv_heads() % cp.size == 0,
+           "distributed.context_parallel.kind a2a needs model.n_head (" + std::to_string(m.n_head) +
+               ") and the key/value heads (" + std::to_string(m.kv_heads()) +
+               ") divisible by its size (" + P + ")");
+    }
+  }
   const int64_t split = c.distributed.data_parallel * c.schedule.breadth_first *
                         c.schedule.depth_first;
   need(c.batch.sequences % split == 0,

@@ -58,10 +58,20 @@ struct TrainingConfig {
   int64_t log_interval = 1;
   int64_t seed = 1234;
   bool deterministic = true;
+  std::string init_from;  // checkpoint whose weights start the run ("": seeded init)
+};
+
+// Context parallelism (layers/attention/context_parallel.h): size ranks share each
+// sequence; ring passes K/V chunks around them (load-balanced causal split), a2a (Ulysses)
+// trades tokens for heads with all-to-all.
+struct ContextParallelConfig {
+  int64_t size = 1;
+  std::string kind = "ring";  // ring | a2a
 };
 
 struct DistributedConfig {
   int64_t sequence_data_parallel = 1;
+  ContextParallelConfig context_parallel;
   int64_t data_parallel = 1;
   int64_t zero_stage = 0;
   double bucket_mb = 25;  // gradient all-reduce buckets; 0: one reduction after the backward

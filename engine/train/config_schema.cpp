@@ -54,8 +54,11 @@ void visit_schema_impl(C& c, V&& v) {
   v(Field{"training.log_interval", "steps between progress lines and metrics", 1, kBig}, c.training.log_interval);
   v(Field{"training.seed", "seed of data order, initialisation and dropout", 0, 9e15}, c.training.seed);
   v(Field{"training.deterministic", "bitwise reproducible runs (fixed reduction orders, no atomics); false lets the CUDA attention backward sum dQ with atomic adds on Hopper GPUs (faster; the bits of the gradients then vary from run to run). Everything else is always deterministic"}, c.training.deterministic);
+  v(Field{"training.init_from", "checkpoint whose model weights start the run instead of the seeded initialisation (another run's, or `driftless import --hf`'s); its model section must match model; no step or optimizer state is taken from it; --resume ignores it"}, c.training.init_from);
   // distributed
   v(Field{"distributed.sequence_data_parallel", "ranks sharing one sequence (SDP)", 1, 1 << 16}, c.distributed.sequence_data_parallel);
+  v(Field{"distributed.context_parallel.size", "ranks sharing one sequence by context parallelism (instead of SDP; the world is data_parallel x size)", 1, 1 << 16}, c.distributed.context_parallel.size);
+  v(Field{"distributed.context_parallel.kind", "ring: each rank holds micro-sequence chunks r and 2P-1-r (load-balanced causal) and K/V chunks pass around the ring, each step's send overlapping the attention of the chunk at hand; a2a (Ulysses): all-to-all from tokens to heads before attention and back after it (n_head and n_kv_head divisible by size)", 0, 0, {"ring", "a2a"}}, c.distributed.context_parallel.kind);
   v(Field{"distributed.data_parallel", "ranks splitting the batch", 1, 1 << 16}, c.distributed.data_parallel);
   v(Field{"distributed.zero_stage", "0: all-reduce gradients; 1 (ZeRO-1): reduce-scatter gradients, shard optimizer state over the data group, all-gather parameters", 0, 1}, c.distributed.zero_stage);
   v(Field{"distributed.bucket_mb", "size of the gradient buckets all-reduced during the backward (on GPU overlapped with it, on a side stream); 0: one all-reduce after the backward", 0, 1e5}, c.distributed.bucket_mb);

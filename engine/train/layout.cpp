@@ -12,6 +12,11 @@ Layout Layout::from_config(const Config& c, int64_t rank) {
   Layout l;
   l.data_parallel = c.distributed.data_parallel;
   l.sequence_data_parallel = c.distributed.sequence_data_parallel;
+  const ContextParallelConfig& cp = c.distributed.context_parallel;
+  if (cp.size > 1) {
+    l.context_parallel = cp.size;
+    l.cp_kind = cp.kind == "a2a" ? ContextParallel::a2a : ContextParallel::ring;
+  }
   l.breadth_first = c.schedule.breadth_first;
   l.depth_first = c.schedule.depth_first;
   l.micro_sequences = c.schedule.micro_sequences;
@@ -21,7 +26,7 @@ Layout Layout::from_config(const Config& c, int64_t rank) {
 
 namespace {
 parallel::RankCoords coords(const Layout& l) {
-  return parallel::rank_coords(int(l.rank), {int(l.data_parallel), int(l.sequence_data_parallel)});
+  return parallel::rank_coords(int(l.rank), {int(l.data_parallel), int(l.sequence_ranks())});
 }
 }  // namespace
 
@@ -30,7 +35,10 @@ int64_t Layout::data_rank() const { return coords(*this).batch_rank; }
 
 std::string Layout::describe() const {
   std::ostringstream os;
-  os << "dp " << data_parallel << " x sdp " << sequence_data_parallel << ", depth-first "
+  os << "dp " << data_parallel << " x sdp " << sequence_data_parallel;
+  if (context_parallel > 1)
+    os << " x cp " << context_parallel << (cp_kind == ContextParallel::a2a ? " (a2a)" : " (ring)");
+  os << ", depth-first "
      << depth_first << " x breadth-first " << breadth_first << ", micro-sequences "
      << micro_sequences;
   return os.str();

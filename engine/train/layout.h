@@ -8,17 +8,26 @@
 #include <vector>
 
 #include "engine/train/config.h"
+#include "layers/attention/context_parallel.h"
 
 namespace driftless::train {
 
+using layers::ContextParallel;
+
 struct Layout {
   int64_t data_parallel = 1, sequence_data_parallel = 1;
+  // Context parallelism: context_parallel ranks share each sequence (sdp is then 1).
+  int64_t context_parallel = 1;
+  ContextParallel cp_kind = ContextParallel::none;
   int64_t breadth_first = 1, depth_first = 1, micro_sequences = 1;
   int64_t rank = 0;  // world rank
-  // Rank coordinates as parallel/process_group.h numbers ranks.
+  // Ranks sharing one sequence (SDP or context parallel): process_group.h's sdp group.
+  int64_t sequence_ranks() const { return sequence_data_parallel * context_parallel; }
+  // Rank coordinates as parallel/process_group.h numbers ranks; sdp_rank() is the position
+  // within the ranks sharing a sequence.
   int64_t sdp_rank() const;
   int64_t data_rank() const;
-  int64_t world_size() const { return data_parallel * sequence_data_parallel; }
+  int64_t world_size() const { return data_parallel * sequence_ranks(); }
   static Layout from_config(const Config& c, int64_t rank);
   std::string describe() const;
 };

@@ -70,10 +70,12 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   const int64_t world = options.data_group ? options.data_group->size() : 1;
   DL_CHECK(world == layout_.world_size(), "train",
            "world size " << world << " does not equal data_parallel (" << layout_.data_parallel
-                         << ") x sequence_data_parallel (" << layout_.sequence_data_parallel
-                         << ")");
-  DL_CHECK(layout_.sequence_data_parallel == 1 || options.sdp_exchange, "train",
-           "sequence_data_parallel > 1 needs an SDP exchange (run under mpirun)");
+                         << ") x the ranks sharing a sequence (sequence_data_parallel "
+                         << layout_.sequence_data_parallel << " x context_parallel.size "
+                         << layout_.context_parallel << ")");
+  DL_CHECK(layout_.sequence_ranks() == 1 || options.sdp_exchange, "train",
+           "sequence_data_parallel or context_parallel.size > 1 needs an exchange between the "
+           "ranks of a sequence (run under mpirun)");
   DL_CHECK(config.precision.device == "cpu" || config.precision.device == "cuda", "train",
            "precision.device must be cpu or cuda, got " << config.precision.device);
   DL_CHECK(config.precision.compute == "f32" || device_ == Device::cuda, "train",
@@ -91,14 +93,19 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   model_ = std::make_unique<layers::Gpt>(
       config.model, device_, config.precision.compute == "bf16" ? DType::bf16 : DType::f32);
   model_->init(uint64_t(config.training.seed));
+  if (!config.training.init_from.empty() && !options.resume)
+    init_from_checkpoint(config.training.init_from, *model_);
   // One micro-sequence on one rank: every slice is whole sequences whose K/V nobody else
   // reads, so attention takes them straight from the QKV product (ForwardOptions::kv_direct)
   // and the K/V buffers (bf16 K/V and f32 gradients: 1.8 GB for GPT-2 124M at 16 x 1024)
   // are not allocated. Fault-injection runs keep the buffers (their faults live there).
-  kv_direct_ = layout_.micro_sequences == 1 && layout_.sequence_data_parallel == 1 &&
+  kv_direct_ = layout_.micro_sequences == 1 && layout_.sequence_ranks() == 1 &&
                options.faults == nullptr;
   const int64_t slots = config.batch.sequences / layout_.data_parallel / layout_.depth_first;
-  if (!kv_direct_) model_->prepare_buffers(slots, config.batch.sequence_length);
+  // Context parallel a2a keeps only this rank's K/V heads (of every row).
+  if (!kv_direct_)
+    model_->prepare_buffers(slots, config.batch.sequence_length,
+                            layout_.cp_kind == ContextParallel::a2a ? layout_.context_parallel : 1);
 
   std::vector<optim::ParamRange> ranges;
   for (const auto& p : model_->slab().parameters())
@@ -185,32 +192,61 @@ StepStats Trainer::train_step(int64_t step) {
   fo.full_kv_exchange = config_.distributed.kv_exchange == "full";
   fo.kv_direct = kv_direct_;
   fo.deterministic = config_.training.deterministic;
+  fo.context_parallel = layout_.cp_kind;
 
   const int64_t m = layout_.micro_sequences;
   const data::SliceSpec base{0, int32_t(m), int32_t(layout_.sdp_rank()),
-                             int32_t(layout_.sequence_data_parallel)};
+                             int32_t(layout_.sequence_ranks())};
+  const int32_t pad = int32_t(config_.data.pad_documents_to);
+  // The ModelInputs of one sequence's micro-sequence i on this rank (context_parallel.h):
+  // SDP and a2a hold one contiguous chunk, the ring chunks r and 2P-1-r of 2P.
+  auto inputs_of = [&](const data::PackedSequence& seq, int32_t i) {
+    std::vector<data::ModelInput> out;
+    data::SliceSpec spec = base;
+    spec.micro_sequence = i;
+    if (layout_.cp_kind == ContextParallel::ring) {
+      const int32_t P = spec.sdp_size, r = spec.sdp_rank;
+      spec.sdp_size = 2 * P;
+      for (int32_t chunk : {r, 2 * P - 1 - r}) {
+        spec.sdp_rank = chunk;
+        out.push_back(data::make_model_input(seq, spec, pad));
+      }
+    } else {
+      out.push_back(data::make_model_input(seq, spec, pad));
+    }
+    return out;
+  };
   model_->slab().zero_grads();
   std::vector<Tensor> loss_parts;  // read after the backward: no host sync inside the step
   const auto groups = micro_batches(layout_, config_.batch.sequences);
   for (const auto& group : groups) {
     model_->zero_kv_grads();
-    // inputs[mb][i][j]: ModelInput of sequence j of micro-batch mb, micro-sequence i.
+    // inputs[mb][i][j]: ModelInput of sequence j of micro-batch mb, micro-sequence i (ring:
+    // entries 2j and 2j + 1); wholes: a2a's whole micro-sequences, one per sequence.
     std::vector<std::vector<std::vector<data::ModelInput>>> inputs(group.size());
+    std::vector<std::vector<std::vector<data::ModelInput>>> wholes(group.size());
     std::vector<std::vector<Tensor>> losses(group.size());
     int64_t slot = 0;
     for (size_t mb = 0; mb < group.size(); ++mb) {
       inputs[mb].resize(size_t(m));
+      wholes[mb].resize(size_t(m));
       const bool reverse = options_.faults && options_.faults->reverse_micro_sequences;
       for (int64_t step_i = 0; step_i < m; ++step_i) {
         const int64_t i = reverse ? m - 1 - step_i : step_i;
-        data::SliceSpec spec = base;
-        spec.micro_sequence = int32_t(i);
-        for (int64_t s : group[mb])
-          inputs[mb][size_t(i)].push_back(data::make_model_input(
-              batch.sequences[size_t(s)], spec, int32_t(config_.data.pad_documents_to)));
+        auto& in = inputs[mb][size_t(i)];
+        auto& whole = wholes[mb][size_t(i)];
+        for (int64_t s : group[mb]) {
+          const data::PackedSequence& seq = batch.sequences[size_t(s)];
+          for (auto& x : inputs_of(seq, int32_t(i))) in.push_back(std::move(x));
+          if (layout_.cp_kind == ContextParallel::a2a)
+            whole.push_back(data::make_model_input(seq, {int32_t(i), int32_t(m), 0, 1}, pad));
+        }
+        const size_t per = in.size() / group[mb].size();  // inputs per sequence
         std::vector<layers::SliceInput> slice;
         for (size_t j = 0; j < group[mb].size(); ++j)
-          slice.push_back({&inputs[mb][size_t(i)][j], slot + int64_t(j), group[mb][j]});
+          for (size_t c = 0; c < per; ++c)
+            slice.push_back({&in[j * per + c], slot + int64_t(j), group[mb][j],
+                             whole.empty() ? nullptr : &whole[j]});
         losses[mb].push_back(model_->loss(slice, loss_scale, fo));
       }
       slot += int64_t(group[mb].size());

@@ -34,6 +34,24 @@ class KvExchange {
   // rank's slice rank() (the others are left undefined). The tails of a span gathered by the
   // caller: the same sums as reduce_scatter(span, rows) on a span holding them.
   virtual void reduce_scatter_packed(const Tensor& packed) {}
+
+  // ---- context parallelism over the same ranks (context_parallel.h) ----
+  // in (P·n), out (P·n): chunk p of in goes to rank p, chunk p of out comes from rank p.
+  virtual void all_to_all(const Tensor& out, const Tensor& in) { out.copy_(in); }
+  // A ring step in flight; wait() returns once it is complete.
+  class Pending {
+   public:
+    virtual ~Pending() = default;
+    virtual void wait() {}  // the base: already complete
+  };
+  // Sends `send` to the next rank (rank + 1 mod P) and receives into `recv` what the previous
+  // rank sends, overlapping work issued after it where the backend can (NCCL: a side
+  // stream). The caller neither writes send nor reads recv before wait(). Inline: parallel/
+  // implements this interface without linking layers/.
+  virtual std::unique_ptr<Pending> ring_shift(const Tensor& send, const Tensor& recv) {
+    recv.copy_(send);  // one rank: the ring is this rank
+    return std::make_unique<Pending>();
+  }
 };
 
 // Test-only fault switches (issue "regress": prove the report catches real bugs).

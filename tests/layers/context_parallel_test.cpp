@@ -1,0 +1,272 @@
+// Context parallelism (layers/attention/context_parallel.h) at model level, P ranks as P
+// threads of one process over an in-process exchange: for ring and a2a, with micro-sequences,
+// GQA and softcap, the rank-order sum of every rank's parameter gradients and losses equals
+// the single-rank run's. And the LSE merge against one attention call over the union of keys.
+#include <gtest/gtest.h>
+
+#include <barrier>
+#include <cmath>
+#include <thread>
+
+#include "data/sampler.h"
+#include "engine/autograd/autograd.h"
+#include "layers/attention/attention.h"
+#include "layers/attention/lse_merge.h"
+#include "layers/gpt.h"
+
+namespace driftless::layers {
+namespace {
+
+// The collectives of KvExchange among P threads: each posts its tensor, all meet at a
+// barrier, each reads what it needs, all meet again before anyone reuses a tensor.
+struct Hub {
+  explicit Hub(int64_t p) : P(p), sync(std::ptrdiff_t(p)), posted(size_t(p)) {}
+  int64_t P;
+  std::barrier<> sync;
+  std::vector<Tensor> posted;
+};
+
+class ThreadExchange final : public KvExchange {
+ public:
+  ThreadExchange(Hub& hub, int64_t rank) : hub_(hub), rank_(rank) {}
+  int64_t ranks() const override { return hub_.P; }
+  int64_t rank() const override { return rank_; }
+  void all_to_all(const Tensor& out, const Tensor& in) override {
+    post(in);
+    const int64_t n = in.numel() / hub_.P;
+    Tensor o = out.view({out.numel()});
+    for (int64_t p = 0; p < hub_.P; ++p)
+      o.narrow(0, p * n, n).copy_(hub_.posted[size_t(p)].contiguous().view({in.numel()}).narrow(0, rank_ * n, n));
+    hub_.sync.arrive_and_wait();
+  }
+  std::unique_ptr<Pending> ring_shift(const Tensor& send, const Tensor& recv) override {
+    post(send);
+    recv.copy_(hub_.posted[size_t((rank_ + hub_.P - 1) % hub_.P)]);
+    hub_.sync.arrive_and_wait();
+    return KvExchange::ring_shift(recv, recv);  // a completed step
+  }
+  void reduce_scatter_packed(const Tensor& packed) override {
+    post(packed);
+    Tensor sum = hub_.posted[0].select(0, rank_).clone();
+    for (int64_t p = 1; p < hub_.P; ++p) sum.add_(hub_.posted[size_t(p)].select(0, rank_));
+    hub_.sync.arrive_and_wait();
+    packed.select(0, rank_).copy_(sum);
+  }
+
+ private:
+  void post(const Tensor& t) {
+    hub_.posted[size_t(rank_)] = t;
+    hub_.sync.arrive_and_wait();
+  }
+  Hub& hub_;
+  int64_t rank_;
+};
+
+GptConfig tiny_config(double softcap = 0) {
+  GptConfig c;
+  c.vocab_size = 37;
+  c.n_positions = 64;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.n_embd = 16;
+  c.softcap = softcap;
+  return c;
+}
+
+data::PackedSequence packed(const std::vector<int32_t>& lengths, uint64_t seed) {
+  data::PackedSequence s;
+  s.document_lengths = lengths;
+  int64_t S = 0;
+  for (int32_t l : lengths) S += l;
+  Tensor r = Tensor::uniform({S}, seed, 0, 37.0);
+  for (int64_t i = 0; i < S; ++i) s.tokens.push_back(int32_t(r.at({i})));
+  int64_t pos = 0;
+  for (int32_t l : lengths) {
+    for (int32_t j = 0; j < l; ++j) s.labels.push_back(j + 1 < l ? s.tokens[pos + j + 1] : -1);
+    pos += l;
+  }
+  return s;
+}
+
+struct RankResult {
+  std::vector<float> grads;
+  double loss = 0;
+};
+
+// One rank's step over `seqs` in m micro-sequences (ex == nullptr: the plain single run).
+RankResult run_rank(const GptConfig& cfg, const std::vector<data::PackedSequence>& seqs, int m,
+                    ContextParallel kind, KvExchange* ex) {
+  Gpt model(cfg);
+  model.init(11);
+  const int64_t S = int64_t(seqs[0].tokens.size());
+  const int32_t P = ex ? int32_t(ex->ranks()) : 1, r = ex ? int32_t(ex->rank()) : 0;
+  model.prepare_buffers(int64_t(seqs.size()), S, kind == ContextParallel::a2a ? P : 1);
+  model.slab().zero_grads();
+  model.zero_kv_grads();
+  int64_t tokens = 0;
+  for (const auto& s : seqs) tokens += s.loss_tokens();
+  ForwardOptions o;
+  o.exchange = ex;
+  o.context_parallel = kind;
+  std::vector<std::vector<data::ModelInput>> inputs(size_t(m)), wholes(size_t(m));
+  std::vector<Tensor> losses;
+  for (int i = 0; i < m; ++i) {
+    for (const auto& seq : seqs) {
+      if (kind == ContextParallel::ring) {
+        inputs[size_t(i)].push_back(data::make_model_input(seq, {i, m, r, 2 * P}, 0));
+        inputs[size_t(i)].push_back(data::make_model_input(seq, {i, m, 2 * P - 1 - r, 2 * P}, 0));
+      } else {
+        inputs[size_t(i)].push_back(data::make_model_input(seq, {i, m, r, P}, 0));
+        wholes[size_t(i)].push_back(data::make_model_input(seq, {i, m, 0, 1}, 0));
+      }
+    }
+    std::vector<SliceInput> slice;
+    const size_t per = inputs[size_t(i)].size() / seqs.size();
+    for (size_t j = 0; j < seqs.size(); ++j)
+      for (size_t c = 0; c < per; ++c)
+        slice.push_back({&inputs[size_t(i)][j * per + c], int64_t(j), int64_t(j),
+                         wholes[size_t(i)].empty() ? nullptr : &wholes[size_t(i)][j]});
+    losses.push_back(model.loss(slice, 1.0 / double(tokens), o));
+  }
+  RankResult res;
+  for (int i = m - 1; i >= 0; --i) {
+    res.loss += losses[size_t(i)].item();
+    autograd::backward(losses[size_t(i)]);
+  }
+  res.grads = model.slab().grads().to_vector<float>();
+  return res;
+}
+
+// The rank-order sum over P threaded ranks (what the data-group all-reduce makes).
+RankResult run_parallel(const GptConfig& cfg, const std::vector<data::PackedSequence>& seqs,
+                        int m, ContextParallel kind, int64_t P) {
+  Hub hub(P);
+  std::vector<RankResult> results(size_t(P));
+  std::vector<std::string> errors(size_t(P));
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < P; ++r)
+    threads.emplace_back([&, r] {
+      ThreadExchange ex(hub, r);
+      try {
+        results[size_t(r)] = run_rank(cfg, seqs, m, kind, &ex);
+      } catch (const std::exception& e) {
+        errors[size_t(r)] = e.what();
+        std::abort();  // the others would wait at the barrier forever
+      }
+    });
+  for (auto& t : threads) t.join();
+  RankResult sum = results[0];
+  for (int64_t r = 1; r < P; ++r) {
+    sum.loss += results[size_t(r)].loss;
+    for (size_t i = 0; i < sum.grads.size(); ++i) sum.grads[i] += results[size_t(r)].grads[i];
+  }
+  return sum;
+}
+
+double rms_rel(const std::vector<float>& t, const std::vector<float>& r) {
+  double d = 0, s = 0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    d += (double(t[i]) - r[i]) * (double(t[i]) - r[i]);
+    s += double(r[i]) * r[i];
+  }
+  return std::sqrt(d / (s + 1e-30));
+}
+
+// Documents crossing every chunk boundary, zero-length ones, one long document, short ones.
+std::vector<data::PackedSequence> batch() {
+  return {packed({5, 0, 11, 3, 13, 16}, 4), packed({48}, 5), packed({1, 30, 0, 17}, 6)};
+}
+
+void expect_same_as_single(ContextParallel kind, int64_t P, int m, double softcap = 0) {
+  const GptConfig cfg = tiny_config(softcap);
+  const auto seqs = batch();
+  const RankResult single = run_rank(cfg, seqs, 1, ContextParallel::none, nullptr);
+  const RankResult cp = run_parallel(cfg, seqs, m, kind, P);
+  EXPECT_LT(rms_rel(cp.grads, single.grads), 1e-5);
+  EXPECT_NEAR(cp.loss, single.loss, 1e-5 * std::abs(single.loss));
+  double norm = 0;
+  for (float g : single.grads) norm += std::abs(g);
+  EXPECT_GT(norm, 0.0);
+}
+
+TEST(ContextParallel, RingMatchesTheSingleRun) {
+  for (int64_t P : {1, 2, 3})
+    for (int m : {1, 2}) {
+      SCOPED_TRACE("ring P = " + std::to_string(P) + ", m = " + std::to_string(m));
+      expect_same_as_single(ContextParallel::ring, P, m);
+    }
+}
+
+TEST(ContextParallel, RingWithSoftcapAndFourRanks) {
+  expect_same_as_single(ContextParallel::ring, 4, 1, 5.0);
+  expect_same_as_single(ContextParallel::ring, 2, 2, 5.0);
+}
+
+TEST(ContextParallel, AllToAllMatchesTheSingleRun) {
+  for (int64_t P : {1, 2})
+    for (int m : {1, 2, 4}) {
+      SCOPED_TRACE("a2a P = " + std::to_string(P) + ", m = " + std::to_string(m));
+      expect_same_as_single(ContextParallel::a2a, P, m);
+    }
+  expect_same_as_single(ContextParallel::a2a, 2, 2, 5.0);
+}
+
+// The test would pass vacuously if every rank computed the whole sequence: a ring whose
+// shift delivers this rank's own chunk instead of the neighbour's must be caught.
+TEST(ContextParallel, AWrongRingStepIsCaught) {
+  struct Stuck final : KvExchange {
+    Stuck(Hub& h, int64_t r) : inner(h, r) {}
+    int64_t ranks() const override { return inner.ranks(); }
+    int64_t rank() const override { return inner.rank(); }
+    std::unique_ptr<Pending> ring_shift(const Tensor& send, const Tensor& recv) override {
+      inner.ring_shift(send, recv);
+      recv.copy_(send);  // the bug: keep our own chunks
+      return KvExchange::ring_shift(recv, recv);
+    }
+    void reduce_scatter_packed(const Tensor& p) override { inner.reduce_scatter_packed(p); }
+    ThreadExchange inner;
+  };
+  const GptConfig cfg = tiny_config();
+  const auto seqs = batch();
+  const RankResult single = run_rank(cfg, seqs, 1, ContextParallel::none, nullptr);
+  Hub hub(2);
+  std::vector<RankResult> res(2);
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      Stuck ex(hub, r);
+      res[size_t(r)] = run_rank(cfg, seqs, 1, ContextParallel::ring, &ex);
+    });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < res[0].grads.size(); ++i) res[0].grads[i] += res[1].grads[i];
+  EXPECT_GT(rms_rel(res[0].grads, single.grads), 1e-3);
+}
+
+// Two key sets of one document merged by LSE give the call over their union.
+TEST(ContextParallel, LseMergeEqualsOneCallOverTheUnion) {
+  const int64_t Tq = 7, Tk = 13, H = 4, Hkv = 2, D = 8, split = 5;
+  Tensor q = Tensor::randn({Tq, H, D}, 1), k = Tensor::randn({Tk, Hkv, D}, 2),
+         v = Tensor::randn({Tk, Hkv, D}, 3);
+  const AttentionOutputs a = attention_forward(
+      q, k.narrow(0, 0, split), v.narrow(0, 0, split),
+      AttentionSpec::from_lengths({Tq}, {split}, false));
+  // The second part sees keys only for the first 4 rows (the rest: LSE -inf, weight 0).
+  const AttentionOutputs b = attention_forward(
+      q.narrow(0, 0, 4), k.narrow(0, split, Tk - split), v.narrow(0, split, Tk - split),
+      AttentionSpec::from_lengths({4}, {Tk - split}, false));
+  Tensor acc = a.out.contiguous().clone(), lse = a.lse.contiguous().clone();
+  lse_merge(acc, lse, b.out, b.lse);
+  const AttentionOutputs first4 = attention_forward(
+      q.narrow(0, 0, 4), k, v, AttentionSpec::from_lengths({4}, {Tk}, false));
+  for (int64_t t = 0; t < Tq; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      const Tensor& want = t < 4 ? first4.out : a.out;
+      const double want_lse = t < 4 ? first4.lse.at({h, t}) : a.lse.at({h, t});
+      EXPECT_NEAR(lse.at({h, t}), want_lse, 1e-5);
+      for (int64_t d = 0; d < D; ++d) EXPECT_NEAR(acc.at({t, h, d}), want.at({t, h, d}), 1e-5);
+    }
+}
+
+}  // namespace
+}  // namespace driftless::layers
