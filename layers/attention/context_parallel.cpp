@@ -272,7 +272,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
   saved->plan = plan_ring(sequences, ex, base, T);
   const RingPlan& plan = saved->plan;
   const int64_t P = plan.P, Lc = plan.Lc, chunks = int64_t(2 * sequences.size());
-  std::vector<Tensor> acc{size_t(chunks)};  // (Lc, H, D) f32
+  std::vector<Tensor> acc(static_cast<size_t>(chunks));  // (Lc, H, D) f32
   saved->lse.resize(size_t(chunks));
   {
     autograd::NoGradGuard no_grad;

@@ -21,3 +21,11 @@ add_test(NAME regress_faults
                  -P ${CMAKE_CURRENT_LIST_DIR}/regress/check_faults.cmake)
 set_tests_properties(regress_faults PROPERTIES LABELS "e2e;mpi" TIMEOUT 600
                      ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
+# Context parallelism on 4 ranks (issue 29): ring and a2a layouts of tiny_np4.yaml against
+# their single-process runs (a few seconds; the 2-rank ones run in regress_tiny).
+add_test(NAME regress_cp_np4
+         COMMAND driftless regress -c ${PROJECT_SOURCE_DIR}/configs/regress/tiny_np4.yaml
+                 --only cp4_ring --only cp4_ring_ms2 --only cp2_ring_dp2 --only simple_kv4
+                 --only cp4_a2a --only cp4_a2a_ms2 -o ${PROJECT_BINARY_DIR}/e2e/regress_cp_np4)
+set_tests_properties(regress_cp_np4 PROPERTIES LABELS "e2e;mpi" TIMEOUT 600
+                     ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")

@@ -109,7 +109,8 @@ RankResult run_rank(const GptConfig& cfg, const std::vector<data::PackedSequence
   ForwardOptions o;
   o.exchange = ex;
   o.context_parallel = kind;
-  std::vector<std::vector<data::ModelInput>> inputs(size_t(m)), wholes(size_t(m));
+  std::vector<std::vector<data::ModelInput>> inputs(static_cast<size_t>(m)),
+      wholes(static_cast<size_t>(m));
   std::vector<Tensor> losses;
   for (int i = 0; i < m; ++i) {
     for (const auto& seq : seqs) {
@@ -142,8 +143,8 @@ RankResult run_rank(const GptConfig& cfg, const std::vector<data::PackedSequence
 RankResult run_parallel(const GptConfig& cfg, const std::vector<data::PackedSequence>& seqs,
                         int m, ContextParallel kind, int64_t P) {
   Hub hub(P);
-  std::vector<RankResult> results(size_t(P));
-  std::vector<std::string> errors(size_t(P));
+  std::vector<RankResult> results(static_cast<size_t>(P));
+  std::vector<std::string> errors(static_cast<size_t>(P));
   std::vector<std::thread> threads;
   for (int64_t r = 0; r < P; ++r)
     threads.emplace_back([&, r] {
