@@ -51,6 +51,33 @@ TEST(Config, AllProblemsInOneMessageWithPaths) {
   EXPECT_NE(err.find("bogus: unknown key"), std::string::npos) << err;
 }
 
+// Context parallelism (issue 29): both layouts parse; what each cannot take is refused up
+// front with the reason.
+TEST(Config, ContextParallelRules) {
+  Config c = parse_config_text(
+      "distributed: {context_parallel: {size: 2, kind: a2a}}\nmodel: {n_head: 4, n_embd: 64}\n");
+  EXPECT_EQ(c.distributed.context_parallel.size, 2);
+  EXPECT_EQ(c.distributed.context_parallel.kind, "a2a");
+  std::string err = error_of([] {
+    parse_config_text(
+        "distributed: {context_parallel: {size: 3, kind: ring}, sequence_data_parallel: 2}\n"
+        "batch: {sequence_length: 64}\nmodel: {alibi: true}\ndata: {pad_documents_to: 8}\n");
+  });
+  EXPECT_NE(err.find("both share sequences; choose one"), std::string::npos) << err;
+  EXPECT_NE(err.find("must divide into 2 x distributed.context_parallel.size (6) chunks"),
+            std::string::npos) << err;
+  EXPECT_NE(err.find("ring does not take data.pad_documents_to"), std::string::npos) << err;
+  EXPECT_NE(err.find("ring does not take model.alibi"), std::string::npos) << err;
+  err = error_of([] {
+    parse_config_text("distributed: {context_parallel: {size: 4, kind: a2a}}\n"
+                      "model: {n_head: 4, n_kv_head: 2, n_embd: 64}\n");
+  });
+  EXPECT_NE(err.find("a2a needs model.n_head (4) and the key/value heads (2) divisible by its size (4)"),
+            std::string::npos) << err;
+  err = error_of([] { parse_config_text("distributed: {context_parallel: {kind: zigzag}}\n"); });
+  EXPECT_NE(err.find("'zigzag' is not one of: ring, a2a"), std::string::npos) << err;
+}
+
 TEST(Config, CrossFieldRules) {
   std::string err = error_of([] {
     parse_config_text("model: {n_embd: 100, n_head: 3}\nbatch: {sequence_length: 100, sequences: 3}\n"
