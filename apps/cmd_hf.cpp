@@ -1,10 +1,11 @@
 // `driftless export --checkpoint C --hf DIR` and `driftless import --hf DIR --out C`: a
-// checkpoint to and from a HuggingFace transformers GPT-2 directory (issue 5). Wiring only;
-// the conversion is layers/hf_gpt2.h, the checkpoint format engine/train/checkpoint.h.
+// checkpoint to and from a HuggingFace transformers GPT-2 directory (issue 5; a run starts from
+// an imported one with training.init_from). Wiring only; the conversion is layers/hf_gpt2.h.
 #include <filesystem>
 #include <iostream>
 
 #include "apps/command.h"
+#include "data/tokenizer.h"
 #include "engine/train/checkpoint.h"
 #include "engine/train/config.h"
 #include "engine/train/trainer.h"
@@ -32,7 +33,10 @@ int run_export(const ExportOptions& o) {
   layers::hf_gpt2_config(g);  // refuses GQA, softcap, ALiBi before any work
   layers::Gpt model(g);
   train::load_checkpoint(o.checkpoint, model, nullptr);
-  layers::save_hf_gpt2(model, o.hf_dir);
+  // The byte tokenizer's end-of-text is known without files; -1 lets GPT-2's vocabulary
+  // (50257) imply 50256.
+  const int64_t eot = config.data.tokenizer == "gpt2" ? -1 : data::ByteTokenizer().end_of_text();
+  layers::save_hf_gpt2(model, o.hf_dir, eot);
   std::cout << "exported " << o.checkpoint << " (step " << info.step << ", "
             << model.num_parameters() << " parameters) to " << o.hf_dir
             << "/{config.json,model.safetensors}\n"
@@ -65,7 +69,12 @@ int run_import(const ImportOptions& o) {
   train::save_checkpoint(std::filesystem::absolute(o.out).string(), model, nullptr, info);
   std::cout << "imported " << o.hf_dir << " (" << m.n_layer << " layers, n_embd " << m.n_embd
             << ", vocab " << m.vocab_size << ", " << model.num_parameters() << " parameters) to "
-            << o.out << " (step 0, no optimizer state)\n";
+            << o.out << " (step 0, no optimizer state)\n"
+            << "  train from it: driftless train -c RUN --set training.init_from=" << o.out
+            << " --set model.vocab_size=" << m.vocab_size
+            << " --set model.n_positions=" << m.n_positions << " --set model.n_layer=" << m.n_layer
+            << " --set model.n_head=" << m.n_head
+            << " --set model.n_kv_head=0 --set model.n_embd=" << m.n_embd << "\n";
   return 0;
 }
 
@@ -86,7 +95,9 @@ Registrar import_reg(
     {"import", "Make a checkpoint from a HuggingFace transformers GPT-2 directory",
      [](CLI::App& sub) {
        auto o = std::make_shared<ImportOptions>();
-       sub.add_option("--hf", o->hf_dir, "directory with config.json and model.safetensors")
+       sub.add_option("--hf", o->hf_dir,
+                      "directory as save_pretrained writes it: config.json and model.safetensors "
+                      "(or model.safetensors.index.json and its shards)")
            ->required()
            ->check(CLI::ExistingDirectory);
        sub.add_option("--out", o->out, "checkpoint to write (.safetensors)")->required();
@@ -95,6 +106,9 @@ Registrar import_reg(
                       "the HF model's); default: built-in defaults")
            ->check(CLI::ExistingFile);
        sub.add_option("--set", o->overrides, "config override key.path=value (repeatable)");
+       sub.footer(
+           "Start a run from the checkpoint with training.init_from (its model section must "
+           "match); `driftless sample -c CHECKPOINT` samples from it directly.");
        return std::function<int()>([o] { return run_import(*o); });
      }});
 

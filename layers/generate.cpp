@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "data/sampler.h"
 #include "engine/autograd/autograd.h"
 #include "engine/core/error.h"
 #include "engine/core/random.h"
@@ -45,6 +46,31 @@ std::vector<float> forward_cached(Gpt& model, std::span<const int32_t> tokens, i
   o.training = false;
   Tensor logits = model.logits({{&in, 0, 0}}, o);  // (T_q, V)
   return logits.narrow(0, logits.size(0) - 1, 1).to_vector<float>();
+}
+
+Tensor packed_logits(Gpt& model, const std::vector<std::vector<int32_t>>& documents) {
+  const GptConfig& c = model.config();
+  DL_CHECK(!documents.empty(), "generate", "expected at least one document, got none");
+  data::PackedSequence seq;
+  for (size_t d = 0; d < documents.size(); ++d) {
+    const auto& doc = documents[d];
+    DL_CHECK(!doc.empty() && int64_t(doc.size()) <= c.n_positions, "generate",
+             "document " << d << " has " << doc.size() << " tokens, expected 1 to n_positions ("
+                         << c.n_positions << ")");
+    for (int32_t t : doc)
+      DL_CHECK(
+          t >= 0 && t < c.vocab_size, "generate",
+          "document " << d << ": token " << t << " outside the vocabulary of " << c.vocab_size);
+    seq.tokens.insert(seq.tokens.end(), doc.begin(), doc.end());
+    seq.document_lengths.push_back(int32_t(doc.size()));
+  }
+  seq.labels.assign(seq.tokens.size(), -1);  // no loss
+  const data::ModelInput in = data::make_model_input(seq, data::SliceSpec{}, 0);
+  autograd::NoGradGuard no_grad;
+  ForwardOptions o;
+  o.training = false;
+  o.kv_direct = true;  // one whole sequence: K/V straight from the QKV product, no buffers
+  return model.logits({{&in, 0, 0}}, o).to(Device::cpu, DType::f32);
 }
 
 int32_t choose_token(std::span<const float> logits, int64_t top_k, double temperature,

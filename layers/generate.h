@@ -22,6 +22,12 @@ data::ModelInput generation_input(std::span<const int32_t> tokens, int64_t q0,
 // there) and returns the logits of the last row: (V). No autograd graph is built.
 std::vector<float> forward_cached(Gpt& model, std::span<const int32_t> tokens, int64_t q0);
 
+// The logits of `documents` packed into one sequence, exactly as training sees a packed
+// batch (data::make_model_input): positions restart at every document and each document
+// attends only within itself. Returns (sum of lengths, V), rows in document order. Each
+// document must be non-empty, fit model.config().n_positions and hold ids < vocab_size.
+Tensor packed_logits(Gpt& model, const std::vector<std::vector<int32_t>>& documents);
+
 // The next token from logits (V): the argmax when top_k == 1 or temperature == 0, otherwise
 // a draw from softmax(logits / temperature) restricted to the top_k largest (top_k <= 0: all),
 // using the counter-based RNG at (seed, counter) so a run is reproducible.

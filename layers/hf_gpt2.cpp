@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -52,9 +53,67 @@ void write_text_atomically(const std::string& path, const std::string& text) {
   }
 }
 
+nlohmann::json read_json_file(const std::string& path) {
+  try {
+    std::ifstream f(path);
+    return nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    DL_FAIL(kOp, path << " is not valid JSON: " << e.what());
+  }
+}
+
+// The weight files of a save_pretrained directory: model.safetensors, or the shards that
+// model.safetensors.index.json names (save_pretrained's max_shard_size). Other formats are
+// refused with the way to convert them.
+std::vector<SafetensorsFile> open_weights(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string single = dir + "/model.safetensors";
+  const std::string index = dir + "/model.safetensors.index.json";
+  if (fs::exists(single)) {
+    std::vector<SafetensorsFile> files;
+    files.push_back(read_safetensors(single));
+    return files;
+  }
+  if (fs::exists(index)) {
+    const nlohmann::json j = read_json_file(index);
+    DL_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), kOp,
+             index << ": expected an object with a \"weight_map\" object");
+    std::vector<std::string> shards;  // in order of first mention
+    for (const auto& [name, shard] : j["weight_map"].items()) {
+      DL_CHECK(
+          shard.is_string(), kOp,
+          index << ": weight_map[\"" << name << "\"] must be a file name, got " << shard.dump());
+      if (std::find(shards.begin(), shards.end(), shard.get<std::string>()) == shards.end())
+        shards.push_back(shard.get<std::string>());
+    }
+    std::vector<SafetensorsFile> files;
+    for (const auto& shard : shards) {
+      DL_CHECK(fs::exists(dir + "/" + shard), kOp,
+               index << " names shard " << shard << ", which does not exist in " << dir);
+      files.push_back(read_safetensors(dir + "/" + shard));
+    }
+    for (const auto& [name, shard] : j["weight_map"].items()) {
+      const size_t i = size_t(std::find(shards.begin(), shards.end(), shard) - shards.begin());
+      DL_CHECK(files[i].contains(name), kOp,
+               index << " puts " << name << " in " << shard.get<std::string>()
+                     << ", which does not hold it");
+    }
+    return files;
+  }
+  std::string found;
+  for (const char* other : {"pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5",
+                            "flax_model.msgpack", "model.ckpt.index"})
+    if (fs::exists(dir + "/" + other)) found += std::string(found.empty() ? "" : ", ") + other;
+  DL_FAIL(kOp, dir << " has no model.safetensors (nor model.safetensors.index.json)"
+                   << (found.empty() ? "" : "; it has " + found)
+                   << ". Only safetensors weights are read; convert with python3 -c \"from "
+                      "transformers import GPT2LMHeadModel; GPT2LMHeadModel.from_pretrained('"
+                   << dir << "').save_pretrained('" << dir << "', safe_serialization=True)\"");
+}
+
 }  // namespace
 
-nlohmann::json hf_gpt2_config(const GptConfig& c) {
+nlohmann::json hf_gpt2_config(const GptConfig& c, int64_t end_of_text) {
   DL_CHECK(c.kv_heads() == c.n_head, kOp,
            "GQA (n_kv_head " << c.kv_heads() << " != n_head " << c.n_head
                              << ") cannot be expressed in a transformers GPT2Config");
@@ -82,7 +141,9 @@ nlohmann::json hf_gpt2_config(const GptConfig& c) {
   j["reorder_and_upcast_attn"] = false;
   j["tie_word_embeddings"] = true;
   j["use_cache"] = true;
-  if (c.vocab_size == 50257) j["bos_token_id"] = j["eos_token_id"] = 50256;
+  const int64_t eot = end_of_text >= 0 ? end_of_text : c.vocab_size == 50257 ? 50256 : -1;
+  j["bos_token_id"] = j["eos_token_id"] =
+      eot >= 0 && eot < c.vocab_size ? nlohmann::json(eot) : nlohmann::json(nullptr);
   j["torch_dtype"] = "float32";
   return j;
 }
@@ -171,8 +232,9 @@ bool hf_gpt2_transposed(const std::string& name) {
 }
 
 void save_hf_gpt2(const GptConfig& config, const std::map<std::string, Tensor>& params,
-                  const std::string& dir) {
-  const nlohmann::json hf = hf_gpt2_config(config);  // refuses what GPT-2 cannot express
+                  const std::string& dir, int64_t end_of_text) {
+  // Refuses what GPT-2 cannot express.
+  const nlohmann::json hf = hf_gpt2_config(config, end_of_text);
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const auto& [name, shape] : gpt_parameter_shapes(config)) {
     auto it = params.find(name);
@@ -193,69 +255,67 @@ void save_hf_gpt2(const GptConfig& config, const std::map<std::string, Tensor>& 
   write_text_atomically(dir + "/config.json", hf.dump(2) + "\n");
 }
 
-void save_hf_gpt2(const Gpt& model, const std::string& dir) {
+void save_hf_gpt2(const Gpt& model, const std::string& dir, int64_t end_of_text) {
   std::map<std::string, Tensor> params;
   for (const auto& p : model.slab().parameters()) params[p.name] = p.value;
-  save_hf_gpt2(model.config(), params, dir);
+  save_hf_gpt2(model.config(), params, dir, end_of_text);
 }
 
 HfGpt2 load_hf_gpt2(const std::string& dir) {
   const std::string config_path = dir + "/config.json";
-  const std::string weights_path = dir + "/model.safetensors";
   DL_CHECK(std::filesystem::exists(config_path), kOp, config_path << " does not exist");
-  DL_CHECK(std::filesystem::exists(weights_path), kOp,
-           weights_path << " does not exist (only safetensors weights are read, not "
-                           "pytorch_model.bin)");
-  nlohmann::json hf;
-  try {
-    std::ifstream f(config_path);
-    hf = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    DL_FAIL(kOp, config_path << " is not valid JSON: " << e.what());
-  }
   HfGpt2 out;
-  out.config = gpt_config_from_hf(hf);
+  out.config = gpt_config_from_hf(read_json_file(config_path));
   const auto expected = gpt_parameter_shapes(out.config);
   std::map<std::string, Shape> shapes(expected.begin(), expected.end());
 
-  SafetensorsFile file = read_safetensors(weights_path);
-  std::map<std::string, std::string> hf_names;  // ours -> name in the file
-  std::string lm_head;
-  for (const auto& hf_name : file.names()) {
-    if (hf_name == "lm_head.weight") {
-      lm_head = hf_name;
-      continue;
+  const std::vector<SafetensorsFile> files = open_weights(dir);
+  struct Source {
+    const SafetensorsFile* file = nullptr;
+    std::string name;  // in the file
+  };
+  std::map<std::string, Source> sources;  // ours -> where it is
+  Source lm_head;
+  for (const auto& file : files) {
+    for (const auto& hf_name : file.names()) {
+      if (hf_name == "lm_head.weight") {
+        lm_head = {&file, hf_name};
+        continue;
+      }
+      const std::string name = gpt_name_from_hf(hf_name);
+      if (name.empty() &&
+          (ends_with(hf_name, ".attn.bias") || ends_with(hf_name, ".attn.masked_bias")))
+        continue;  // causal-mask buffers of old transformers versions (any dtype)
+      DL_CHECK(!name.empty() && shapes.count(name), kOp,
+               file.path() << ": unexpected tensor " << hf_name << " for a GPT-2 with n_layer "
+                           << out.config.n_layer);
+      DL_CHECK(!sources.count(name), kOp,
+               file.path() << ": " << name << " appears twice (" << sources[name].name << " in "
+                           << sources[name].file->path() << ", " << hf_name << ")");
+      sources[name] = {&file, hf_name};
     }
-    const std::string name = gpt_name_from_hf(hf_name);
-    if (name.empty() &&
-        (ends_with(hf_name, ".attn.bias") || ends_with(hf_name, ".attn.masked_bias")))
-      continue;  // causal-mask buffers of old transformers versions
-    DL_CHECK(!name.empty() && shapes.count(name), kOp,
-             weights_path << ": unexpected tensor " << hf_name << " for a GPT-2 with n_layer "
-                          << out.config.n_layer);
-    DL_CHECK(!hf_names.count(name), kOp,
-             weights_path << ": " << name << " appears twice (" << hf_names[name] << ", " << hf_name
-                          << ")");
-    hf_names[name] = hf_name;
   }
   for (const auto& [name, shape] : expected) {
-    DL_CHECK(hf_names.count(name), kOp, weights_path << ": missing tensor " << hf_gpt2_name(name));
-    Tensor t = file.get(hf_names[name]);
+    DL_CHECK(sources.count(name), kOp,
+             files.front().path() << (files.size() > 1 ? " (and the other shards)" : "")
+                                  << ": missing tensor " << hf_gpt2_name(name));
+    const Source& src = sources[name];
+    Tensor t = src.file->get(src.name);
     Shape want = shape;
     if (hf_gpt2_transposed(name)) std::swap(want[0], want[1]);
     DL_CHECK(t.shape() == want, kOp,
-             weights_path << ": " << hf_names[name] << " has shape " << shape_str(t.shape())
-                          << ", expected " << shape_str(want) << " from config.json");
+             src.file->path() << ": " << src.name << " has shape " << shape_str(t.shape())
+                              << ", expected " << shape_str(want) << " from config.json");
     t = t.to(DType::f32);
     if (hf_gpt2_transposed(name)) t = t.transpose(0, 1);
     out.params[name] = t.contiguous().clone();
   }
-  if (!lm_head.empty()) {
-    Tensor head = file.get(lm_head).to(DType::f32);
+  if (lm_head.file) {
+    Tensor head = lm_head.file->get(lm_head.name).to(DType::f32);
     const Tensor& wte = out.params.at("wte.weight");
     DL_CHECK(head.shape() == wte.shape() && head.to_vector<float>() == wte.to_vector<float>(), kOp,
-             weights_path << ": lm_head.weight differs from wte.weight; untied heads are "
-                             "not supported");
+             lm_head.file->path() << ": lm_head.weight differs from wte.weight; untied heads are "
+                                     "not supported");
   }
   return out;
 }

@@ -23,8 +23,10 @@ struct HfGpt2 {
 };
 
 // GPT2Config keys for `config`. Throws when the model is not expressible as GPT-2:
-// GQA (n_kv_head != n_head), softcap, ALiBi.
-nlohmann::json hf_gpt2_config(const GptConfig& config);
+// GQA (n_kv_head != n_head), softcap, ALiBi. bos/eos_token_id are `end_of_text` (the run's
+// tokenizer's; -1: 50256 when vocab_size is GPT-2's 50257), written as null when outside
+// the vocabulary, so transformers neither assumes GPT-2's 50256 nor stops generate() wrongly.
+nlohmann::json hf_gpt2_config(const GptConfig& config, int64_t end_of_text = -1);
 // Our config from a GPT2Config JSON (missing keys take GPT2Config's defaults). Throws on
 // what our model cannot run: another model_type, GQA, an activation other than the tanh
 // GELU, layer_norm_epsilon != 1e-5, n_inner != 4 n_embd, untied embeddings, unscaled or
@@ -46,12 +48,16 @@ bool hf_gpt2_transposed(const std::string& name);
 // transformers requires; lm_head.weight omitted, as save_pretrained does for the tied
 // head). Creates DIR. `params` must hold every parameter of a Gpt with `config`.
 void save_hf_gpt2(const GptConfig& config, const std::map<std::string, Tensor>& params,
-                  const std::string& dir);
-void save_hf_gpt2(const Gpt& model, const std::string& dir);
+                  const std::string& dir, int64_t end_of_text = -1);
+void save_hf_gpt2(const Gpt& model, const std::string& dir, int64_t end_of_text = -1);
 
-// Reads DIR/config.json and DIR/model.safetensors. Ignores the attn.bias / attn.masked_bias
-// buffers of old files and a lm_head.weight equal to wte.weight; any other unknown tensor,
-// a missing parameter or a wrong shape is an error naming it. Weights are converted to f32.
+// Reads a directory as transformers' save_pretrained writes it: config.json (keys we do
+// not use, e.g. transformers_version, dtype, summary_*, are ignored) and model.safetensors,
+// or model.safetensors.index.json and its shards. Ignores the attn.bias / attn.masked_bias
+// buffers of old files (bool, uint8 or f32) and a lm_head.weight equal to wte.weight; any
+// other unknown tensor, a missing parameter or a wrong shape is an error naming it. Weights
+// (f32, bf16, f16) are converted to f32. Without safetensors weights (pytorch_model.bin
+// only) the error says how to convert.
 HfGpt2 load_hf_gpt2(const std::string& dir);
 // Copies `hf.params` into `model` (shapes must match).
 void load_into(const HfGpt2& hf, Gpt& model);

@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 namespace driftless {
@@ -37,6 +39,32 @@ bool dtype_from_name(const std::string& name, DType* out) {
     }
   }
   return false;
+}
+
+// Element size of the safetensors dtypes that have no DType here: files holding them open
+// (and are bounds-checked); get() widens F16 to f32 and refuses the others. 0: not a
+// safetensors dtype.
+size_t foreign_dtype_size(const std::string& name) {
+  static const std::map<std::string, size_t> sizes = {
+      {"F16", 2}, {"BOOL", 1}, {"U8", 1},  {"I8", 1},      {"I16", 2},
+      {"U16", 2}, {"U32", 4},  {"U64", 8}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+  auto it = sizes.find(name);
+  return it == sizes.end() ? 0 : it->second;
+}
+
+// IEEE half to float; every half is exactly a float.
+float half_to_float(uint16_t h) {
+  const bool negative = h & 0x8000;
+  const uint32_t exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+  float f;
+  if (exponent == 0x1f) {
+    f = mantissa ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  } else if (exponent == 0) {
+    f = std::ldexp(float(mantissa), -24);  // zero or subnormal
+  } else {
+    f = std::ldexp(float(mantissa | 0x400), int(exponent) - 25);
+  }
+  return negative ? -f : f;
 }
 
 // Removes the temporary file unless the write completed.
@@ -174,6 +202,20 @@ const SafetensorsFile::Entry& SafetensorsFile::entry(const std::string& name) co
 
 Tensor SafetensorsFile::get(const std::string& name) const {
   const Entry& e = entry(name);
+  const unsigned char* src = file_.data() + data_start_ + e.begin;
+  if (e.stored == "F16") {
+    std::vector<float> v(size_t((e.end - e.begin) / 2));
+    for (size_t i = 0; i < v.size(); ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      v[i] = half_to_float(h);
+    }
+    return Tensor::from_vector(v, e.shape);
+  }
+  DL_CHECK(e.stored == safetensors_dtype_name(e.dtype), kOp,
+           path_ << ": tensor \"" << name << "\" has dtype " << e.stored
+                 << ", which driftless does not load (F32, F64, BF16, I32, I64; F16 is widened "
+                    "to F32)");
   Tensor t = Tensor::empty(e.shape, e.dtype, Device::cpu);
   if (e.end > e.begin)
     std::memcpy(t.raw_data(), file_.data() + data_start_ + e.begin, e.end - e.begin);
@@ -244,9 +286,16 @@ SafetensorsFile read_safetensors(const std::string& path) {
              << ": expected an object with dtype, shape and data_offsets, got " << v.dump());
     SafetensorsFile::Entry e;
     const OrderedJson& dt = v["dtype"];
-    DL_CHECK(dt.is_string() && dtype_from_name(dt.get<std::string>(), &e.dtype), kOp,
+    e.stored = dt.is_string() ? dt.get<std::string>() : "";
+    size_t element_size = 0;
+    if (dtype_from_name(e.stored, &e.dtype))
+      element_size = dtype_size(e.dtype);
+    else if ((element_size = foreign_dtype_size(e.stored)) > 0)
+      e.dtype = DType::f32;  // F16 widens to it; get() refuses the others
+    DL_CHECK(element_size > 0, kOp,
              path << ": tensor \"" << name << "\" at byte " << at << ": unknown dtype " << dt.dump()
-                  << " (expected F32, F64, BF16, I32 or I64)");
+                  << " (expected F32, F64, BF16, I32, I64, F16, BOOL, U8, I8, I16, U16, U32, U64, "
+                     "F8_E4M3 or F8_E5M2)");
     const OrderedJson& sh = v["shape"];
     DL_CHECK(sh.is_array(), kOp,
              path << ": tensor \"" << name << "\" at byte " << at
@@ -277,7 +326,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
                   << ", " << f.data_start_ + e.end << ") of a " << file_size
                   << "-byte file (data section " << data_size << " bytes from byte "
                   << f.data_start_ << ")");
-    const uint64_t want = numel * dtype_size(e.dtype);
+    const uint64_t want = numel * element_size;
     DL_CHECK(e.end - e.begin == want, kOp,
              path << ": tensor \"" << name << "\" at byte " << at << ": " << dt.get<std::string>()
                   << " shape " << sh.dump() << " needs " << want << " bytes, data_offsets ["

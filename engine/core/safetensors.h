@@ -32,7 +32,8 @@ void write_safetensors(const std::string& path,
 class SafetensorsFile {
  public:
   struct Entry {
-    DType dtype = DType::f32;
+    DType dtype = DType::f32;  // what get() returns (F16 is widened to f32)
+    std::string stored;        // the file's dtype name ("F32", "F16", "BOOL", ...)
     Shape shape;
     uint64_t begin = 0;  // byte offsets into the data section, [begin, end)
     uint64_t end = 0;
@@ -49,7 +50,10 @@ class SafetensorsFile {
   bool contains(const std::string& name) const { return entries_.count(name) != 0; }
   // dtype, shape and byte range without reading the data; throws when absent.
   const Entry& entry(const std::string& name) const;
-  // A fresh contiguous cpu tensor holding a copy of the data; throws when absent.
+  // A fresh contiguous cpu tensor holding a copy of the data; throws when absent. F16 has
+  // no DType here: it is widened to f32 (exactly). Other dtypes we do not hold (BOOL, U8,
+  // I8, I16, U16, U32, U64, F8_*) are listed and bounds-checked but get() refuses them, so a
+  // file with a stray buffer (old transformers' bool attn.bias) still opens.
   Tensor get(const std::string& name) const;
 
  private:
@@ -66,8 +70,8 @@ class SafetensorsFile {
 
 // Opens and validates `path`. Errors name the file and, for a malformed file, the byte
 // offset of the problem: truncated file, header length past the end of the file, bad
-// JSON, a dtype we do not hold, a shape that does not match its byte range, offsets out
-// of bounds or overlapping.
+// JSON, a dtype safetensors does not define, a shape that does not match its byte range,
+// offsets out of bounds or overlapping.
 SafetensorsFile read_safetensors(const std::string& path);
 
 }  // namespace driftless

@@ -8,6 +8,7 @@
 
 #include "engine/autograd/autograd.h"
 #include "engine/core/safetensors.h"
+#include "engine/train/config.h"
 
 namespace driftless::train {
 
@@ -107,6 +108,32 @@ CheckpointInfo load_checkpoint(const std::string& path, layers::Gpt& model,
                           std::stoll(f.metadata().at("optim_step")));
   }
   return info;
+}
+
+void init_from_checkpoint(const std::string& path, layers::Gpt& model) {
+  DL_CHECK(fs::is_regular_file(path), "checkpoint",
+           "training.init_from: " << path << " does not exist");
+  const layers::GptConfig s = parse_config_text(read_checkpoint_info(path).config_yaml).model;
+  const layers::GptConfig& m = model.config();
+  std::ostringstream differ;  // "--set model.key=stored" for each key that differs
+  differ << std::boolalpha;
+  auto check = [&](const char* key, auto stored, auto run) {
+    if (stored != run) differ << " --set model." << key << "=" << stored;
+  };
+  check("vocab_size", s.vocab_size, m.vocab_size);
+  check("n_positions", s.n_positions, m.n_positions);
+  check("n_layer", s.n_layer, m.n_layer);
+  check("n_head", s.n_head, m.n_head);
+  check("n_kv_head", s.kv_heads(), m.kv_heads());
+  check("n_embd", s.n_embd, m.n_embd);
+  check("softcap", s.softcap, m.softcap);
+  check("alibi", s.alibi, m.alibi);
+  DL_CHECK(differ.str().empty(), "checkpoint",
+           "training.init_from: " << path
+                                  << " holds another model; expected the run's model "
+                                     "section to match it:"
+                                  << differ.str());
+  load_checkpoint(path, model, nullptr);
 }
 
 }  // namespace driftless::train

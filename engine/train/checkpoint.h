@@ -39,4 +39,10 @@ CheckpointInfo read_checkpoint_info(const std::string& path);
 CheckpointInfo load_checkpoint(const std::string& path, layers::Gpt& model,
                                optim::AdamW* optimizer);
 
+// training.init_from: starts a run from the weights of `path` (another run's checkpoint, or
+// `driftless import --hf`'s), without its step or optimizer state. The checkpoint's model
+// section must equal `model`'s config (dropout aside); the error lists the differing keys
+// as --set flags.
+void init_from_checkpoint(const std::string& path, layers::Gpt& model);
+
 }  // namespace driftless::train

@@ -5,9 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "tests/test_paths.h"
 
@@ -153,6 +155,35 @@ TEST(Safetensors, ReadsHuggingFaceLayout) {
   EXPECT_EQ(e.item(), 0.25);
 }
 
+// Dtypes without a DType here: F16 is widened to f32 exactly (normal, subnormal, signed zero,
+// infinity); a BOOL buffer (old transformers' attn.bias) lets the file open, get() refuses it.
+TEST(Safetensors, F16IsWidenedAndBoolIsListed) {
+  const std::string path = testing::scratch_dir() + "/half.safetensors";
+  const std::string header =
+      "{\"h\":{\"dtype\":\"F16\",\"shape\":[2,2],\"data_offsets\":[0,8]},"
+      "\"m\":{\"dtype\":\"BOOL\",\"shape\":[1,1,2,2],\"data_offsets\":[8,12]}}";
+  // 1.0 = 0x3c00, -2.5 = 0xc100, 2^-24 = 0x0001 (smallest subnormal), +inf = 0x7c00.
+  const Bytes data = {0x00, 0x3c, 0x00, 0xc1, 0x01, 0x00, 0x00, 0x7c, 1, 0, 1, 1};
+  write_bytes(path, raw_file(header, data));
+  SafetensorsFile f = read_safetensors(path);
+  EXPECT_EQ(f.names(), (std::vector<std::string>{"h", "m"}));
+  EXPECT_EQ(f.entry("h").stored, "F16");
+  EXPECT_EQ(f.entry("m").stored, "BOOL");
+  Tensor h = f.get("h");
+  EXPECT_EQ(h.dtype(), DType::f32);
+  EXPECT_EQ(h.shape(), (Shape{2, 2}));
+  EXPECT_EQ(h.to_vector<float>(), (std::vector<float>{1.0f, -2.5f, std::ldexp(1.0f, -24),
+                                                      std::numeric_limits<float>::infinity()}));
+  try {
+    f.get("m");
+    ADD_FAILURE() << "expected driftless::Error for a BOOL tensor";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has dtype BOOL, which driftless does not load"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // Each corrupt file throws Error naming the file and what is wrong.
 TEST(Safetensors, CorruptFilesThrow) {
   const std::string dir = testing::scratch_dir();
@@ -174,8 +205,11 @@ TEST(Safetensors, CorruptFilesThrow) {
       {"bad_json", raw_file("{\"x\":{\"dtype\":}}", {}), "bad JSON header at byte 22"},
       {"not_object", raw_file("[1, 2]", {}), "must be a JSON object"},
       {"unknown_dtype",
-       raw_file("{\"x\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}", Bytes(4)),
-       "unknown dtype \"F16\""},
+       raw_file("{\"x\":{\"dtype\":\"Q4\",\"shape\":[2],\"data_offsets\":[0,4]}}", Bytes(4)),
+       "unknown dtype \"Q4\""},
+      {"foreign_size_mismatch",
+       raw_file("{\"x\":{\"dtype\":\"F16\",\"shape\":[3],\"data_offsets\":[0,4]}}", Bytes(4)),
+       "needs 6 bytes"},
       {"out_of_bounds",
        raw_file("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", Bytes(4)),
        "out of bounds"},

@@ -152,6 +152,34 @@ TEST(Generate, ChooseTokenFollowsTheDistribution) {
   for (uint64_t i = 0; i < 200; ++i) EXPECT_EQ(choose_token(logits, 1, 5.0, 9, i), 1);
 }
 
+// `sample --logits`: documents packed into one sequence give, row for row, the logits of each
+// document run alone (positions restart, attention stays inside a document); running the
+// same tokens as one document differs (the check can fail).
+TEST(Generate, PackedLogitsAreEachDocumentsOwn) {
+  Gpt model = random_model(tiny_config(), 4);
+  const std::vector<std::vector<int32_t>> docs = {{3, 17, 5, 40, 0}, {22}, {9, 9, 1, 30, 2, 7, 11}};
+  const Tensor packed = packed_logits(model, docs);  // (13, V)
+  ASSERT_EQ(packed.shape(), (Shape{13, 41}));
+  int64_t row = 0;
+  std::vector<int32_t> all;
+  for (const auto& d : docs) {
+    const Tensor alone = packed_logits(model, {d});
+    const int64_t n = int64_t(d.size());
+    EXPECT_LE(max_rel(packed.narrow(0, row, n).to_vector<float>(), alone.to_vector<float>()), 1e-6)
+        << "document at row " << row;
+    // The last row equals generation's prefill of the same document.
+    EXPECT_LE(max_rel(alone.narrow(0, n - 1, 1).to_vector<float>(), uncached_last_logits(model, d)),
+              1e-5);
+    row += n;
+    all.insert(all.end(), d.begin(), d.end());
+  }
+  const Tensor joined = packed_logits(model, {all});
+  EXPECT_GT(max_rel(joined.to_vector<float>(), packed.to_vector<float>()), 1e-2);
+  EXPECT_THROW(packed_logits(model, {{1, 2}, {}}), Error);                   // an empty document
+  EXPECT_THROW(packed_logits(model, {std::vector<int32_t>(49, 1)}), Error);  // > n_positions
+  EXPECT_THROW(packed_logits(model, {{1, 41}}), Error);  // outside the vocabulary
+}
+
 TEST(Generate, EmptyOrTooLongPromptIsAClearError) {
   Gpt model = random_model(tiny_config(), 1);
   EXPECT_THROW(generate(model, std::vector<int32_t>{}, 4, 1, 1.0, 0), Error);

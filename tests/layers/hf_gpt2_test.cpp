@@ -140,6 +140,14 @@ TEST(HfGpt2, FileHasTransformersNamesLayoutsAndConfig) {
   EXPECT_EQ(j.at("activation_function"), "gelu_new");
   EXPECT_EQ(j.at("layer_norm_epsilon"), 1e-5);
   EXPECT_TRUE(j.at("tie_word_embeddings").get<bool>());
+  // bos/eos: the tokenizer's end-of-text, never GPT-2's 50256 outside a smaller vocabulary.
+  EXPECT_TRUE(j.at("eos_token_id").is_null());
+  EXPECT_TRUE(j.at("bos_token_id").is_null());
+  EXPECT_EQ(hf_gpt2_config(c, 36).at("eos_token_id"), 36);
+  EXPECT_TRUE(hf_gpt2_config(c, 37).at("eos_token_id").is_null());
+  GptConfig gpt2 = c;
+  gpt2.vocab_size = 50257;
+  EXPECT_EQ(hf_gpt2_config(gpt2).at("bos_token_id"), 50256);
 }
 
 TEST(HfGpt2, GqaIsRefusedBothWays) {
@@ -268,6 +276,64 @@ TEST(HfGpt2, MissingUnknownAndMisshapenTensorsAreNamed) {
   std::filesystem::remove(dir + "/config.json");
   EXPECT_NE(error_of([&] { load_hf_gpt2(dir); }).find("config.json does not exist"),
             std::string::npos);
+}
+
+// save_pretrained with max_shard_size: model.safetensors.index.json names the shards; the
+// shards together are the model. An index naming a missing shard, or a shard not holding
+// what the index puts there, is an error naming both.
+TEST(HfGpt2, ShardedDirectoriesAreRead) {
+  const std::string dir = testing::scratch_dir() + "/hf";
+  Gpt model(tiny());
+  model.init(6);
+  save_hf_gpt2(model, dir);
+  const auto tensors = exported_tensors(dir);
+  std::filesystem::remove(dir + "/model.safetensors");
+  std::vector<std::pair<std::string, Tensor>> first, second;
+  nlohmann::json index = {{"metadata", {{"total_size", 0}}},
+                          {"weight_map", nlohmann::json::object()}};
+  for (const auto& e : tensors) {
+    const bool later = e.first.find(".h.1.") != std::string::npos;
+    (later ? second : first).push_back(e);
+    index["weight_map"][e.first] =
+        later ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
+  }
+  write_safetensors(dir + "/model-00001-of-00002.safetensors", first, {{"format", "pt"}});
+  write_safetensors(dir + "/model-00002-of-00002.safetensors", second, {{"format", "pt"}});
+  write_json(dir + "/model.safetensors.index.json", index);
+  HfGpt2 back = load_hf_gpt2(dir);
+  for (const auto& p : model.slab().parameters())
+    EXPECT_EQ(back.params.at(p.name).to_vector<float>(), p.value.to_vector<float>()) << p.name;
+
+  auto wrong = index;
+  wrong["weight_map"]["transformer.h.1.ln_1.bias"] = "model-00001-of-00002.safetensors";
+  write_json(dir + "/model.safetensors.index.json", wrong);
+  EXPECT_NE(error_of([&] { load_hf_gpt2(dir); })
+                .find("puts transformer.h.1.ln_1.bias in model-00001-of-00002.safetensors, which "
+                      "does not hold it"),
+            std::string::npos)
+      << error_of([&] { load_hf_gpt2(dir); });
+  std::filesystem::remove(dir + "/model-00002-of-00002.safetensors");
+  write_json(dir + "/model.safetensors.index.json", index);
+  EXPECT_NE(error_of([&] {
+              load_hf_gpt2(dir);
+            }).find("names shard model-00002-of-00002.safetensors, which does not exist"),
+            std::string::npos);
+}
+
+// Only pytorch_model.bin (what save_pretrained wrote before safetensors became its default):
+// refused with what is there and the command that converts it.
+TEST(HfGpt2, PickleOnlyDirectoryIsRefusedWithTheConversion) {
+  const std::string dir = testing::scratch_dir() + "/hf";
+  Gpt model(tiny());
+  save_hf_gpt2(model, dir);
+  std::filesystem::rename(dir + "/model.safetensors", dir + "/pytorch_model.bin");
+  const std::string e = error_of([&] { load_hf_gpt2(dir); });
+  EXPECT_NE(e.find("has no model.safetensors (nor model.safetensors.index.json); it has "
+                   "pytorch_model.bin"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("save_pretrained('" + dir + "', safe_serialization=True)"), std::string::npos)
+      << e;
 }
 
 // The exported reference model, read the way transformers reads it (Conv1D x @ W + b, names,

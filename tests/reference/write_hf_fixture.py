@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""A tiny GPT-2 directory exactly as transformers' save_pretrained writes it for
+GPT2LMHeadModel, made with the standard library only (json + struct: no torch, no
+transformers), so CI checks `driftless import --hf` on what a real client writes.
+
+  write_hf_fixture.py write DIR --variant V   writes the directory
+  write_hf_fixture.py check DIR --variant V   checks that DIR/model.safetensors (e.g. from
+                                              `driftless export --hf` of the import) holds the
+                                              fixture's weights, value for value
+
+Variants (all: vocab 257, n_positions 64, n_embd 32, n_layer 2, n_head 4, seeded weights;
+every bias and layer-norm gain is non-trivial so a dropped or transposed tensor shows):
+  v4       config.json of transformers 4.x (torch_dtype, summary_*, n_inner null, ...),
+           model.safetensors F32 with metadata {"format": "pt"}, transformer.* names, the tied
+           lm_head.weight omitted, generation_config.json
+  v5       the same with transformers 5.x's config keys (dtype instead of torch_dtype)
+  legacy   transformers 4.27-4.30 with safe_serialization: the causal-mask buffers
+           transformer.h.N.attn.bias (BOOL, 1x1x64x64) and attn.masked_bias (F32 scalar)
+  sharded  model.safetensors.index.json + model-00001-of-00002.safetensors + ...-00002-...
+  fp16     a float16 model: F16 tensors, torch_dtype float16
+  bin      only pytorch_model.bin (an older save_pretrained default): import must refuse
+           it and say how to convert
+"""
+import argparse
+import json
+import os
+import random
+import struct
+import sys
+
+CONFIG = dict(vocab_size=257, n_positions=64, n_embd=32, n_layer=2, n_head=4)
+VARIANTS = ("v4", "v5", "legacy", "sharded", "fp16", "bin")
+
+
+def hf_config(variant):
+    """config.json as GPT2Config.save_pretrained writes it (to_diff_dict: every GPT2Config
+    key, plus base keys that differ from PretrainedConfig's defaults)."""
+    c = {
+        "activation_function": "gelu_new",
+        "architectures": ["GPT2LMHeadModel"],
+        "attn_pdrop": 0.1,
+        "bos_token_id": 50256,
+        "embd_pdrop": 0.1,
+        "eos_token_id": 50256,
+        "initializer_range": 0.02,
+        "layer_norm_epsilon": 1e-05,
+        "model_type": "gpt2",
+        "n_embd": CONFIG["n_embd"],
+        "n_head": CONFIG["n_head"],
+        "n_inner": None,
+        "n_layer": CONFIG["n_layer"],
+        "n_positions": CONFIG["n_positions"],
+        "reorder_and_upcast_attn": False,
+        "resid_pdrop": 0.1,
+        "scale_attn_by_inverse_layer_idx": False,
+        "scale_attn_weights": True,
+        "summary_activation": None,
+        "summary_first_dropout": 0.1,
+        "summary_proj_to_labels": True,
+        "summary_type": "cls_index",
+        "summary_use_proj": True,
+        "use_cache": True,
+        "vocab_size": CONFIG["vocab_size"],
+    }
+    if variant == "v5":
+        c.update(dtype="float32", transformers_version="5.0.0", tie_word_embeddings=True,
+                 add_cross_attention=False)
+    elif variant == "legacy":
+        c.update(torch_dtype="float32", transformers_version="4.29.2")
+    else:
+        c.update(torch_dtype="float16" if variant == "fp16" else "float32",
+                 transformers_version="4.46.3")
+    return dict(sorted(c.items()))  # save_pretrained writes sorted keys
+
+
+def weights(variant):
+    """{name: (dtype, shape, flat values)} in HF layout (Conv1D weights (in, out))."""
+    rng = random.Random(20240611)
+    C, V, P = CONFIG["n_embd"], CONFIG["vocab_size"], CONFIG["n_positions"]
+    out = {}
+
+    def add(name, shape, scale, offset=0.0):
+        n = 1
+        for s in shape:
+            n *= s
+        out["transformer." + name] = ("F32", shape, [offset + rng.gauss(0, scale) for _ in range(n)])
+
+    add("wte.weight", [V, C], 0.1)
+    add("wpe.weight", [P, C], 0.05)
+    for l in range(CONFIG["n_layer"]):
+        h = f"h.{l}."
+        add(h + "ln_1.weight", [C], 0.1, 1.0)
+        add(h + "ln_1.bias", [C], 0.05)
+        add(h + "attn.c_attn.weight", [C, 3 * C], 0.08)
+        add(h + "attn.c_attn.bias", [3 * C], 0.05)
+        add(h + "attn.c_proj.weight", [C, C], 0.08)
+        add(h + "attn.c_proj.bias", [C], 0.05)
+        add(h + "ln_2.weight", [C], 0.1, 1.0)
+        add(h + "ln_2.bias", [C], 0.05)
+        add(h + "mlp.c_fc.weight", [C, 4 * C], 0.08)
+        add(h + "mlp.c_fc.bias", [4 * C], 0.05)
+        add(h + "mlp.c_proj.weight", [4 * C, C], 0.08)
+        add(h + "mlp.c_proj.bias", [C], 0.05)
+    add("ln_f.weight", [C], 0.1, 1.0)
+    add("ln_f.bias", [C], 0.05)
+    if variant == "fp16":
+        out = {k: ("F16", s, v) for k, (_, s, v) in out.items()}
+    if variant == "legacy":
+        for l in range(CONFIG["n_layer"]):
+            tril = [1 if j <= i else 0 for i in range(P) for j in range(P)]
+            out[f"transformer.h.{l}.attn.bias"] = ("BOOL", [1, 1, P, P], tril)
+            out[f"transformer.h.{l}.attn.masked_bias"] = ("F32", [], [-1e4])
+    return out
+
+
+PACK = {"F32": "<f", "F16": "<e", "BOOL": "<B"}
+SIZE = {"F32": 4, "F16": 2, "BOOL": 1}
+
+
+def encode(dtype, values):
+    fmt = PACK[dtype]
+    return b"".join(struct.pack(fmt, v) for v in values)
+
+
+def write_safetensors(path, tensors):
+    """As the safetensors library writes: "__metadata__" first, data ordered by dtype
+    alignment (larger first) then name, header padded with spaces to 8 bytes."""
+    names = sorted(tensors, key=lambda n: (-SIZE[tensors[n][0]], n))
+    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    for n in names:
+        dtype, shape, values = tensors[n]
+        b = encode(dtype, values)
+        header[n] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    return offset
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + n])
+    meta = header.pop("__metadata__", {})
+    data = raw[8 + n :]
+    out = {}
+    for name, e in header.items():
+        b, end = e["data_offsets"]
+        fmt = PACK[e["dtype"]]
+        count = (end - b) // SIZE[e["dtype"]]
+        out[name] = (e["dtype"], e["shape"], list(struct.unpack("<" + fmt[1] * count, data[b:end])))
+    return out, meta
+
+
+def write(out_dir, variant):
+    os.makedirs(out_dir, exist_ok=True)
+    version = "5.0.0" if variant == "v5" else "4.29.2" if variant == "legacy" else "4.46.3"
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        f.write(json.dumps(hf_config(variant), indent=2, sort_keys=True) + "\n")
+    gen = {"_from_model_config": True, "bos_token_id": 50256, "eos_token_id": 50256,
+           "transformers_version": version}
+    with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
+        f.write(json.dumps(gen, indent=2, sort_keys=True) + "\n")
+    tensors = weights(variant)
+    if variant == "bin":
+        # A zip-format torch pickle starts "PK"; the importer must not even try to read it.
+        with open(os.path.join(out_dir, "pytorch_model.bin"), "wb") as f:
+            f.write(b"PK\x03\x04 not read by driftless")
+    elif variant == "sharded":
+        names = sorted(tensors)
+        first = {n: tensors[n] for n in names if ".h.1." not in n}  # as max_shard_size splits
+        second = {n: tensors[n] for n in names if ".h.1." in n}
+        files = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+        total = 0
+        for name, part in zip(files, (first, second)):
+            total += write_safetensors(os.path.join(out_dir, name), part)
+        index = {"metadata": {"total_size": total},
+                 "weight_map": {n: files[0] if n in first else files[1] for n in names}}
+        with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
+            f.write(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    else:
+        write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors)
+    print(f"wrote a save_pretrained-style GPT-2 ({variant}) to {out_dir}")
+    return 0
+
+
+def check(export_dir, variant):
+    """The export's tensors equal the fixture's (F16 compared after widening, as the
+    importer widens it); the buffers of old files are not parameters and are not exported."""
+    got, meta = read_safetensors(os.path.join(export_dir, "model.safetensors"))
+    want = {k: v for k, v in weights(variant).items() if not k.endswith((".attn.bias", ".attn.masked_bias"))}
+    problems = []
+    if meta.get("format") != "pt":
+        problems.append(f"metadata format {meta.get('format')!r}, expected 'pt'")
+    if sorted(got) != sorted(want):
+        problems.append(f"names differ: extra {sorted(set(got) - set(want))}, "
+                        f"missing {sorted(set(want) - set(got))}")
+    for name in sorted(set(got) & set(want)):
+        gdt, gshape, gvals = got[name]
+        wdt, wshape, wvals = want[name]
+        wvals = struct.unpack("<%d%s" % (len(wvals), PACK[wdt][1]), encode(wdt, wvals))
+        if gshape != wshape:
+            problems.append(f"{name}: shape {gshape}, expected {wshape}")
+        elif list(gvals) != list(wvals):
+            bad = next(i for i, (a, b) in enumerate(zip(gvals, wvals)) if a != b)
+            problems.append(f"{name}: element {bad} is {gvals[bad]}, expected {wvals[bad]}")
+    for p in problems:
+        print("MISMATCH " + p)
+    print(f"{export_dir}: {len(want)} tensors checked against the {variant} fixture, "
+          f"{len(problems)} problems")
+    return 1 if problems else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("action", choices=("write", "check"))
+    ap.add_argument("dir")
+    ap.add_argument("--variant", choices=VARIANTS, default="v4")
+    a = ap.parse_args()
+    return write(a.dir, a.variant) if a.action == "write" else check(a.dir, a.variant)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
