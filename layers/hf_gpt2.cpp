@@ -93,7 +93,8 @@ std::vector<SafetensorsFile> open_weights(const std::string& dir) {
       files.push_back(read_safetensors(dir + "/" + shard));
     }
     for (const auto& [name, shard] : j["weight_map"].items()) {
-      const size_t i = size_t(std::find(shards.begin(), shards.end(), shard) - shards.begin());
+      const size_t i = size_t(std::find(shards.begin(), shards.end(), shard.get<std::string>()) -
+                               shards.begin());
       DL_CHECK(files[i].contains(name), kOp,
                index << " puts " << name << " in " << shard.get<std::string>()
                      << ", which does not hold it");
