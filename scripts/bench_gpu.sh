@@ -8,7 +8,8 @@
 # kernels' forward and forward+backward TFLOP/s on the issue's shapes, then PyTorch's SDPA /
 # FlexAttention on the same shapes in the same invocation, with the ratios. Needs a CUDA
 # build: BUILD (default build-gpu).
-#   bash scripts/bench_gpu.sh [throughput] [scaling] [wide] [attention]
+#   bash scripts/bench_gpu.sh [throughput] [scaling] [context] [wide] [attention]
+# (`context`: one document of 16384 / 65536 tokens on 1 GPU, sdp2, cp2 ring and cp2 a2a)
 #   (default: throughput scaling)
 # Logs go to ${OUT:-$BUILD}/bench-*.log.
 set -uo pipefail
@@ -76,6 +77,29 @@ if [[ $parts == *scaling* ]]; then
     fi
     rm -f "$out/run.txt" "$out/err.txt"
   done
+fi
+
+if [[ $parts == *context* ]]; then
+  # One sequence holding one document of S tokens (positions up to S): the setting of
+  # PyTorch's context_parallel figures (README "Facts"), where attention dominates and the
+  # causal split decides the balance: 1 GPU, sdp2 (contiguous halves), cp2 ring (chunks r
+  # and 2P-1-r) and cp2 a2a.
+  for S in 16384 65536; do
+    doc=(--config configs/models/gpt2_124m.yaml --set batch.sequence_length=$S --set batch.sequences=1
+         --set model.n_positions=$S --set data.random_distribution=fixed
+         --set data.random_mean_length=$S --set data.random_max_length=$S --steps 4 --warmup 2)
+    echo "== one document of S=$S" | tee -a "$out/bench-context.log"
+    run_one "$dl" bench train "${doc[@]}" | tee -a "$out/bench-context.log"
+    if [ "$gpus" -ge 2 ]; then
+      run_one "${mpi[@]}" "$dl" bench train "${doc[@]}" --set distributed.sequence_data_parallel=2 |
+        tee -a "$out/bench-context.log"
+      for kind in ring a2a; do
+        run_one "${mpi[@]}" "$dl" bench train "${doc[@]}" --set distributed.context_parallel.size=2 \
+          --set distributed.context_parallel.kind=$kind | tee -a "$out/bench-context.log"
+      done
+    fi
+  done
+  rm -f "$out/run.txt" "$out/err.txt"
 fi
 
 if [[ $parts == *wide* ]]; then
