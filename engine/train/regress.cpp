@@ -241,6 +241,8 @@ LayoutResult compare_runs(const std::string& reference_dir, const std::string& t
                           const std::map<std::string, double>& tolerance, double epsilon,
                           const std::vector<ToleranceOverride>& overrides) {
   LayoutResult r;
+  r.run_dir = test_dir;
+  r.baseline_dir = reference_dir;
   std::vector<std::regex> patterns;
   for (const auto& o : overrides) patterns.emplace_back(o.pattern);
   for (int64_t step : steps) {

@@ -68,6 +68,7 @@ struct TensorDrift {
 
 struct LayoutResult {
   std::string name, baseline;
+  std::string run_dir, baseline_dir;  // the compared run directories
   int64_t ranks = 1;
   bool ran = true;             // the run itself succeeded
   std::string error;           // why it did not run / compare
@@ -89,6 +90,20 @@ std::vector<int64_t> common_log_steps(const std::string& a, const std::string& b
 
 std::string format_table(const std::vector<LayoutResult>& results);
 void write_report_json(const std::string& path, const std::vector<LayoutResult>& results);
+
+// The loss curves shown with a report: the page they are on (linked, relative to the report)
+// and the SVG embedded in it; empty when no compared run has usable metrics.
+struct ReportPlot {
+  std::string href, svg;
+  std::vector<std::string> left_out;  // runs whose metrics could not be plotted, and why
+};
+// Writes the overlaid loss plot (metrics_plot.h) of every run directory of the results,
+// baselines first, to `path` (an .html page); runs without usable metrics are left out and
+// listed.
+ReportPlot write_comparison_plot(const std::string& path, const std::vector<LayoutResult>& results,
+                                 const std::string& title);
+// Writes report.html at `path` and, beside it, loss.html (write_comparison_plot), which the
+// report embeds and links.
 void write_report_html(const std::string& path, const std::string& title,
                        const std::vector<LayoutResult>& results);
 

@@ -161,6 +161,8 @@ std::vector<LayoutResult> run_regression(const RegressConfig& c, const RegressRu
     }
     r.name = l.name;
     r.baseline = l.baseline;
+    r.run_dir = test;
+    r.baseline_dir = ref;
     r.ranks = l.ranks;
     results.push_back(r);
   }

@@ -1,12 +1,15 @@
 // The self-contained HTML drift report: per layout an inline SVG chart of rms_rel of every
 // tensor in execution order on a log axis with the tolerance line, then the tables. No
-// scripts, fonts or other network resources.
+// scripts, fonts or other network resources. Above them, the loss curves of the compared runs,
+// embedded and linked to their own page (metrics_plot.h).
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
 
+#include "engine/train/metrics_plot.h"
 #include "engine/train/regress.h"
 
 namespace driftless::train {
@@ -14,15 +17,7 @@ namespace driftless::train {
 namespace {
 
 std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else if (c == '"') o += "&quot;";
-    else o += c;
-  }
-  return o;
+  return xml_escape(s);
 }
 
 std::string sci(double v) {
@@ -71,8 +66,33 @@ std::string chart(const LayoutResult& r) {
 
 }  // namespace
 
+ReportPlot write_comparison_plot(const std::string& path, const std::vector<LayoutResult>& results,
+                                 const std::string& title) {
+  std::vector<std::string> dirs;
+  for (const auto& r : results)
+    for (const std::string& d : {r.baseline_dir, r.run_dir})
+      if (!d.empty() && std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(d);
+  ReportPlot plot;
+  std::vector<RunMetrics> runs;
+  for (const auto& d : dirs) {
+    try {  // a layout that failed to start may have no or an empty metrics.jsonl
+      runs.push_back(read_run_metrics(d));
+    } catch (const Error& e) {
+      plot.left_out.push_back(e.what());
+    }
+  }
+  if (runs.empty()) return plot;
+  make_names_unique(runs);
+  write_metrics_plot(path, runs, title);
+  plot.href = std::filesystem::path(path).filename().string();
+  plot.svg = metrics_svg(runs, "");
+  return plot;
+}
+
 void write_report_html(const std::string& path, const std::string& title,
                        const std::vector<LayoutResult>& results) {
+  const std::filesystem::path beside = std::filesystem::path(path).parent_path() / "loss.html";
+  const ReportPlot plot = write_comparison_plot(beside.string(), results, "loss curves: " + title);
   std::ostringstream h;
   h << "<!DOCTYPE html><html><head><meta charset='utf-8'><title>" << esc(title)
     << "</title><style>body{font-family:sans-serif;margin:20px;color:#222}"
@@ -93,6 +113,15 @@ void write_report_html(const std::string& path, const std::string& title,
       << "</td></tr>";
   }
   h << "</table>";
+  if (!plot.svg.empty() || !plot.left_out.empty()) {
+    h << "<h2 id='loss-curves'>Loss curves</h2>";
+    if (!plot.href.empty())
+      h << "<p>Train and validation loss and tokens/s of every run, overlaid (<a href='"
+        << esc(plot.href) << "'>" << esc(plot.href) << "</a>).</p>";
+    h << plot.svg;
+    for (const auto& why : plot.left_out)
+      h << "<p class='fail'>not plotted: " << esc(why) << "</p>";
+  }
   for (const auto& r : results) {
     h << "<h2 id='" << esc(r.name) << "'>" << esc(r.name) << " vs " << esc(r.baseline) << "</h2>";
     if (!r.error.empty()) h << "<p class='fail'>" << esc(r.error) << "</p>";
