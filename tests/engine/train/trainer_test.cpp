@@ -223,13 +223,18 @@ TEST(Trainer, BadLayoutIsAnErrorBeforeAnyWork) {
   };
   // One process, but the config asks for 2 (or 4) ranks.
   std::string e = error_of(root + "/dp2", {"distributed.data_parallel=2"});
-  EXPECT_NE(e.find("world size 1 does not equal data_parallel (2) x sequence_data_parallel (1)"),
+  EXPECT_NE(e.find("world size 1 does not equal data_parallel (2) x the ranks sharing a "
+                   "sequence (sequence_data_parallel 1 x context_parallel.size 1)"),
             std::string::npos)
       << e;
   e = error_of(root + "/sdp2",
                {"distributed.sequence_data_parallel=2", "distributed.data_parallel=2"});
-  EXPECT_NE(e.find("world size 1 does not equal data_parallel (2) x sequence_data_parallel (2)"),
+  EXPECT_NE(e.find("world size 1 does not equal data_parallel (2) x the ranks sharing a "
+                   "sequence (sequence_data_parallel 2 x context_parallel.size 1)"),
             std::string::npos)
+      << e;
+  e = error_of(root + "/cp2", {"distributed.context_parallel.size=2"});
+  EXPECT_NE(e.find("(sequence_data_parallel 1 x context_parallel.size 2)"), std::string::npos)
       << e;
   // Resume without a checkpoint.
   try {
