@@ -13,7 +13,8 @@ every bias and layer-norm gain is non-trivial so a dropped or transposed tensor 
   v4       config.json of transformers 4.x (torch_dtype, summary_*, n_inner null, ...),
            model.safetensors F32 with metadata {"format": "pt"}, transformer.* names, the tied
            lm_head.weight omitted, generation_config.json
-  v5       the same with transformers 5.x's config keys (dtype instead of torch_dtype)
+  v5       the same with the keys transformers 5.17 writes (dtype instead of torch_dtype,
+           tie_word_embeddings, add_cross_attention, pad_token_id null)
   legacy   transformers 4.27-4.30 with safe_serialization: the causal-mask buffers
            transformer.h.N.attn.bias (BOOL, 1x1x64x64) and attn.masked_bias (F32 scalar)
   sharded  model.safetensors.index.json + model-00001-of-00002.safetensors + ...-00002-...
@@ -62,9 +63,9 @@ def hf_config(variant):
         "use_cache": True,
         "vocab_size": CONFIG["vocab_size"],
     }
-    if variant == "v5":
-        c.update(dtype="float32", transformers_version="5.0.0", tie_word_embeddings=True,
-                 add_cross_attention=False)
+    if variant == "v5":  # as transformers 5.17 wrote it (seen on a machine that has it)
+        c.update(dtype="float32", transformers_version="5.17.0", tie_word_embeddings=True,
+                 add_cross_attention=False, pad_token_id=None)
     elif variant == "legacy":
         c.update(torch_dtype="float32", transformers_version="4.29.2")
     else:
@@ -158,11 +159,13 @@ def read_safetensors(path):
 
 def write(out_dir, variant):
     os.makedirs(out_dir, exist_ok=True)
-    version = "5.0.0" if variant == "v5" else "4.29.2" if variant == "legacy" else "4.46.3"
+    version = "5.17.0" if variant == "v5" else "4.29.2" if variant == "legacy" else "4.46.3"
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         f.write(json.dumps(hf_config(variant), indent=2, sort_keys=True) + "\n")
     gen = {"_from_model_config": True, "bos_token_id": 50256, "eos_token_id": 50256,
            "transformers_version": version}
+    if variant == "v5":
+        gen.update(output_attentions=False, output_hidden_states=False, use_cache=True)
     with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
         f.write(json.dumps(gen, indent=2, sort_keys=True) + "\n")
     tensors = weights(variant)
@@ -178,7 +181,8 @@ def write(out_dir, variant):
         total = 0
         for name, part in zip(files, (first, second)):
             total += write_safetensors(os.path.join(out_dir, name), part)
-        index = {"metadata": {"total_size": total},
+        index = {"metadata": {"total_parameters": sum(len(v) for _, _, v in tensors.values()),
+                              "total_size": total},  # total_parameters: transformers 5
                  "weight_map": {n: files[0] if n in first else files[1] for n in names}}
         with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
             f.write(json.dumps(index, indent=2, sort_keys=True) + "\n")
