@@ -22,6 +22,11 @@ class Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;
+  // Orders what is issued afterwards on the compute stream after the collective without
+  // blocking the host where the backend can: NCCL makes the compute stream wait for the
+  // collective's event, and checks its completion (errors, the deadline) like the
+  // stream-ordered collectives below. Other backends: wait().
+  virtual void wait_ordered() { wait(); }
 };
 
 class Communicator {
@@ -71,6 +76,9 @@ class Communicator {
   // writes send nor reads recv until wait(). Other backends finish it before returning.
   virtual std::unique_ptr<Work> send_recv_async(const Tensor& send, int dst, const Tensor& recv,
                                                 int src);
+  // all_to_all, stream-ordered like all_gather_in_place_ordered (the host does not wait for
+  // it; kernels issued after it see its result).
+  virtual void all_to_all_ordered(const Tensor& out, const Tensor& in) { all_to_all(out, in); }
 
   // In-place forms: buffer (P·n, ...) of which this rank holds chunk rank() along dim 0.
   void all_gather_in_place(const Tensor& buffer);

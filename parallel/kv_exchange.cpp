@@ -27,8 +27,7 @@ Tensor CommKvExchange::chunk_tails(const Tensor& span, int64_t rows) const {
 // slice r, which is the chunk the in-place collectives give rank r.
 void CommKvExchange::all_gather(const Tensor& span, int64_t rows) {
   check_span("kv_exchange.all_gather", span);
-  if (rows < 0 || rows >= span.size(0) / sdp_.size())
-    return sdp_.all_gather_in_place_ordered(span);
+  if (rows < 0 || rows >= span.size(0) / sdp_.size()) return sdp_.all_gather_in_place_ordered(span);
   if (rows == 0) return;
   Tensor tails = chunk_tails(span, rows);
   Tensor packed = Tensor::empty(tails.shape(), span.dtype(), span.device());
@@ -52,16 +51,16 @@ void CommKvExchange::reduce_scatter_packed(const Tensor& packed) {
   DL_CHECK(packed.defined() && packed.dim() >= 2 && packed.is_contiguous() &&
                packed.size(0) == sdp_.size(),
            "kv_exchange.reduce_scatter_packed",
-           "packed tails must be a contiguous (" << sdp_.size() << ", rows, ...) tensor, got "
-                                                 << (packed.defined() ? shape_str(packed.shape())
-                                                                      : std::string("undefined")));
+           "packed tails must be a contiguous ("
+               << sdp_.size() << ", rows, ...) tensor, got "
+               << (packed.defined() ? shape_str(packed.shape()) : std::string("undefined")));
   sdp_.reduce_scatter_in_place_ordered(packed);
 }
 
 namespace {
 struct PendingWork final : layers::KvExchange::Pending {
   explicit PendingWork(std::unique_ptr<Work> w) : work(std::move(w)) {}
-  void wait() override { work->wait(); }
+  void wait() override { work->wait_ordered(); }  // no host wait on NCCL
   std::unique_ptr<Work> work;
 };
 }  // namespace
@@ -69,7 +68,8 @@ struct PendingWork final : layers::KvExchange::Pending {
 std::unique_ptr<layers::KvExchange::Pending> CommKvExchange::ring_shift(const Tensor& send,
                                                                         const Tensor& recv) {
   const int P = sdp_.size(), r = sdp_.rank();
-  return std::make_unique<PendingWork>(sdp_.send_recv_async(send, (r + 1) % P, recv, (r + P - 1) % P));
+  return std::make_unique<PendingWork>(
+      sdp_.send_recv_async(send, (r + 1) % P, recv, (r + P - 1) % P));
 }
 
 std::unique_ptr<layers::KvExchange> make_kv_exchange(Communicator& sdp) {

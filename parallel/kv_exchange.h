@@ -24,7 +24,9 @@ class CommKvExchange final : public layers::KvExchange {
   // partial values.
   void reduce_scatter(const Tensor& grad_span, int64_t rows = -1) override;
   void reduce_scatter_packed(const Tensor& packed) override;
-  void all_to_all(const Tensor& out, const Tensor& in) override { sdp_.all_to_all(out, in); }
+  void all_to_all(const Tensor& out, const Tensor& in) override {
+    sdp_.all_to_all_ordered(out, in);
+  }
   std::unique_ptr<Pending> ring_shift(const Tensor& send, const Tensor& recv) override;
 
  private:

@@ -167,27 +167,13 @@ class NcclCommunicator final : public Communicator {
     bootstrap_.barrier();
   }
   void all_to_all(const Tensor& out, const Tensor& in) override {
-    const char* op = "all_to_all";
-    check_usable(op);
-    check_all_to_all(op, out, in);
-    const size_t chunk = in.nbytes() / size_t(size_);
-    const size_t n = size_t(in.numel() / size_);
-    const ncclDataType_t type = nccl_datatype(in.dtype());
-    // This rank's own chunk is a device copy; the others are one send and one receive per peer.
-    DL_CUDA_CHECK(cudaMemcpyAsync(byte_ptr(out) + size_t(rank_) * chunk,
-                                  byte_ptr(in) + size_t(rank_) * chunk, chunk,
-                                  cudaMemcpyDeviceToDevice, stream()));
-    grouped(op, [&] {
-      ncclResult_t st = ncclSuccess;
-      for (int p = 0; p < size_ && st == ncclSuccess; ++p) {
-        if (p == rank_) continue;
-        st = ncclSend(byte_ptr(in) + size_t(p) * chunk, n, type, p, comm_, stream());
-        if (st == ncclSuccess)
-          st = ncclRecv(byte_ptr(out) + size_t(p) * chunk, n, type, p, comm_, stream());
-      }
-      return st;
-    });
-    wait(op);
+    enqueue_all_to_all("all_to_all", out, in);
+    wait("all_to_all");
+  }
+  void all_to_all_ordered(const Tensor& out, const Tensor& in) override {
+    wait_ordered("all_to_all_ordered");
+    enqueue_all_to_all("all_to_all_ordered", out, in);
+    record_ordered();
   }
   void send_recv(const Tensor& send, int dst, const Tensor& recv, int src) override {
     const char* op = "send_recv";
@@ -208,6 +194,28 @@ class NcclCommunicator final : public Communicator {
 
  private:
   static cudaStream_t stream() { return cudaStreamLegacy; }
+
+  void enqueue_all_to_all(const char* op, const Tensor& out, const Tensor& in) {
+    check_usable(op);
+    check_all_to_all(op, out, in);
+    const size_t chunk = in.nbytes() / size_t(size_);
+    const size_t n = size_t(in.numel() / size_);
+    const ncclDataType_t type = nccl_datatype(in.dtype());
+    // This rank's own chunk is a device copy; the others are one send and one receive per peer.
+    DL_CUDA_CHECK(cudaMemcpyAsync(byte_ptr(out) + size_t(rank_) * chunk,
+                                  byte_ptr(in) + size_t(rank_) * chunk, chunk,
+                                  cudaMemcpyDeviceToDevice, stream()));
+    grouped(op, [&] {
+      ncclResult_t st = ncclSuccess;
+      for (int p = 0; p < size_ && st == ncclSuccess; ++p) {
+        if (p == rank_) continue;
+        st = ncclSend(byte_ptr(in) + size_t(p) * chunk, n, type, p, comm_, stream());
+        if (st == ncclSuccess)
+          st = ncclRecv(byte_ptr(out) + size_t(p) * chunk, n, type, p, comm_, stream());
+      }
+      return st;
+    });
+  }
 
   void enqueue_all_gather(const Tensor& out, const Tensor& in) {
     const char* op = "all_gather_into";
@@ -305,6 +313,15 @@ class NcclCommunicator final : public Communicator {
     // issued afterwards, on any stream, sees its result.
     void wait() override {
       comm->wait("async collective", [this] { return done.done(); });
+      tensors.clear();
+    }
+    // The compute stream waits for the side stream's event; the tensors may go (later use on
+    // the compute stream is ordered after the collective), the completion is checked as the
+    // communicator's stream-ordered collective.
+    void wait_ordered() override {
+      comm->wait_ordered("async collective");
+      DL_CUDA_CHECK(cudaStreamWaitEvent(stream(), done.get(), 0));
+      comm->record_ordered();
       tensors.clear();
     }
     NcclCommunicator* comm;

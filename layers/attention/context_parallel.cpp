@@ -75,8 +75,8 @@ Tensor to_tokens(const Tensor& y, const ColumnGroups& g, int64_t n, int64_t C, K
 
 void check_a2a(const Tensor& x, int64_t n, const KvExchange& ex) {
   DL_CHECK(x.defined() && x.dim() == 2 && n >= 1 && x.size(0) % n == 0, kOp,
-           "a2a input must be (T, C) with T divisible by the " << n << " sequences, got "
-                                                              << (x.defined() ? shape_str(x.shape()) : "undefined"));
+           "a2a input must be (T, C) with T divisible by the "
+               << n << " sequences, got " << (x.defined() ? shape_str(x.shape()) : "undefined"));
   DL_CHECK(ex.ranks() >= 1, kOp, "no ranks");
 }
 
@@ -135,8 +135,8 @@ namespace {
 // k_rows) of its sequence. diag: the chunk against its own rows, causal per document;
 // otherwise its first document's rows against earlier keys of that document (all visible).
 struct RingPart {
-  int64_t step = 0;  // ring step that brings the keys (0: own chunks, or the past)
-  int64_t chunk = 0;  // accumulator: 2 j + c for chunk c of sequence j
+  int64_t step = 0;               // ring step that brings the keys (0: own chunks, or the past)
+  int64_t chunk = 0;              // accumulator: 2 j + c for chunk c of sequence j
   int64_t q_row = 0, q_rows = 0;  // local rows of q
   int64_t slot = 0, k_begin = 0, k_rows = 0;
   AttentionSpec spec;
@@ -173,8 +173,8 @@ RingPlan plan_ring(const std::vector<RingSequence>& seqs, const KvExchange& ex,
       const int64_t a0 = m0 + ids[c] * Lc;
       DL_CHECK(a.sequence_k_past == a0 && a.num_queries() == Lc && !a.padded(), kOp,
                "ring: sequence " << j << " chunk " << ids[c] << " must be rows [" << a0 << ", "
-                                 << a0 + Lc << ") without padding, got ["
-                                 << a.sequence_k_past << ", " << a.sequence_k_end << ")");
+                                 << a0 + Lc << ") without padding, got [" << a.sequence_k_past
+                                 << ", " << a.sequence_k_end << ")");
       RingPart diag;
       diag.chunk = 2 * j + c;
       diag.q_row = j * 2 * Lc + c * Lc;
@@ -257,16 +257,15 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                       const std::vector<RingSequence>& sequences, KvBuffer& buffer, KvExchange& ex,
                       const AttentionSpec& base) {
   DL_CHECK(q.dim() == 3 && k.dim() == 3 && v.shape() == k.shape() && k.size(0) == q.size(0), kOp,
-           "ring: q (T, H, D), k and v (T, H_kv, D) expected, got "
-               << shape_str(q.shape()) << ", " << shape_str(k.shape()) << ", "
-               << shape_str(v.shape()));
+           "ring: q (T, H, D), k and v (T, H_kv, D) expected, got " << shape_str(q.shape()) << ", "
+                                                                    << shape_str(k.shape()) << ", "
+                                                                    << shape_str(v.shape()));
   DL_CHECK(base.score_mod.kind != ScoreModKind::alibi &&
                base.score_mod.kind != ScoreModKind::relative_position && !base.bias.defined(),
            kOp, "ring attention takes no position-dependent modifier or bias");
   const Tensor& kv = buffer.kv();
   DL_CHECK(kv.defined() && kv.size(3) == k.size(1) && kv.size(4) == k.size(2), kOp,
-           "ring: the K/V buffer must be allocated for " << k.size(1) << " heads of "
-                                                         << k.size(2));
+           "ring: the K/V buffer must be allocated for " << k.size(1) << " heads of " << k.size(2));
   const int64_t T = q.size(0), H = q.size(1), D = q.size(2);
   auto saved = std::make_shared<RingSaved>();
   saved->plan = plan_ring(sequences, ex, base, T);
@@ -287,9 +286,9 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
       store_chunks(kv, cur, plan, (plan.r - s + P) % P);
       for (; at < plan.parts.size() && plan.parts[at].step == s; ++at) {
         const RingPart& p = plan.parts[at];
-        const AttentionOutputs o =
-            attention_forward(q.narrow(0, p.q_row, p.q_rows), kv_rows(kv, p.slot, p.k_begin, p.k_rows, 0),
-                              kv_rows(kv, p.slot, p.k_begin, p.k_rows, 1), p.spec);
+        const AttentionOutputs o = attention_forward(
+            q.narrow(0, p.q_row, p.q_rows), kv_rows(kv, p.slot, p.k_begin, p.k_rows, 0),
+            kv_rows(kv, p.slot, p.k_begin, p.k_rows, 1), p.spec);
         Tensor& a = acc[size_t(p.chunk)];
         if (!a.defined()) {  // the diagonal call: every row of the chunk
           a = o.out.to(DType::f32).contiguous();
@@ -329,8 +328,8 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
           const Tensor lse = saved->lse[size_t(p.chunk)].narrow(1, 0, p.q_rows).contiguous();
           const AttentionGrads gr = attention_backward(
               q.narrow(0, p.q_row, p.q_rows), kv_rows(kv, p.slot, p.k_begin, p.k_rows, 0),
-              kv_rows(kv, p.slot, p.k_begin, p.k_rows, 1), p.spec,
-              out.narrow(0, p.q_row, p.q_rows), lse, dout.narrow(0, p.q_row, p.q_rows));
+              kv_rows(kv, p.slot, p.k_begin, p.k_rows, 1), p.spec, out.narrow(0, p.q_row, p.q_rows),
+              lse, dout.narrow(0, p.q_row, p.q_rows));
           dq.narrow(0, p.q_row, p.q_rows).add_(gr.dq.to(DType::f32));
           kv_rows(grad, p.slot, p.k_begin, p.k_rows, 0).add_(gr.dk.to(DType::f32));
           kv_rows(grad, p.slot, p.k_begin, p.k_rows, 1).add_(gr.dv.to(DType::f32));
@@ -338,8 +337,8 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
         // Every later micro-sequence has added its part: the micro-sequence's K/V gradient
         // rows are complete on each rank; rank p receives the sum of its chunks p, 2P-1-p.
         const Shape row{kv.size(2), kv.size(3), kv.size(4)};  // (2, H_kv, D)
-        Tensor packed = Tensor::empty({P, n * 2 * Lc, row[0], row[1], row[2]}, DType::f32,
-                                      grad.device());
+        Tensor packed =
+            Tensor::empty({P, n * 2 * Lc, row[0], row[1], row[2]}, DType::f32, grad.device());
         for (int64_t r = 0; r < P; ++r)
           for (int64_t j = 0; j < n; ++j) {
             const int64_t ids[2] = {r, 2 * P - 1 - r};

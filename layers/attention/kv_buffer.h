@@ -100,8 +100,9 @@ struct KvSlice {
 };
 
 // Writes k_local/v_local (T_q, H_kv, D) into the buffer at [q0, q1) of sequence b (then
-// all-gathers the micro-sequence span over the exchange), and returns the extent [first_document_begin, q1) as (k, v) views,
-// linked to k_local/v_local by one autograd node implementing the gradient rule above.
+// all-gathers the micro-sequence span over the exchange), and returns the extent
+// [first_document_begin, q1) as (k, v) views, linked to k_local/v_local by one autograd node
+// implementing the gradient rule above.
 std::pair<Tensor, Tensor> kv_write_read(KvBuffer& buffer, const KvSlice& slice,
                                         const Tensor& k_local, const Tensor& v_local,
                                         KvExchange* exchange = nullptr,

@@ -38,12 +38,13 @@ void lse_merge(const Tensor& acc_out, const Tensor& acc_lse, const Tensor& part_
   DL_CHECK(part_out.defined() && part_out.dim() == 3 && part_out.size(0) <= n &&
                part_out.size(1) == H && part_out.size(2) == D,
            kOp,
-           "part_out must be (n' <= " << n << ", " << H << ", " << D << "), got "
-                                      << (part_out.defined() ? shape_str(part_out.shape()) : "undefined"));
+           "part_out must be (n' <= "
+               << n << ", " << H << ", " << D << "), got "
+               << (part_out.defined() ? shape_str(part_out.shape()) : "undefined"));
   const int64_t rows = part_out.size(0);
-  DL_CHECK(part_lse.defined() && part_lse.dtype() == DType::f32 &&
-               part_lse.shape() == Shape({H, rows}),
-           kOp, "part_lse must be f32 (" << H << ", " << rows << ")");
+  DL_CHECK(
+      part_lse.defined() && part_lse.dtype() == DType::f32 && part_lse.shape() == Shape({H, rows}),
+      kOp, "part_lse must be f32 (" << H << ", " << rows << ")");
   DL_CHECK(acc_out.device() == part_out.device() && acc_lse.device() == part_out.device() &&
                part_lse.device() == part_out.device(),
            kOp, "all tensors must be on one device");

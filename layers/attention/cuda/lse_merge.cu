@@ -46,9 +46,9 @@ void detail::cuda_lse_merge(float* acc_out, float* acc_lse, int64_t acc_lse_stri
   } else {
     DL_CHECK(part_dtype == DType::f32, "lse_merge",
              "part_out must be f32 or bf16 on cuda, got " << dtype_name(part_dtype));
-    cuda::launch(lse_merge_kernel<float>, grid, dim3(threads), 0, acc_out, acc_lse,
-                 acc_lse_stride, static_cast<const float*>(part_out), part_lse, part_lse_stride,
-                 rows, heads, head_dim);
+    cuda::launch(lse_merge_kernel<float>, grid, dim3(threads), 0, acc_out, acc_lse, acc_lse_stride,
+                 static_cast<const float*>(part_out), part_lse, part_lse_stride, rows, heads,
+                 head_dim);
   }
 }
 
