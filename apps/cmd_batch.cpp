@@ -5,12 +5,13 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/command.h"
-#include "parallel/process_group.h"
 #include "data/dataset.h"
 #include "data/random_dataset.h"
 #include "data/sampler.h"
 #include "engine/core/error.h"
 #include "engine/train/config.h"
+#include "engine/train/layout.h"
+#include "parallel/process_group.h"
 
 namespace driftless::apps {
 namespace {
@@ -21,9 +22,11 @@ struct BatchOptions {
   data::RandomDatasetConfig random_config;
   std::string long_documents = "split";  // data.long_documents
   data::SamplerConfig sampler;
-  int32_t micro_sequences = 1;  // schedule.micro_sequences
-  int32_t sdp = 1;              // distributed.sequence_data_parallel
-  int32_t data_parallel = 1;    // distributed.data_parallel
+  int32_t micro_sequences = 1;   // schedule.micro_sequences
+  int32_t sdp = 1;               // distributed.sequence_data_parallel
+  int32_t cp = 1;                // distributed.context_parallel.size
+  std::string cp_kind = "ring";  // distributed.context_parallel.kind
+  int32_t data_parallel = 1;     // distributed.data_parallel
   int64_t step = 0;
   int32_t rank = -1;  // -1: every rank
   std::string config;
@@ -52,6 +55,8 @@ void apply_config(BatchOptions& o, const CLI::App& sub) {
   if (unset("--batch")) o.sampler.sequences = c.batch.sequences;
   if (unset("--micro-sequences")) o.micro_sequences = int32_t(c.schedule.micro_sequences);
   if (unset("--sdp")) o.sdp = int32_t(c.distributed.sequence_data_parallel);
+  if (unset("--context-parallel")) o.cp = int32_t(c.distributed.context_parallel.size);
+  if (unset("--cp-kind")) o.cp_kind = c.distributed.context_parallel.kind;
   if (unset("--data-parallel")) o.data_parallel = int32_t(c.distributed.data_parallel);
   if (unset("--seed")) o.sampler.seed = uint64_t(c.training.seed);
 }
@@ -64,9 +69,15 @@ int run_batch(const BatchOptions& o) {
                                           : data::open_dataset(o.dataset);
   data::SamplerConfig sc = o.sampler;
   sc.long_documents = data::parse_long_documents(o.long_documents);
-  const int32_t world = o.sdp * o.data_parallel;
-  DL_CHECK(o.sdp >= 1 && o.data_parallel >= 1 && o.micro_sequences >= 1, "batch",
-           "expected --sdp, --data-parallel and --micro-sequences >= 1");
+  DL_CHECK(o.sdp >= 1 && o.cp >= 1 && o.data_parallel >= 1 && o.micro_sequences >= 1, "batch",
+           "expected --sdp, --context-parallel, --data-parallel and --micro-sequences >= 1");
+  DL_CHECK(o.sdp == 1 || o.cp == 1, "batch",
+           "expected one of --sdp and --context-parallel, got " << o.sdp << " and " << o.cp);
+  // The ranks sharing a sequence, and which slices each holds (engine/train/layout.h).
+  const int32_t P = o.sdp * o.cp, world = P * o.data_parallel;
+  const train::ContextParallel kind = o.cp == 1            ? train::ContextParallel::none
+                                      : o.cp_kind == "a2a" ? train::ContextParallel::a2a
+                                                           : train::ContextParallel::ring;
   DL_CHECK(sc.sequences % o.data_parallel == 0, "batch",
            "expected --data-parallel (" << o.data_parallel << ") to divide --batch, got "
                                         << sc.sequences);
@@ -82,13 +93,14 @@ int run_batch(const BatchOptions& o) {
   out["sequences"] = sc.sequences;
   out["micro_sequences"] = o.micro_sequences;
   out["sequence_data_parallel"] = o.sdp;
+  out["context_parallel"] = {{"size", o.cp}, {"kind", o.cp_kind}};
   out["data_parallel"] = o.data_parallel;
   out["loss_tokens"] = batch.loss_tokens;
   out["ranks"] = nlohmann::json::array();
   // Rank numbering is parallel/process_group.h's: the sdp ranks of a sequence are adjacent.
   for (int32_t rank = 0; rank < world; ++rank) {
     if (o.rank >= 0 && rank != o.rank) continue;
-    const parallel::RankCoords c = parallel::rank_coords(rank, {o.data_parallel, o.sdp});
+    const parallel::RankCoords c = parallel::rank_coords(rank, {o.data_parallel, P});
     const int32_t sdp_rank = c.sdp_rank, group = c.batch_rank;
     nlohmann::json r;
     r["rank"] = rank;
@@ -104,9 +116,17 @@ int run_batch(const BatchOptions& o) {
       js["source_documents"] = seq.source_documents;
       js["source_offsets"] = seq.source_offsets;
       js["micro_sequences"] = nlohmann::json::array();
-      for (int32_t i = 0; i < o.micro_sequences; ++i)
-        js["micro_sequences"].push_back(data::to_json(data::make_model_input(
-            seq, {i, o.micro_sequences, sdp_rank, o.sdp}, sc.pad_documents_to)));
+      for (int32_t i = 0; i < o.micro_sequences; ++i) {
+        const auto inputs =
+            train::rank_inputs(seq, i, o.micro_sequences, sdp_rank, P, kind, sc.pad_documents_to);
+        if (inputs.size() == 1) {
+          js["micro_sequences"].push_back(data::to_json(inputs[0]));
+        } else {  // the ring: chunks r and 2P-1-r of the micro-sequence
+          nlohmann::json chunks = nlohmann::json::array();
+          for (const auto& in : inputs) chunks.push_back(data::to_json(in));
+          js["micro_sequences"].push_back({{"ring_chunks", chunks}});
+        }
+      }
       r["sequences"].push_back(js);
     }
     out["ranks"].push_back(r);
@@ -135,6 +155,15 @@ Registrar reg(
        sub.add_option("--micro-sequences", o->micro_sequences, "schedule.micro_sequences")
            ->capture_default_str();
        sub.add_option("--sdp", o->sdp, "distributed.sequence_data_parallel")->capture_default_str();
+       sub.add_option("--context-parallel", o->cp,
+                      "distributed.context_parallel.size (instead of --sdp): ranks sharing a "
+                      "sequence by context parallelism")
+           ->capture_default_str();
+       sub.add_option("--cp-kind", o->cp_kind,
+                      "distributed.context_parallel.kind: ring (each micro-sequence entry lists "
+                      "ring_chunks, chunks r and 2P-1-r of 2P) or a2a (SDP's contiguous chunk)")
+           ->check(CLI::IsMember({"ring", "a2a"}))
+           ->capture_default_str();
        sub.add_option("--data-parallel", o->data_parallel,
                       "distributed.data_parallel: groups that split the sequences")
            ->capture_default_str();

@@ -30,18 +30,34 @@ parallel::RankCoords coords(const Layout& l) {
 }
 }  // namespace
 
-int64_t Layout::sdp_rank() const { return coords(*this).sdp_rank; }
-int64_t Layout::data_rank() const { return coords(*this).batch_rank; }
+int64_t Layout::sdp_rank() const {
+  return coords(*this).sdp_rank;
+}
+int64_t Layout::data_rank() const {
+  return coords(*this).batch_rank;
+}
 
 std::string Layout::describe() const {
   std::ostringstream os;
   os << "dp " << data_parallel << " x sdp " << sequence_data_parallel;
   if (context_parallel > 1)
     os << " x cp " << context_parallel << (cp_kind == ContextParallel::a2a ? " (a2a)" : " (ring)");
-  os << ", depth-first "
-     << depth_first << " x breadth-first " << breadth_first << ", micro-sequences "
-     << micro_sequences;
+  os << ", depth-first " << depth_first << " x breadth-first " << breadth_first
+     << ", micro-sequences " << micro_sequences;
   return os.str();
+}
+
+std::vector<data::ModelInput> rank_inputs(const data::PackedSequence& sequence, int32_t i,
+                                          int32_t m, int32_t position, int32_t P,
+                                          ContextParallel kind, int32_t pad_documents_to) {
+  std::vector<data::ModelInput> out;
+  if (kind == ContextParallel::ring) {
+    for (int32_t chunk : {position, 2 * P - 1 - position})
+      out.push_back(data::make_model_input(sequence, {i, m, chunk, 2 * P}, pad_documents_to));
+  } else {
+    out.push_back(data::make_model_input(sequence, {i, m, position, P}, pad_documents_to));
+  }
+  return out;
 }
 
 std::vector<std::vector<std::vector<int64_t>>> micro_batches(const Layout& l, int64_t B) {
@@ -49,7 +65,8 @@ std::vector<std::vector<std::vector<int64_t>>> micro_batches(const Layout& l, in
   DL_CHECK(B % split == 0, "layout",
            "batch.sequences (" << B << ") must be divisible by data_parallel x depth_first x "
                                << "breadth_first (" << split << ")");
-  const int64_t per_rank = B / l.data_parallel, per_mb = per_rank / (l.depth_first * l.breadth_first);
+  const int64_t per_rank = B / l.data_parallel,
+                per_mb = per_rank / (l.depth_first * l.breadth_first);
   std::vector<std::vector<std::vector<int64_t>>> groups(size_t(l.depth_first));
   int64_t next = l.data_rank() * per_rank;
   for (auto& g : groups) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "data/sampler.h"
 #include "engine/train/config.h"
 #include "layers/attention/context_parallel.h"
 
@@ -31,6 +32,14 @@ struct Layout {
   static Layout from_config(const Config& c, int64_t rank);
   std::string describe() const;
 };
+
+// The ModelInputs of one sequence's micro-sequence i (of m) on the rank at `position` among
+// the P ranks sharing the sequence (DESIGN.md "Who holds which tokens", context_parallel.h):
+// SDP and a2a hold one contiguous chunk of P, the ring chunks position and 2P-1-position of
+// 2P. (a2a also attends the whole micro-sequence: SliceSpec {i, m, 0, 1}.)
+std::vector<data::ModelInput> rank_inputs(const data::PackedSequence& sequence, int32_t i,
+                                          int32_t m, int32_t position, int32_t P,
+                                          ContextParallel kind, int32_t pad_documents_to);
 
 // groups[g][mb] = global sequence indices of micro-batch mb of depth-first group g on this
 // rank. Throws when the batch does not divide.

@@ -99,8 +99,8 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   // reads, so attention takes them straight from the QKV product (ForwardOptions::kv_direct)
   // and the K/V buffers (bf16 K/V and f32 gradients: 1.8 GB for GPT-2 124M at 16 x 1024)
   // are not allocated. Fault-injection runs keep the buffers (their faults live there).
-  kv_direct_ = layout_.micro_sequences == 1 && layout_.sequence_ranks() == 1 &&
-               options.faults == nullptr;
+  kv_direct_ =
+      layout_.micro_sequences == 1 && layout_.sequence_ranks() == 1 && options.faults == nullptr;
   const int64_t slots = config.batch.sequences / layout_.data_parallel / layout_.depth_first;
   // Context parallel a2a keeps only this rank's K/V heads (of every row).
   if (!kv_direct_)
@@ -198,24 +198,6 @@ StepStats Trainer::train_step(int64_t step) {
   const data::SliceSpec base{0, int32_t(m), int32_t(layout_.sdp_rank()),
                              int32_t(layout_.sequence_ranks())};
   const int32_t pad = int32_t(config_.data.pad_documents_to);
-  // The ModelInputs of one sequence's micro-sequence i on this rank (context_parallel.h):
-  // SDP and a2a hold one contiguous chunk, the ring chunks r and 2P-1-r of 2P.
-  auto inputs_of = [&](const data::PackedSequence& seq, int32_t i) {
-    std::vector<data::ModelInput> out;
-    data::SliceSpec spec = base;
-    spec.micro_sequence = i;
-    if (layout_.cp_kind == ContextParallel::ring) {
-      const int32_t P = spec.sdp_size, r = spec.sdp_rank;
-      spec.sdp_size = 2 * P;
-      for (int32_t chunk : {r, 2 * P - 1 - r}) {
-        spec.sdp_rank = chunk;
-        out.push_back(data::make_model_input(seq, spec, pad));
-      }
-    } else {
-      out.push_back(data::make_model_input(seq, spec, pad));
-    }
-    return out;
-  };
   model_->slab().zero_grads();
   std::vector<Tensor> loss_parts;  // read after the backward: no host sync inside the step
   const auto groups = micro_batches(layout_, config_.batch.sequences);
@@ -237,7 +219,9 @@ StepStats Trainer::train_step(int64_t step) {
         auto& whole = wholes[mb][size_t(i)];
         for (int64_t s : group[mb]) {
           const data::PackedSequence& seq = batch.sequences[size_t(s)];
-          for (auto& x : inputs_of(seq, int32_t(i))) in.push_back(std::move(x));
+          for (auto& x : rank_inputs(seq, int32_t(i), base.micro_sequences, base.sdp_rank,
+                                     base.sdp_size, layout_.cp_kind, pad))
+            in.push_back(std::move(x));
           if (layout_.cp_kind == ContextParallel::a2a)
             whole.push_back(data::make_model_input(seq, {int32_t(i), int32_t(m), 0, 1}, pad));
         }
@@ -464,8 +448,8 @@ int Trainer::run() {
     if (peak_flops_ > 0)
       log() << ", MFU " << std::setprecision(1)
             << 100 * flops_done / std::max(train_seconds, 1e-9) / (peak_flops_ * world) << "%";
-    log() << ", " << Progress::format_duration(elapsed) << ", checkpoint "
-          << latest_checkpoint(dir) << "\n";
+    log() << ", " << Progress::format_duration(elapsed) << ", checkpoint " << latest_checkpoint(dir)
+          << "\n";
   }
   return status;
 }
