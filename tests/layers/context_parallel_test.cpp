@@ -13,6 +13,7 @@
 #include "layers/attention/attention.h"
 #include "layers/attention/lse_merge.h"
 #include "layers/gpt.h"
+#include "tests/layers/gpt_test_util.h"
 
 namespace driftless::layers {
 namespace {
@@ -36,7 +37,8 @@ class ThreadExchange final : public KvExchange {
     const int64_t n = in.numel() / hub_.P;
     Tensor o = out.view({out.numel()});
     for (int64_t p = 0; p < hub_.P; ++p)
-      o.narrow(0, p * n, n).copy_(hub_.posted[size_t(p)].contiguous().view({in.numel()}).narrow(0, rank_ * n, n));
+      o.narrow(0, p * n, n)
+          .copy_(hub_.posted[size_t(p)].contiguous().view({in.numel()}).narrow(0, rank_ * n, n));
     hub_.sync.arrive_and_wait();
   }
   std::unique_ptr<Pending> ring_shift(const Tensor& send, const Tensor& recv) override {
@@ -63,30 +65,13 @@ class ThreadExchange final : public KvExchange {
 };
 
 GptConfig tiny_config(double softcap = 0) {
-  GptConfig c;
-  c.vocab_size = 37;
-  c.n_positions = 64;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.n_embd = 16;
+  GptConfig c = test_util::tiny_gpt_config();
   c.softcap = softcap;
   return c;
 }
 
 data::PackedSequence packed(const std::vector<int32_t>& lengths, uint64_t seed) {
-  data::PackedSequence s;
-  s.document_lengths = lengths;
-  int64_t S = 0;
-  for (int32_t l : lengths) S += l;
-  Tensor r = Tensor::uniform({S}, seed, 0, 37.0);
-  for (int64_t i = 0; i < S; ++i) s.tokens.push_back(int32_t(r.at({i})));
-  int64_t pos = 0;
-  for (int32_t l : lengths) {
-    for (int32_t j = 0; j < l; ++j) s.labels.push_back(j + 1 < l ? s.tokens[pos + j + 1] : -1);
-    pos += l;
-  }
-  return s;
+  return test_util::packed(lengths, 37, seed);
 }
 
 struct RankResult {
@@ -140,8 +125,8 @@ RankResult run_rank(const GptConfig& cfg, const std::vector<data::PackedSequence
 }
 
 // The rank-order sum over P threaded ranks (what the data-group all-reduce makes).
-RankResult run_parallel(const GptConfig& cfg, const std::vector<data::PackedSequence>& seqs,
-                        int m, ContextParallel kind, int64_t P) {
+RankResult run_parallel(const GptConfig& cfg, const std::vector<data::PackedSequence>& seqs, int m,
+                        ContextParallel kind, int64_t P) {
   Hub hub(P);
   std::vector<RankResult> results(static_cast<size_t>(P));
   std::vector<std::string> errors(static_cast<size_t>(P));
@@ -165,14 +150,7 @@ RankResult run_parallel(const GptConfig& cfg, const std::vector<data::PackedSequ
   return sum;
 }
 
-double rms_rel(const std::vector<float>& t, const std::vector<float>& r) {
-  double d = 0, s = 0;
-  for (size_t i = 0; i < r.size(); ++i) {
-    d += (double(t[i]) - r[i]) * (double(t[i]) - r[i]);
-    s += double(r[i]) * r[i];
-  }
-  return std::sqrt(d / (s + 1e-30));
-}
+using test_util::rms_rel;
 
 // Documents crossing every chunk boundary, zero-length ones, one long document, short ones.
 std::vector<data::PackedSequence> batch() {
@@ -249,17 +227,16 @@ TEST(ContextParallel, LseMergeEqualsOneCallOverTheUnion) {
   const int64_t Tq = 7, Tk = 13, H = 4, Hkv = 2, D = 8, split = 5;
   Tensor q = Tensor::randn({Tq, H, D}, 1), k = Tensor::randn({Tk, Hkv, D}, 2),
          v = Tensor::randn({Tk, Hkv, D}, 3);
-  const AttentionOutputs a = attention_forward(
-      q, k.narrow(0, 0, split), v.narrow(0, 0, split),
-      AttentionSpec::from_lengths({Tq}, {split}, false));
+  const AttentionOutputs a = attention_forward(q, k.narrow(0, 0, split), v.narrow(0, 0, split),
+                                               AttentionSpec::from_lengths({Tq}, {split}, false));
   // The second part sees keys only for the first 4 rows (the rest: LSE -inf, weight 0).
   const AttentionOutputs b = attention_forward(
       q.narrow(0, 0, 4), k.narrow(0, split, Tk - split), v.narrow(0, split, Tk - split),
       AttentionSpec::from_lengths({4}, {Tk - split}, false));
   Tensor acc = a.out.contiguous().clone(), lse = a.lse.contiguous().clone();
   lse_merge(acc, lse, b.out, b.lse);
-  const AttentionOutputs first4 = attention_forward(
-      q.narrow(0, 0, 4), k, v, AttentionSpec::from_lengths({4}, {Tk}, false));
+  const AttentionOutputs first4 =
+      attention_forward(q.narrow(0, 0, 4), k, v, AttentionSpec::from_lengths({4}, {Tk}, false));
   for (int64_t t = 0; t < Tq; ++t)
     for (int64_t h = 0; h < H; ++h) {
       const Tensor& want = t < 4 ? first4.out : a.out;

@@ -10,19 +10,13 @@
 #include <set>
 
 #include "engine/autograd/autograd.h"
+#include "tests/layers/gpt_test_util.h"
 
 namespace driftless::layers {
 namespace {
 
 GptConfig tiny_config() {
-  GptConfig c;
-  c.vocab_size = 41;
-  c.n_positions = 48;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.n_embd = 16;
-  return c;
+  return test_util::tiny_gpt_config(41, 48);
 }
 
 // A random model whose weights are large enough that greedy decoding does not collapse

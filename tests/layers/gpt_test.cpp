@@ -1,41 +1,24 @@
 // The GPT-2 model on CPU: a loss that backpropagates into every parameter, and the heart of
 // the promise at model level: micro-sequences over the K/V buffers give the gradients of
 // one pass over the whole sequence.
+#include "layers/gpt.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "data/sampler.h"
 #include "engine/autograd/autograd.h"
-#include "layers/gpt.h"
+#include "tests/layers/gpt_test_util.h"
 
 namespace driftless::layers {
 namespace {
 
-GptConfig tiny_config() {
-  GptConfig c;
-  c.vocab_size = 37;
-  c.n_positions = 64;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.n_embd = 16;
-  return c;
-}
+using test_util::packed;
+using test_util::rms_rel;
 
-data::PackedSequence packed(const std::vector<int32_t>& lengths, int64_t vocab, uint64_t seed) {
-  data::PackedSequence s;
-  s.document_lengths = lengths;
-  int64_t S = 0;
-  for (int32_t l : lengths) S += l;
-  Tensor r = Tensor::uniform({S}, seed, 0, double(vocab));
-  for (int64_t i = 0; i < S; ++i) s.tokens.push_back(int32_t(r.at({i})));
-  int64_t pos = 0;
-  for (int32_t l : lengths) {
-    for (int32_t j = 0; j < l; ++j) s.labels.push_back(j + 1 < l ? s.tokens[pos + j + 1] : -1);
-    pos += l;
-  }
-  return s;
+GptConfig tiny_config() {
+  return test_util::tiny_gpt_config();
 }
 
 // Gradient slab after a full step over `seqs` cut into m micro-sequences.
@@ -64,15 +47,6 @@ std::vector<float> gradients(Gpt& model, const std::vector<data::PackedSequence>
   }
   for (int i = m - 1; i >= 0; --i) autograd::backward(losses[size_t(i)]);
   return model.slab().grads().to_vector<float>();
-}
-
-double rms_rel(const std::vector<float>& t, const std::vector<float>& r) {
-  double d = 0, s = 0;
-  for (size_t i = 0; i < r.size(); ++i) {
-    d += (double(t[i]) - r[i]) * (double(t[i]) - r[i]);
-    s += double(r[i]) * r[i];
-  }
-  return std::sqrt(d / (s + 1e-30));
 }
 
 TEST(Gpt, LossAndGradientsReachEveryParameter) {
@@ -121,8 +95,8 @@ TEST(Gpt, WholeSequencesInAdjacentSlotsMatchThePerSequencePath) {
 TEST(Gpt, DirectKvGivesTheBufferPathsBits) {
   Gpt model(tiny_config());
   model.init(6);
-  auto seqs = std::vector<data::PackedSequence>{packed({5, 0, 11, 3, 13}, 37, 10),
-                                                packed({32}, 37, 11)};
+  auto seqs =
+      std::vector<data::PackedSequence>{packed({5, 0, 11, 3, 13}, 37, 10), packed({32}, 37, 11)};
   EXPECT_EQ(gradients(model, seqs, 1, nullptr, false, /*kv_direct=*/true),
             gradients(model, seqs, 1));
   EXPECT_EQ(gradients(model, seqs, 4, nullptr, false, /*kv_direct=*/true),
