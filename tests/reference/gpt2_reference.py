@@ -10,53 +10,36 @@ file: logits, loss, every parameter gradient, and the losses of `steps` AdamW up
 constant lr, no clipping).
 
 Run with Debian's interpreter (python3-torch): /usr/bin/python3 gpt2_reference.py IN OUT
-Only torch and numpy are needed (safetensors is read and written by hand below).
+Only torch and numpy are needed (safetensors is read and written by safetensors_io.py).
 """
 import argparse
 import json
 import math
-import struct
 import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+import safetensors_io
+
 DTYPES = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64}
 
 
 def read_safetensors(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8 : 8 + n])
-    meta = header.pop("__metadata__", {})
-    data = raw[8 + n :]
+    raw, meta = safetensors_io.read_raw(path)
     tensors = {}
-    for name, e in header.items():
-        b, end = e["data_offsets"]
-        a = np.frombuffer(data[b:end], dtype=DTYPES[e["dtype"]]).reshape(e["shape"])
+    for name, (dtype, shape, b) in raw.items():
+        a = np.frombuffer(b, dtype=DTYPES[dtype]).reshape(shape)
         tensors[name] = torch.from_numpy(a.copy())
     return tensors, meta
 
 
 def write_safetensors(path, tensors, meta):
     names = {np.float32: "F32", np.float64: "F64", np.int32: "I32", np.int64: "I64"}
-    header, blobs, offset = {"__metadata__": meta}, [], 0
-    for name, t in tensors.items():
-        a = np.ascontiguousarray(t.detach().cpu().numpy())
-        b = a.tobytes()
-        header[name] = {
-            "dtype": names[a.dtype.type],
-            "shape": list(a.shape),
-            "data_offsets": [offset, offset + len(b)],
-        }
-        blobs.append(b)
-        offset += len(b)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    arrays = {n: np.ascontiguousarray(t.detach().cpu().numpy()) for n, t in tensors.items()}
+    safetensors_io.write_raw(
+        path, [(n, names[a.dtype.type], a.shape, a.tobytes()) for n, a in arrays.items()], meta)
 
 
 def document_layout(lengths, S):

@@ -29,6 +29,8 @@ import random
 import struct
 import sys
 
+import safetensors_io
+
 CONFIG = dict(vocab_size=257, n_positions=64, n_embd=32, n_layer=2, n_head=4)
 VARIANTS = ("v4", "v5", "legacy", "sharded", "fp16", "bin")
 
@@ -127,33 +129,17 @@ def write_safetensors(path, tensors):
     """As the safetensors library writes: "__metadata__" first, data ordered by dtype
     alignment (larger first) then name, header padded with spaces to 8 bytes."""
     names = sorted(tensors, key=lambda n: (-SIZE[tensors[n][0]], n))
-    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
-    for n in names:
-        dtype, shape, values = tensors[n]
-        b = encode(dtype, values)
-        header[n] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(b)]}
-        blobs.append(b)
-        offset += len(b)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-    return offset
+    return safetensors_io.write_raw(
+        path, [(n, tensors[n][0], tensors[n][1], encode(tensors[n][0], tensors[n][2])) for n in names],
+        {"format": "pt"})
 
 
 def read_safetensors(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8 : 8 + n])
-    meta = header.pop("__metadata__", {})
-    data = raw[8 + n :]
+    raw, meta = safetensors_io.read_raw(path)
     out = {}
-    for name, e in header.items():
-        b, end = e["data_offsets"]
-        fmt = PACK[e["dtype"]]
-        count = (end - b) // SIZE[e["dtype"]]
-        out[name] = (e["dtype"], e["shape"], list(struct.unpack("<" + fmt[1] * count, data[b:end])))
+    for name, (dtype, shape, b) in raw.items():
+        count = len(b) // SIZE[dtype]
+        out[name] = (dtype, shape, list(struct.unpack("<" + PACK[dtype][1] * count, b)))
     return out, meta
 
 

@@ -1,27 +1,11 @@
 # cmake -DDRIFTLESS=<binary> -DDIR=<scratch> -P plot_check.cmake
 # The checks behind tests/e2e/plot.cmake: train two tiny runs, plot one and both, and check
 # the polylines of the written files and the errors on bad input. Starts from an empty DIR.
-file(REMOVE_RECURSE "${DIR}")
-file(MAKE_DIRECTORY "${DIR}")
+include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
+reset_dir("${DIR}")
 
 set(config "${DIR}/config.yaml")
-file(WRITE "${config}" "model: {vocab_size: 257, n_positions: 64, n_layer: 2, n_head: 4, n_embd: 32}
-data: {format: random, tokenizer: bytes, random_documents: 100, random_mean_length: 20, random_max_length: 60}
-batch: {sequence_length: 32, sequences: 4}
-optimizer: {lr: 1.0e-2, warmup_steps: 1}
-training: {steps: 4, eval_interval: 2, eval_batches: 1, seed: 11}
-")
-
-function(run_checked want)  # run_checked(<expected status> <command...>): sets out, err
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE o ERROR_VARIABLE e
-                  TIMEOUT 240)
-  message("$ ${ARGN}\n${o}${e}")
-  if(NOT "${rc}" STREQUAL "${want}")
-    message(FATAL_ERROR "exit status ${rc}, expected ${want}")
-  endif()
-  set(out "${o}" PARENT_SCOPE)
-  set(err "${e}" PARENT_SCOPE)
-endfunction()
+write_tiny_config("${config}" "steps: 4, eval_interval: 2, eval_batches: 1, seed: 11")
 
 # expect_polylines(<file> <run> <series> <how many> <points each>)
 function(expect_polylines file run series want points)
@@ -42,12 +26,12 @@ function(expect_polylines file run series want points)
   endforeach()
 endfunction()
 
-run_checked(0 "${DRIFTLESS}" train -c "${config}" -q --set "run.output_dir=${DIR}/a")
-run_checked(0 "${DRIFTLESS}" train -c "${config}" -q --set "run.output_dir=${DIR}/b"
+run_checked(out 0 "${DRIFTLESS}" train -c "${config}" -q --set "run.output_dir=${DIR}/a")
+run_checked(out 0 "${DRIFTLESS}" train -c "${config}" -q --set "run.output_dir=${DIR}/b"
             --set optimizer.lr=3.0e-3)
 
 # One run: RUN/loss.html with 4 train losses, 2 validation losses, 4 tokens/s values.
-run_checked(0 "${DRIFTLESS}" plot "${DIR}/a")
+run_checked(out 0 "${DRIFTLESS}" plot "${DIR}/a")
 if(NOT out MATCHES "plot: ${DIR}/a/loss.html")
   message(FATAL_ERROR "plot did not report writing ${DIR}/a/loss.html")
 endif()
@@ -60,12 +44,12 @@ if(NOT page MATCHES "^<!DOCTYPE html>" OR NOT page MATCHES "</html>\n$" OR page 
 endif()
 
 # Two runs overlaid: default plot.html beside them, and an SVG with -o and --title.
-run_checked(0 "${DRIFTLESS}" plot "${DIR}/a" "${DIR}/b/")
+run_checked(out 0 "${DRIFTLESS}" plot "${DIR}/a" "${DIR}/b/")
 foreach(r a b)
   expect_polylines("${DIR}/plot.html" ${r} loss 1 4)
   expect_polylines("${DIR}/plot.html" ${r} val_loss 1 2)
 endforeach()
-run_checked(0 "${DRIFTLESS}" plot "${DIR}/a" "${DIR}/b" -o "${DIR}/out/curves.svg" --title "lr sweep")
+run_checked(out 0 "${DRIFTLESS}" plot "${DIR}/a" "${DIR}/b" -o "${DIR}/out/curves.svg" --title "lr sweep")
 file(READ "${DIR}/out/curves.svg" svg)
 if(NOT svg MATCHES "^<\\?xml" OR NOT svg MATCHES ">lr sweep</text>")
   message(FATAL_ERROR "${DIR}/out/curves.svg is not the titled SVG")
@@ -76,17 +60,17 @@ endforeach()
 
 # Errors: one line naming the problem, exit status 1.
 file(MAKE_DIRECTORY "${DIR}/empty")
-run_checked(1 "${DRIFTLESS}" plot "${DIR}/a" "${DIR}/empty")
-if(NOT err MATCHES "driftless: error: \\[plot\\] .*empty: no metrics.jsonl")
+run_checked(out 1 "${DRIFTLESS}" plot "${DIR}/a" "${DIR}/empty")
+if(NOT out_err MATCHES "driftless: error: \\[plot\\] .*empty: no metrics.jsonl")
   message(FATAL_ERROR "no clear error for a directory without metrics.jsonl")
 endif()
 file(MAKE_DIRECTORY "${DIR}/bad")
 file(WRITE "${DIR}/bad/metrics.jsonl" "{\"step\":0,\"loss\":5}\n{\"step\":1,\"loss\":\n")
-run_checked(1 "${DRIFTLESS}" plot "${DIR}/bad")
-if(NOT err MATCHES "bad/metrics.jsonl:2: expected a JSON object")
+run_checked(out 1 "${DRIFTLESS}" plot "${DIR}/bad")
+if(NOT out_err MATCHES "bad/metrics.jsonl:2: expected a JSON object")
   message(FATAL_ERROR "the malformed line is not named by file and line number")
 endif()
-run_checked(1 "${DRIFTLESS}" plot "${DIR}/a" -o "${DIR}/a/plot.png")
-if(NOT err MATCHES "ending in .html or .svg")
+run_checked(out 1 "${DRIFTLESS}" plot "${DIR}/a" -o "${DIR}/a/plot.png")
+if(NOT out_err MATCHES "ending in .html or .svg")
   message(FATAL_ERROR "no clear error for an output that is neither .html nor .svg")
 endif()

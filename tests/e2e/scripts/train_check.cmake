@@ -1,45 +1,13 @@
 # cmake -DMODE=run|unknown_key|sdp -DDRIFTLESS=<binary> -DDIR=<scratch> [-DMPIRUN=<list>]
 #   -P train_check.cmake
 # The checks behind tests/e2e/train.cmake; each starts from an empty DIR.
-file(REMOVE_RECURSE "${DIR}")
-file(MAKE_DIRECTORY "${DIR}")
+include(${CMAKE_CURRENT_LIST_DIR}/e2e_common.cmake)
+reset_dir("${DIR}")
 
 # A 3-step run on random documents; byte vocabulary so `sample` needs no vocabulary files.
 set(config "${DIR}/config.yaml")
-file(WRITE "${config}" "model: {vocab_size: 257, n_positions: 64, n_layer: 2, n_head: 4, n_embd: 32}
-data: {format: random, tokenizer: bytes, random_documents: 100, random_mean_length: 20, random_max_length: 60}
-batch: {sequence_length: 32, sequences: 4}
-schedule: {micro_sequences: 2}
-optimizer: {lr: 1.0e-2, warmup_steps: 1}
-training: {steps: 3, eval_interval: 3, eval_batches: 1, seed: 11}
-run: {output_dir: ${DIR}/run}
-")
-
-function(run_checked)  # run_checked(<out var> <expected status> <command...>)
-  set(args ${ARGN})
-  list(POP_FRONT args out_var want)
-  execute_process(COMMAND ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
-                  TIMEOUT 240)
-  message("$ ${args}\n${out}${err}")
-  if(NOT "${rc}" STREQUAL "${want}")
-    message(FATAL_ERROR "exit status ${rc}, expected ${want}")
-  endif()
-  set(${out_var} "${out}" PARENT_SCOPE)
-  set(${out_var}_err "${err}" PARENT_SCOPE)
-endfunction()
-
-# The "loss" values of metrics.jsonl, in order.
-function(read_losses run_dir out_var)
-  file(STRINGS "${run_dir}/metrics.jsonl" lines)
-  set(losses "")
-  foreach(line IN LISTS lines)
-    string(JSON loss ERROR_VARIABLE no_loss GET "${line}" loss)
-    if(NOT no_loss)
-      list(APPEND losses "${loss}")
-    endif()
-  endforeach()
-  set(${out_var} "${losses}" PARENT_SCOPE)
-endfunction()
+write_tiny_config("${config}" "steps: 3, eval_interval: 3, eval_batches: 1, seed: 11"
+                  "schedule: {micro_sequences: 2}\nrun: {output_dir: ${DIR}/run}\n")
 
 if(MODE STREQUAL "run")
   run_checked(out 0 "${DRIFTLESS}" train -c "${config}" -q)
