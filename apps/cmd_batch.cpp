@@ -75,9 +75,7 @@ int run_batch(const BatchOptions& o) {
            "expected one of --sdp and --context-parallel, got " << o.sdp << " and " << o.cp);
   // The ranks sharing a sequence, and which slices each holds (engine/train/layout.h).
   const int32_t P = o.sdp * o.cp, world = P * o.data_parallel;
-  const train::ContextParallel kind = o.cp == 1            ? train::ContextParallel::none
-                                      : o.cp_kind == "a2a" ? train::ContextParallel::a2a
-                                                           : train::ContextParallel::ring;
+  const train::ContextParallel kind = layers::context_parallel_kind(o.cp_kind, o.cp);
   DL_CHECK(sc.sequences % o.data_parallel == 0, "batch",
            "expected --data-parallel (" << o.data_parallel << ") to divide --batch, got "
                                         << sc.sequences);

@@ -369,8 +369,17 @@ Tensor Gpt::context_parallel_core(int64_t l, const Tensor& qkv,
   std::vector<Tensor> k_parts, v_parts;
   for (int64_t j = 0; j < n; ++j) {
     const data::ModelInput* w = slice[size_t(j)].whole;
+    const data::ModelInput& local = *slice[size_t(j)].input;
     DL_CHECK(w && w->num_queries() == L, "gpt",
              "a2a: sequence " << j << " needs its whole micro-sequence of " << L << " rows");
+    DL_CHECK(local.sdp_size == P && local.sdp_rank == ex.rank() &&
+                 local.micro_sequence == w->micro_sequence &&
+                 local.sequence_k_past == w->sequence_k_past + ex.rank() * (L / P),
+             "gpt",
+             "a2a: sequence " << j << " must hold chunk " << ex.rank() << " of " << P
+                              << " of micro-sequence " << w->micro_sequence << ", got chunk "
+                              << local.sdp_rank << " of " << local.sdp_size
+                              << " of micro-sequence " << local.micro_sequence);
     specs.push_back(spec_from_input(*w, false));
     k_rows.push_back(w->num_keys());
     // The buffer holds this rank's heads of every row: one rank's exchange, no collective.

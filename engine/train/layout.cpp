@@ -1,6 +1,7 @@
 // Layout arithmetic (layout.h).
 #include "engine/train/layout.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "engine/core/error.h"
@@ -13,10 +14,8 @@ Layout Layout::from_config(const Config& c, int64_t rank) {
   l.data_parallel = c.distributed.data_parallel;
   l.sequence_data_parallel = c.distributed.sequence_data_parallel;
   const ContextParallelConfig& cp = c.distributed.context_parallel;
-  if (cp.size > 1) {
-    l.context_parallel = cp.size;
-    l.cp_kind = cp.kind == "a2a" ? ContextParallel::a2a : ContextParallel::ring;
-  }
+  l.cp_kind = layers::context_parallel_kind(cp.kind, cp.size);
+  if (l.cp_kind != ContextParallel::none) l.context_parallel = cp.size;
   l.breadth_first = c.schedule.breadth_first;
   l.depth_first = c.schedule.depth_first;
   l.micro_sequences = c.schedule.micro_sequences;
@@ -52,8 +51,16 @@ std::vector<data::ModelInput> rank_inputs(const data::PackedSequence& sequence, 
                                           ContextParallel kind, int32_t pad_documents_to) {
   std::vector<data::ModelInput> out;
   if (kind == ContextParallel::ring) {
-    for (int32_t chunk : {position, 2 * P - 1 - position})
-      out.push_back(data::make_model_input(sequence, {i, m, chunk, 2 * P}, pad_documents_to));
+    const int64_t L = int64_t(sequence.tokens.size()) / std::max(m, 1);
+    DL_CHECK(L % (2 * P) == 0, "layout",
+             "ring context parallelism cuts a micro-sequence of " << L << " tokens into 2 x " << P
+                                                                  << " chunks: it does not divide");
+    DL_CHECK(pad_documents_to <= 1, "layout",
+             "ring context parallelism takes no padding between documents (pad_documents_to "
+                 << pad_documents_to << ")");
+    for (int64_t chunk : layers::ring_chunks(position, P))
+      out.push_back(
+          data::make_model_input(sequence, {i, m, int32_t(chunk), 2 * P}, pad_documents_to));
   } else {
     out.push_back(data::make_model_input(sequence, {i, m, position, P}, pad_documents_to));
   }

@@ -1,4 +1,5 @@
-// Ring and Ulysses context parallelism (context_parallel.h).
+// Ring and Ulysses context parallelism (context_parallel.h; DESIGN.md "Canonical varlen
+// layout", "K/V buffers").
 #include "layers/attention/context_parallel.h"
 
 #include <algorithm>
@@ -12,6 +13,15 @@ namespace driftless::layers {
 
 namespace {
 constexpr const char* kOp = "context_parallel";
+}  // namespace
+
+ContextParallel context_parallel_kind(const std::string& kind, int64_t size) {
+  DL_CHECK(kind == "ring" || kind == "a2a", kOp, "kind must be ring or a2a, got '" << kind << "'");
+  if (size <= 1) return ContextParallel::none;
+  return kind == "a2a" ? ContextParallel::a2a : ContextParallel::ring;
+}
+
+namespace {
 
 // ---- a2a ----
 // Column groups of x (T, C): group g is [offset_g, offset_g + width_g), cut into P blocks.
@@ -160,7 +170,7 @@ RingPlan plan_ring(const std::vector<RingSequence>& seqs, const KvExchange& ex,
   const int64_t Lc = plan.Lc;
   for (int64_t j = 0; j < n; ++j) {
     const RingSequence& s = seqs[size_t(j)];
-    const int64_t ids[2] = {r, 2 * P - 1 - r};
+    const auto ids = ring_chunks(r, P);
     DL_CHECK(s.chunk[0] && s.chunk[1], kOp, "ring: sequence " << j << " lacks a chunk");
     const int64_t L = s.chunk[0]->sequence_length / s.chunk[0]->micro_sequences;
     const int64_t m0 = int64_t(s.chunk[0]->micro_sequence) * L;
@@ -219,8 +229,7 @@ RingPlan plan_ring(const std::vector<RingSequence>& seqs, const KvExchange& ex,
       for (int64_t b = 0; m0 + b * Lc < a0; ++b) {
         const int64_t b0 = m0 + b * Lc, b1 = b0 + Lc;
         if (start >= b1) continue;
-        const int64_t src = b < P ? b : 2 * P - 1 - b;
-        add((r - src + P) % P, std::max(start, b0), b1);
+        add((r - ring_owner(b, P) + P) % P, std::max(start, b0), b1);
       }
     }
   std::stable_sort(full.begin(), full.end(),
@@ -237,8 +246,8 @@ Tensor kv_rows(const Tensor& buf, int64_t slot, int64_t begin, int64_t rows, int
 // Writes the ring's packed chunks (per sequence: chunk src then chunk 2P-1-src) into the buffer.
 void store_chunks(const Tensor& kv, const Tensor& packed, const RingPlan& plan, int64_t src) {
   const int64_t Lc = plan.Lc, P = plan.P;
+  const auto ids = ring_chunks(src, P);
   for (size_t j = 0; j < plan.slot.size(); ++j) {
-    const int64_t ids[2] = {src, 2 * P - 1 - src};
     for (int64_t c = 0; c < 2; ++c)
       kv.select(0, plan.slot[j])
           .narrow(0, plan.begin[j] + ids[c] * Lc, Lc)
@@ -263,6 +272,8 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
   DL_CHECK(base.score_mod.kind != ScoreModKind::alibi &&
                base.score_mod.kind != ScoreModKind::relative_position && !base.bias.defined(),
            kOp, "ring attention takes no position-dependent modifier or bias");
+  DL_CHECK(base.window_left < 0 && base.window_right < 0, kOp,
+           "ring attention takes no sliding window (its calls over earlier keys see them all)");
   const Tensor& kv = buffer.kv();
   DL_CHECK(kv.defined() && kv.size(3) == k.size(1) && kv.size(4) == k.size(2), kOp,
            "ring: the K/V buffer must be allocated for " << k.size(1) << " heads of " << k.size(2));
@@ -270,6 +281,12 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
   auto saved = std::make_shared<RingSaved>();
   saved->plan = plan_ring(sequences, ex, base, T);
   const RingPlan& plan = saved->plan;
+  for (size_t j = 0; j < plan.slot.size(); ++j)  // before any collective is posted
+    DL_CHECK(plan.slot[j] >= 0 && plan.slot[j] < kv.size(0) &&
+                 plan.begin[j] + 2 * plan.P * plan.Lc <= kv.size(1),
+             kOp,
+             "ring: sequence " << j << " (slot " << plan.slot[j] << ", rows from " << plan.begin[j]
+                               << ") does not fit the K/V buffer " << shape_str(kv.shape()));
   const int64_t P = plan.P, Lc = plan.Lc, chunks = int64_t(2 * sequences.size());
   std::vector<Tensor> acc(static_cast<size_t>(chunks));  // (Lc, H, D) f32
   saved->lse.resize(size_t(chunks));
@@ -341,7 +358,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
             Tensor::empty({P, n * 2 * Lc, row[0], row[1], row[2]}, DType::f32, grad.device());
         for (int64_t r = 0; r < P; ++r)
           for (int64_t j = 0; j < n; ++j) {
-            const int64_t ids[2] = {r, 2 * P - 1 - r};
+            const auto ids = ring_chunks(r, P);
             for (int64_t c2 = 0; c2 < 2; ++c2)
               packed.select(0, r)
                   .narrow(0, j * 2 * Lc + c2 * Lc, Lc)

@@ -1,8 +1,12 @@
 // Context parallelism over the ranks sharing a sequence (issue 29), next to SDP's K/V
 // all-gather (kv_buffer.h): ring attention with a load-balanced causal split, and Ulysses
-// all-to-all. Both keep DESIGN.md's contracts: canonical cu_seqlens per call, keys before
-// first_document_begin never read, the per-layer K/V buffer written slice by slice.
+// all-to-all. Both keep DESIGN.md's contracts ("Canonical varlen layout": canonical
+// cu_seqlens per call, keys before first_document_begin never read; "K/V buffers": the
+// per-layer buffer written slice by slice); the ring departs from "Who holds which tokens"
+// in one way: rank r holds chunks r and 2P-1-r of 2P instead of chunk r of P.
 #pragma once
+#include <array>
+#include <string>
 #include <vector>
 
 #include "data/model_input.h"
@@ -12,6 +16,19 @@
 namespace driftless::layers {
 
 enum class ContextParallel { none, ring, a2a };
+
+// "ring" or "a2a" (distributed.context_parallel.kind) with size > 1; none otherwise.
+ContextParallel context_parallel_kind(const std::string& kind, int64_t size);
+
+// The ring's load-balanced causal split: of a micro-sequence's 2P chunks, rank r holds
+// chunks r and 2P-1-r (the one place this pairing is written).
+inline std::array<int64_t, 2> ring_chunks(int64_t rank, int64_t P) {
+  return {rank, 2 * P - 1 - rank};
+}
+// The rank holding chunk b of 2P.
+inline int64_t ring_owner(int64_t chunk, int64_t P) {
+  return chunk < P ? chunk : 2 * P - 1 - chunk;
+}
 
 // ---- a2a (Ulysses) ----
 // qkv (T, (H + 2 H_kv) D): n sequences' local rows, T / n = L / P each (this rank's chunk of

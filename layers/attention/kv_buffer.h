@@ -13,7 +13,8 @@
 
 namespace driftless::layers {
 
-// How K/V are exchanged between the P ranks sharing a sequence (SDP). A micro-sequence's
+// How K/V are exchanged between the P ranks sharing a sequence (SDP; context parallelism
+// uses its all_to_all and ring_shift, context_parallel.h). A micro-sequence's
 // span of L rows is cut into P chunks of L/P rows; rank r owns chunk r. The single-rank
 // exchange (P = 1) does nothing; parallel/ provides the collective one.
 class KvExchange {
@@ -37,7 +38,9 @@ class KvExchange {
 
   // ---- context parallelism over the same ranks (context_parallel.h) ----
   // in (P·n), out (P·n): chunk p of in goes to rank p, chunk p of out comes from rank p.
-  virtual void all_to_all(const Tensor& out, const Tensor& in) { out.copy_(in); }
+  virtual void all_to_all(const Tensor& out, const Tensor& in) {
+    out.view({out.numel()}).copy_(in.contiguous().view({in.numel()}));  // one rank: a copy
+  }
   // A ring step in flight; wait() returns once it is complete.
   class Pending {
    public:

@@ -6,6 +6,8 @@
 
 #include <barrier>
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <thread>
 
 #include "data/sampler.h"
@@ -64,9 +66,10 @@ class ThreadExchange final : public KvExchange {
   int64_t rank_;
 };
 
-GptConfig tiny_config(double softcap = 0) {
+GptConfig tiny_config(double softcap = 0, bool alibi = false) {
   GptConfig c = test_util::tiny_gpt_config();
   c.softcap = softcap;
+  c.alibi = alibi;
   return c;
 }
 
@@ -157,8 +160,9 @@ std::vector<data::PackedSequence> batch() {
   return {packed({5, 0, 11, 3, 13, 16}, 4), packed({48}, 5), packed({1, 30, 0, 17}, 6)};
 }
 
-void expect_same_as_single(ContextParallel kind, int64_t P, int m, double softcap = 0) {
-  const GptConfig cfg = tiny_config(softcap);
+void expect_same_as_single(ContextParallel kind, int64_t P, int m, double softcap = 0,
+                           bool alibi = false) {
+  const GptConfig cfg = tiny_config(softcap, alibi);
   const auto seqs = batch();
   const RankResult single = run_rank(cfg, seqs, 1, ContextParallel::none, nullptr);
   const RankResult cp = run_parallel(cfg, seqs, m, kind, P);
@@ -189,6 +193,81 @@ TEST(ContextParallel, AllToAllMatchesTheSingleRun) {
       expect_same_as_single(ContextParallel::a2a, P, m);
     }
   expect_same_as_single(ContextParallel::a2a, 2, 2, 5.0);
+  // ALiBi: each rank's heads take their own slopes (a wrong head offset fails here).
+  expect_same_as_single(ContextParallel::a2a, 2, 1, 0, true);
+  expect_same_as_single(ContextParallel::a2a, 2, 2, 0, true);
+}
+
+// Without an exchange (one rank, the library used directly) both paths still run.
+TEST(ContextParallel, WithoutAnExchangeBothPathsRunOnOneRank) {
+  const GptConfig cfg = tiny_config();
+  const auto seqs = batch();
+  const RankResult single = run_rank(cfg, seqs, 1, ContextParallel::none, nullptr);
+  for (ContextParallel kind : {ContextParallel::ring, ContextParallel::a2a})
+    for (int m : {1, 2}) {
+      const RankResult r = run_rank(cfg, seqs, m, kind, nullptr);
+      EXPECT_LT(rms_rel(r.grads, single.grads), 1e-5) << int(kind) << " m " << m;
+    }
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// Inputs the ring or a2a cannot take are refused, naming what is wrong.
+TEST(ContextParallel, BadInputsAreClearErrors) {
+  EXPECT_NE(error_of([] { (void)context_parallel_kind("zigzag", 2); }).find("ring or a2a"),
+            std::string::npos);
+  // a2a needs the heads to divide over the ranks.
+  KvExchange one;
+  Tensor qkv = Tensor::zeros({6, (3 + 2 * 3) * 4});
+  struct TwoRanks final : KvExchange {
+    int64_t ranks() const override { return 2; }
+  } two;
+  EXPECT_NE(error_of([&] { tokens_to_heads(qkv, 1, 3, 3, two); }).find("divisible by 2 ranks"),
+            std::string::npos);
+  // The ring: a sliding window, ALiBi, or chunks that are not r and 2P-1-r.
+  Gpt model(tiny_config());
+  model.prepare_buffers(1, 48);
+  const auto seq = batch()[0];
+  // One rank: chunks 0 and 1 of 2.
+  const data::ModelInput a = data::make_model_input(seq, {0, 1, 0, 2}, 0),
+                         b = data::make_model_input(seq, {0, 1, 1, 2}, 0);
+  Tensor q = Tensor::zeros({48, 4, 4}), k = Tensor::zeros({48, 2, 4});
+  KvBuffer buffer;
+  buffer.ensure(1, 48, 2, 4, DType::f32, Device::cpu, DType::f32);
+  AttentionSpec base;
+  EXPECT_NE(error_of([&] {
+              ring_attention(q, k, k, {{{&b, &a}, 0}}, buffer, one, base);
+            }).find("chunk 0 must be rows [0, 24)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              ring_attention(q, k, k, {{{&a, &b}, 1}}, buffer, one, base);
+            }).find("does not fit the K/V buffer"),
+            std::string::npos);
+  base.window_left = 4;
+  EXPECT_NE(error_of([&] {
+              ring_attention(q, k, k, {{{&a, &b}, 0}}, buffer, one, base);
+            }).find("no sliding window"),
+            std::string::npos);
+  base.window_left = -1;
+  base.score_mod = ScoreModSpec::make_alibi(Tensor::ones({4}));
+  EXPECT_NE(error_of([&] {
+              ring_attention(q, k, k, {{{&a, &b}, 0}}, buffer, one, base);
+            }).find("no position-dependent modifier"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { model.prepare_buffers(1, 48, 3); }).find("head groups"),
+            std::string::npos);
+  Tensor acc = Tensor::zeros({4, 2, 3}), lse = Tensor::zeros({2, 4});
+  EXPECT_NE(error_of([&] {
+              lse_merge(acc, lse, Tensor::zeros({5, 2, 3}), Tensor::zeros({2, 5}));
+            }).find("part_out must be"),
+            std::string::npos);
 }
 
 // The test would pass vacuously if every rank computed the whole sequence: a ring whose
@@ -239,11 +318,28 @@ TEST(ContextParallel, LseMergeEqualsOneCallOverTheUnion) {
       attention_forward(q.narrow(0, 0, 4), k, v, AttentionSpec::from_lengths({4}, {Tk}, false));
   for (int64_t t = 0; t < Tq; ++t)
     for (int64_t h = 0; h < H; ++h) {
+      // Rows 4-6 are past the second part's rows: left as the first part made them.
       const Tensor& want = t < 4 ? first4.out : a.out;
       const double want_lse = t < 4 ? first4.lse.at({h, t}) : a.lse.at({h, t});
       EXPECT_NEAR(lse.at({h, t}), want_lse, 1e-5);
       for (int64_t d = 0; d < D; ++d) EXPECT_NEAR(acc.at({t, h, d}), want.at({t, h, d}), 1e-5);
     }
+  // Rows that see no key: a part with LSE -inf changes nothing; merged into a row that saw
+  // nothing, a part's values come through as they are; both -inf stays 0 and -inf.
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor acc2 = Tensor::zeros({3, 1, 2}), lse2 = Tensor::full({1, 3}, -inf);
+  acc2.narrow(0, 0, 1).fill_(5.0);
+  lse2.narrow(1, 0, 1).fill_(0.5);
+  Tensor part = Tensor::full({3, 1, 2}, 3.0), part_lse = Tensor::full({1, 3}, -inf);
+  part_lse.narrow(1, 1, 1).fill_(0.25);
+  part.narrow(0, 2, 1).zero_();
+  lse_merge(acc2, lse2, part, part_lse);
+  EXPECT_EQ(acc2.at({0, 0, 0}), 5.0);  // the part saw nothing
+  EXPECT_EQ(lse2.at({0, 0}), 0.5);
+  EXPECT_EQ(acc2.at({1, 0, 1}), 3.0);  // the accumulator saw nothing
+  EXPECT_FLOAT_EQ(float(lse2.at({0, 1})), 0.25f);
+  EXPECT_EQ(acc2.at({2, 0, 0}), 0.0);  // neither
+  EXPECT_TRUE(std::isinf(lse2.at({0, 2})) && lse2.at({0, 2}) < 0);
 }
 
 }  // namespace

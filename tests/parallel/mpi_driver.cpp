@@ -167,6 +167,10 @@ void test_context_parallel(Communicator& comm, DType dtype) {
     comm.all_to_all(out, in);
     expect_values("all_to_all", out, want);
     expect_values("all_to_all left in alone", in, in_v);
+    // Stream-ordered: no host wait on NCCL; a copy issued after it sees its result.
+    Tensor ordered = Tensor::full({P * n}, -99, dtype, g_device);
+    comm.all_to_all_ordered(ordered, in);
+    expect_values("all_to_all_ordered", ordered.clone(), want);
   }
   // send_recv around the ring (to R + 1, from R − 1), each rank sending a different count:
   // rank r sends 5 + r elements holding (r, i), so rank R receives 5 + (R − 1 mod P).
@@ -202,6 +206,19 @@ void test_context_parallel(Communicator& comm, DType dtype) {
     first->wait();
     expect_values("send_recv_async first of two", recv_a, ring_values(prev, 7));
     expect_values("send_recv_async second of two", recv_b, ring_values(prev + P, 7));
+    // wait_ordered: the compute stream, not the host, waits; a large exchange read by a copy
+    // issued right after it must see every element.
+    const int64_t big = 1 << 18;
+    std::vector<double> mine(static_cast<size_t>(big)), theirs(static_cast<size_t>(big));
+    for (int64_t i = 0; i < big; ++i) {
+      mine[size_t(i)] = double((R * 7 + i) % 97);
+      theirs[size_t(i)] = double((prev * 7 + i) % 97);
+    }
+    Tensor send_big = from_values(mine, dtype, {big});
+    Tensor recv_big = Tensor::full({big}, -99, dtype, g_device);
+    auto work_big = comm.send_recv_async(send_big, next, recv_big, prev);
+    work_big->wait_ordered();
+    expect_values("send_recv_async + wait_ordered", recv_big.clone(), theirs);
   }
   // With itself: a copy (both the blocking and the async form).
   {
