@@ -73,9 +73,12 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
                          << ") x the ranks sharing a sequence (sequence_data_parallel "
                          << layout_.sequence_data_parallel << " x context_parallel.size "
                          << layout_.context_parallel << ")");
-  DL_CHECK(layout_.cp_kind == ContextParallel::none || options.faults == nullptr, "train",
-           "DRIFTLESS_TEST_FAULT plants faults in the SDP K/V path; context parallelism has "
-           "none of them (unset it or use sequence_data_parallel)");
+  const layers::ModelFaults* f = options.faults;
+  DL_CHECK(layout_.cp_kind == ContextParallel::none || !f ||
+               !(f->cu_seqlens_k_from_begin || f->drop_kv_grad_slice || f->skip_kv_reduce_scatter),
+           "train",
+           "DRIFTLESS_TEST_FAULT cu_seqlens_k, drop_kv_grad and skip_kv_reduce_scatter live in "
+           "the SDP K/V path; context parallelism has none of them (use sequence_data_parallel)");
   DL_CHECK(layout_.sequence_ranks() == 1 || options.sdp_exchange, "train",
            "sequence_data_parallel or context_parallel.size > 1 needs an exchange between the "
            "ranks of a sequence (run under mpirun)");
