@@ -201,8 +201,6 @@ StepStats Trainer::train_step(int64_t step) {
   fo.context_parallel = layout_.cp_kind;
 
   const int64_t m = layout_.micro_sequences;
-  const data::SliceSpec base{0, int32_t(m), int32_t(layout_.sdp_rank()),
-                             int32_t(layout_.sequence_ranks())};
   const int32_t pad = int32_t(config_.data.pad_documents_to);
   model_->slab().zero_grads();
   std::vector<Tensor> loss_parts;  // read after the backward: no host sync inside the step
@@ -225,8 +223,8 @@ StepStats Trainer::train_step(int64_t step) {
         auto& whole = wholes[mb][size_t(i)];
         for (int64_t s : group[mb]) {
           const data::PackedSequence& seq = batch.sequences[size_t(s)];
-          for (auto& x : rank_inputs(seq, int32_t(i), base.micro_sequences, base.sdp_rank,
-                                     base.sdp_size, layout_.cp_kind, pad))
+          for (auto& x : rank_inputs(seq, int32_t(i), int32_t(m), int32_t(layout_.sdp_rank()),
+                                     int32_t(layout_.sequence_ranks()), layout_.cp_kind, pad))
             in.push_back(std::move(x));
           if (layout_.cp_kind == ContextParallel::a2a)
             whole.push_back(data::make_model_input(seq, {int32_t(i), int32_t(m), 0, 1}, pad));

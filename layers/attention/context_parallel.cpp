@@ -3,6 +3,7 @@
 #include "layers/attention/context_parallel.h"
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 
 #include "engine/autograd/autograd.h"
@@ -34,33 +35,36 @@ struct ColumnGroups {
   }
 };
 
-// x (T, C) -> (P, T, w): slice p holds block p of every group, side by side.
-Tensor blocks_of(const Tensor& x, const ColumnGroups& g, int64_t P) {
-  const int64_t T = x.size(0), w = g.block_width(P);
-  Tensor out = Tensor::empty({P, T, w}, x.dtype(), x.device());
+// Calls f(p, col, at, b) for every block: columns [col, col + b) of x (T, C) are columns
+// [at, at + b) of slice p of the blocked layout (P, T, w), which holds block p of every group
+// side by side.
+template <class F>
+void for_each_block(const ColumnGroups& g, int64_t P, const F& f) {
   for (int64_t p = 0; p < P; ++p) {
     int64_t at = 0;
     for (size_t i = 0; i < g.offset.size(); ++i) {
       const int64_t b = g.width[i] / P;
-      out.select(0, p).narrow(1, at, b).copy_(x.narrow(1, g.offset[i] + p * b, b));
+      f(p, g.offset[i] + p * b, at, b);
       at += b;
     }
   }
+}
+
+// x (T, C) -> (P, T, w).
+Tensor blocks_of(const Tensor& x, const ColumnGroups& g, int64_t P) {
+  Tensor out = Tensor::empty({P, x.size(0), g.block_width(P)}, x.dtype(), x.device());
+  for_each_block(g, P, [&](int64_t p, int64_t col, int64_t at, int64_t b) {
+    out.select(0, p).narrow(1, at, b).copy_(x.narrow(1, col, b));
+  });
   return out;
 }
 
 // The inverse of blocks_of: (P, T, w) -> (T, C).
 Tensor columns_of(const Tensor& blocks, const ColumnGroups& g, int64_t C) {
-  const int64_t P = blocks.size(0), T = blocks.size(1);
-  Tensor out = Tensor::empty({T, C}, blocks.dtype(), blocks.device());
-  for (int64_t p = 0; p < P; ++p) {
-    int64_t at = 0;
-    for (size_t i = 0; i < g.offset.size(); ++i) {
-      const int64_t b = g.width[i] / P;
-      out.narrow(1, g.offset[i] + p * b, b).copy_(blocks.select(0, p).narrow(1, at, b));
-      at += b;
-    }
-  }
+  Tensor out = Tensor::empty({blocks.size(1), C}, blocks.dtype(), blocks.device());
+  for_each_block(g, blocks.size(0), [&](int64_t p, int64_t col, int64_t at, int64_t b) {
+    out.narrow(1, col, b).copy_(blocks.select(0, p).narrow(1, at, b));
+  });
   return out;
 }
 
@@ -83,11 +87,10 @@ Tensor to_tokens(const Tensor& y, const ColumnGroups& g, int64_t n, int64_t C, K
   return columns_of(got, g, C);
 }
 
-void check_a2a(const Tensor& x, int64_t n, const KvExchange& ex) {
+void check_a2a(const Tensor& x, int64_t n) {
   DL_CHECK(x.defined() && x.dim() == 2 && n >= 1 && x.size(0) % n == 0, kOp,
            "a2a input must be (T, C) with T divisible by the "
                << n << " sequences, got " << (x.defined() ? shape_str(x.shape()) : "undefined"));
-  DL_CHECK(ex.ranks() >= 1, kOp, "no ranks");
 }
 
 // One autograd node for a pair of mutually inverse layouts.
@@ -108,7 +111,7 @@ ColumnGroups qkv_groups(int64_t H, int64_t Hkv, int64_t D) {
 }  // namespace
 
 Tensor tokens_to_heads(const Tensor& qkv, int64_t n, int64_t H, int64_t Hkv, KvExchange& ex) {
-  check_a2a(qkv, n, ex);
+  check_a2a(qkv, n);
   const int64_t P = ex.ranks(), C = qkv.size(1);
   DL_CHECK(H % P == 0 && Hkv % P == 0 && C % (H + 2 * Hkv) == 0, kOp,
            "a2a needs n_head (" << H << ") and n_kv_head (" << Hkv << ") divisible by " << P
@@ -125,7 +128,7 @@ Tensor tokens_to_heads(const Tensor& qkv, int64_t n, int64_t H, int64_t Hkv, KvE
 }
 
 Tensor heads_to_tokens(const Tensor& y, int64_t n, KvExchange& ex) {
-  check_a2a(y, n, ex);
+  check_a2a(y, n);
   const int64_t P = ex.ranks(), C = y.size(1) * P;
   const ColumnGroups g{{0}, {C}};
   Tensor x;
@@ -168,9 +171,9 @@ RingPlan plan_ring(const std::vector<RingSequence>& seqs, const KvExchange& ex,
            "ring: " << T << " local rows do not split into 2 chunks of " << n << " sequences");
   plan.Lc = T / (2 * n);
   const int64_t Lc = plan.Lc;
+  const auto ids = ring_chunks(r, P);
   for (int64_t j = 0; j < n; ++j) {
     const RingSequence& s = seqs[size_t(j)];
-    const auto ids = ring_chunks(r, P);
     DL_CHECK(s.chunk[0] && s.chunk[1], kOp, "ring: sequence " << j << " lacks a chunk");
     const int64_t L = s.chunk[0]->sequence_length / s.chunk[0]->micro_sequences;
     const int64_t m0 = int64_t(s.chunk[0]->micro_sequence) * L;
@@ -217,12 +220,11 @@ RingPlan plan_ring(const std::vector<RingSequence>& seqs, const KvExchange& ex,
         p.slot = seqs[size_t(j)].slot;
         p.k_begin = k0;
         p.k_rows = k1 - k0;
-        p.spec = base;
-        p.spec.causal = false;  // every key precedes every query
-        p.spec.cu_seqlens_q = Tensor::from_vector(std::vector<int32_t>{0, int32_t(first_rows)});
-        p.spec.cu_seqlens_k = Tensor::from_vector(std::vector<int32_t>{0, int32_t(p.k_rows)});
-        p.spec.max_seqlen_q = first_rows;
-        p.spec.max_seqlen_k = p.k_rows;
+        // One document; every key precedes every query: not causal.
+        p.spec = AttentionSpec::from_lengths({first_rows}, {p.k_rows}, false);
+        p.spec.score_mod = base.score_mod;
+        p.spec.softmax_scale = base.softmax_scale;
+        p.spec.deterministic = base.deterministic;
         full.push_back(p);
       };
       if (start < m0) add(0, start, m0);  // earlier micro-sequences: already in the buffer
