@@ -1,5 +1,6 @@
-// Launchers of the fast varlen attention (FlashAttention-2 style, bf16 tensor cores through
-// mma.sync m16n8k16 + ldmatrix, or wgmma on sm_90a; fp32 accumulation): forward (fast_forward.cu) and a
+// Launchers of the fast varlen attention (bf16 tensor cores through mma.sync m16n8k16 +
+// ldmatrix, or wgmma on sm_90a; fp32 accumulation): forward (fast_forward.cu, on Hopper the
+// TMA / warp-specialised sm90/fwd_sm90.cu) and a
 // deterministic atomic-free backward (fast_backward.cu). Same contract as flash_cuda.h (which
 // stays the fallback): bottom-right causal, windows, GQA without replication, padding written
 // as zeros, LSE (H, T_q) fp32, modifiers none/softcap/ALiBi as compile-time functors.
@@ -16,7 +17,7 @@ namespace driftless::layers::gpu::fast {
 // Longest document (query or key rows) the fast kernels take: they index rows in 32 bits,
 // with sums of up to three lengths (row_keys).
 constexpr int64_t kMaxDocLen = int64_t(1) << 29;
-constexpr int kFwdBlockQ = 128;  // query rows per forward CTA (fast_forward.cu: warps x rows)
+constexpr int kFwdBlockQ = 128;  // query rows per forward tile (fast_forward.cu, sm90/fwd_traits.cuh)
 constexpr int kBwdBlockQ = 64;   // query rows per dK/dV inner step
 // Query rows per dQ CTA (fast_backward.cu: 16 a warp; two warpgroups at D = 64 share each
 // K/V tile).

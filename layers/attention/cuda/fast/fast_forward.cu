@@ -1,7 +1,7 @@
-// Forward of the fast attention (fast_attention.h), FlashAttention-2 style: one CTA per
-// (128-row query tile of a document, head); each warp owns 16 or 32 query rows (Cfg: the
-// tile shape per product path, mma.sync or Hopper wgmma) and runs the online softmax (log2
-// domain) over key tiles that are double-buffered through cp.async. Key tiles no row of the tile
+// Forward of the fast attention (fast_attention.h) on mma.sync, FlashAttention-2 style (on
+// Hopper, sm90/fwd_sm90.cu runs instead): one CTA per (128-row query tile of a document,
+// head); each warp owns 16 or 32 query rows (Cfg) and runs the online softmax (log2 domain)
+// over key tiles that are double-buffered through cp.async. Key tiles no row of the tile
 // sees are never visited; the element mask runs only on tiles that cut a row's visible range
 // (causal diagonal, window edges, partial tiles). Rows past the document's end are zero-filled on
 // load and never stored.
@@ -13,47 +13,37 @@
 #include "engine/core/cuda/check.h"
 #include "engine/core/cuda/launch.cuh"
 #include "layers/attention/cuda/fast/fast_common.cuh"
-#include "layers/attention/cuda/fast/wgmma.cuh"
+#include "layers/attention/cuda/fast/sm90/fwd_sm90.h"
 
 namespace driftless::layers::gpu::fast {
 namespace {
 
 constexpr int kBQ = kFwdBlockQ;
 
-// Tile shape per head dim, modifier and product path. mma.sync (W false): kMT 16-row m-tiles
-// per warp share every K and V fragment read from shared memory (2 halves that traffic per
-// product). Keys per tile: 32 at D = 128 with 2 m-tiles keep the scores (kMT x kBK / 2 floats
-// a thread) small enough for O (kMT x D / 2) to stay in registers. Softcap keeps 1 m-tile of
-// 16 rows and 8 warps: its tanh needs the registers (measured on an H200: 2 m-tiles made its
-// forward 28% slower). wgmma (W): the warpgroup's product already shares its B reads across
-// 64 rows, so one m-tile per warp, two warpgroups and 64-key tiles; the registers that frees
-// give 2 CTAs (16 warps) per SM. Measured on an H100 against the 2-m-tile shape on the same
-// build: forward +19% at D = 128 (272 -> 325 TFLOP/s), +3% at D = 64 causal, -2% on docs8.
-template <int D, class M, bool W>
+// Tile shape per head dim and modifier: kMT 16-row m-tiles per warp share every K and V
+// fragment read from shared memory (2 halves that traffic per product). Keys per tile: 32 at
+// D = 128 with 2 m-tiles keep the scores (kMT x kBK / 2 floats a thread) small enough for O
+// (kMT x D / 2) to stay in registers. Softcap keeps 1 m-tile of 16 rows and 8 warps: its tanh
+// needs the registers (BENCHMARKS.md).
+template <int D, class M>
 struct Cfg {
-  static constexpr int kMT = W || std::is_same_v<M, ModSoftcap> ? 1 : 2;
+  static constexpr int kMT = std::is_same_v<M, ModSoftcap> ? 1 : 2;
   static constexpr int kWarps = kBQ / (16 * kMT), kThreads = kWarps * 32;
   static constexpr int kBK = D <= 64 || kMT == 1 ? 64 : 32;
-  // Q, then K and V double-buffered. A third K/V buffer at D = 64 (the prefetch two tiles
-  // ahead) measured no faster on an H200 (ncu, same machine: 803 against 799 us dense, 162
-  // against 161 on docs8); at D = 128 it would cost the second CTA per SM.
-  static constexpr int kSmem = (kBQ + 4 * kBK) * D * 2 + kSmemAlign;
-  // (softcap at D = 128 would spill at the 128 registers of two CTAs)
-  static constexpr int kMinBlocks = W && !(std::is_same_v<M, ModSoftcap> && D > 64) ? 2 : 1;
+  static constexpr int kSmem = (kBQ + 4 * kBK) * D * 2 + kSmemAlign;  // Q, then K and V x 2
 };
 
 // kLin: ModNone with a positive scale (see softmax below).
-template <int D, class M, bool W, bool kLin>
-__global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBlocks)
+template <int D, class M, bool kLin>
+__global__ void __launch_bounds__(Cfg<D, M>::kThreads)
     forward_kernel(Problem p, M mod, const Tile* tiles, bf16* out, float* lse) {
   cuda::dependent_kernel_begin();
-  using C = Cfg<D, M, W>;
+  using C = Cfg<D, M>;
   constexpr int kMT = C::kMT, kThreads = C::kThreads, kBK = C::kBK;
   constexpr int KD = D / 16, NK = kBK / 8, ND = D / 8;
   // Q fragments stay in registers at D = 64 (or with one m-tile); at D = 128 with two they
   // would not fit beside O.
-  // With wgmma (W) Q is read from shared memory by the product itself.
-  constexpr bool kQInRegs = !W && (D <= 64 || kMT == 1);
+  constexpr bool kQInRegs = D <= 64 || kMT == 1;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = align_smem(smem_raw);
   const uint32_t sQ = smem_u32(smem);
@@ -68,12 +58,8 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
   const int nq = min(kBQ, q_len - i0);
   mod.bind(h);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-  // First row of m-tile mt of this warp. mma.sync: the warp's kMT m-tiles are adjacent.
-  // wgmma: m-tile mt of warpgroup w is the 64-row block w * kMT + mt, of which the warp owns
-  // rows 16 (warp % 4) .. + 15.
-  auto row_of = [&](int mt) {
-    return W ? ((warp >> 2) * kMT + mt) * 64 + (warp & 3) * 16 : warp * 16 * kMT + mt * 16;
-  };
+  // First row of m-tile mt of this warp (the warp's kMT m-tiles are adjacent).
+  auto row_of = [&](int mt) { return warp * 16 * kMT + mt * 16; };
 
   int lo_first, hi_first, lo_last, hi_last;  // lo and hi never decrease with the row
   row_keys(p, doc, i0, &lo_first, &hi_first);
@@ -122,7 +108,6 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
       // tile t - 1, whose buffer the prefetch of tile t + 1 then refills (measured on an
       // H200: a second barrier at a tile's end was ~15% of the warps' stalls).
       cp_async_wait<0>();
-      if constexpr (W) fence_proxy_async();
       __syncthreads();
       if (t + 1 < n_tiles) {
         load_kv(t + 1);
@@ -192,81 +177,48 @@ __global__ void __launch_bounds__(Cfg<D, M, W>::kThreads, Cfg<D, M, W>::kMinBloc
         }
       };
       float s[kMT][NK][4];
-      if constexpr (W) {
-        // One wgmma group per m-tile, software-pipelined when there are two (the softmax of
-        // one runs while the tensor cores do the other's product; groups complete in order).
-        // Cfg's wgmma shape has one m-tile per warp: there the overlap comes from the other
-        // warpgroup and the other CTA on the SM.
-        wg_fence();
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int n = 0; n < NK; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+#pragma unroll
+      for (int kd = 0; kd < KD; ++kd) {
+        uint32_t a[kMT][4];
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          const int r_mt = ((warp >> 2) * kMT + mt) * 64;
+          if constexpr (kQInRegs) {
 #pragma unroll
-          for (int kd = 0; kd < KD; ++kd)
-            wgmma_ss<0>(s[mt], wg_desc_k<D>(sQ, kd, r_mt), wg_desc_k<D>(k_s, kd), kd);
-          wg_commit();
+            for (int e = 0; e < 4; ++e) a[mt][e] = qf[mt][kd][e];
+          } else {
+            load_a<D>(a[mt], sQ, row_of(mt), kd, lane);
+          }
         }
-        uint32_t a[kMT][kBK / 16][4];
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          wg_wait<kMT - 1>();  // S of m-tile mt done
-          wg_hold(s[mt]);
-          softmax(mt, s[mt]);
-#pragma unroll
-          for (int kk = 0; kk < kBK / 16; ++kk) c_to_a(a[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
-          wg_fence();
-#pragma unroll
-          for (int kk = 0; kk < kBK / 16; ++kk)
-            wgmma_rs<1>(o[mt], a[mt][kk], wg_desc_n<D>(v_s, kk));
-          wg_commit();
-        }
-        wg_wait<0>();
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) wg_hold(o[mt]);
-      } else {
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int n = 0; n < NK; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
-#pragma unroll
-        for (int kd = 0; kd < KD; ++kd) {
-          uint32_t a[kMT][4];
+        for (int np = 0; np < NK / 2; ++np) {
+          uint32_t b[4];
+          load_b<D>(b, k_s, np * 16, kd, lane);
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt) {
-            if constexpr (kQInRegs) {
-#pragma unroll
-              for (int e = 0; e < 4; ++e) a[mt][e] = qf[mt][kd][e];
-            } else {
-              load_a<D>(a[mt], sQ, row_of(mt), kd, lane);
-            }
-          }
-#pragma unroll
-          for (int np = 0; np < NK / 2; ++np) {
-            uint32_t b[4];
-            load_b<D>(b, k_s, np * 16, kd, lane);
-#pragma unroll
-            for (int mt = 0; mt < kMT; ++mt) {
-              mma_bf16(s[mt][2 * np], a[mt], b[0], b[1]);
-              mma_bf16(s[mt][2 * np + 1], a[mt], b[2], b[3]);
-            }
+            mma_bf16(s[mt][2 * np], a[mt], b[0], b[1]);
+            mma_bf16(s[mt][2 * np + 1], a[mt], b[2], b[3]);
           }
         }
+      }
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) softmax(mt, s[mt]);
+      for (int mt = 0; mt < kMT; ++mt) softmax(mt, s[mt]);
 #pragma unroll
-        for (int kk = 0; kk < kBK / 16; ++kk) {
-          uint32_t a[kMT][4];
+      for (int kk = 0; kk < kBK / 16; ++kk) {
+        uint32_t a[kMT][4];
 #pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) c_to_a(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+        for (int mt = 0; mt < kMT; ++mt) c_to_a(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
 #pragma unroll
-          for (int dp = 0; dp < ND / 2; ++dp) {
-            uint32_t b[4];
-            load_b_trans<D>(b, v_s, kk * 16, dp * 16, lane);
+        for (int dp = 0; dp < ND / 2; ++dp) {
+          uint32_t b[4];
+          load_b_trans<D>(b, v_s, kk * 16, dp * 16, lane);
 #pragma unroll
-            for (int mt = 0; mt < kMT; ++mt) {
-              mma_bf16(o[mt][2 * dp], a[mt], b[0], b[1]);
-              mma_bf16(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
-            }
+          for (int mt = 0; mt < kMT; ++mt) {
+            mma_bf16(o[mt][2 * dp], a[mt], b[0], b[1]);
+            mma_bf16(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
           }
         }
       }
@@ -301,27 +253,27 @@ __global__ void fill_kernel(float* x, int64_t n, float value) {
     x[i] = value;
 }
 
-template <int D, class M, bool W, bool kLin>
+template <int D, class M, bool kLin>
 void launch_as(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, void* out,
                float* lse) {
-  constexpr int kSmem = Cfg<D, M, W>::kSmem;
+  constexpr int kSmem = Cfg<D, M>::kSmem;
   static bool configured = false;
   if (!configured) {
-    DL_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<D, M, W, kLin>,
+    DL_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<D, M, kLin>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     configured = true;
   }
-  cuda::launch(forward_kernel<D, M, W, kLin>, unsigned(int64_t(n_tiles) * p.heads),
-               Cfg<D, M, W>::kThreads, kSmem, p, mod, tiles, static_cast<bf16*>(out), lse);
+  cuda::launch(forward_kernel<D, M, kLin>, unsigned(int64_t(n_tiles) * p.heads),
+               Cfg<D, M>::kThreads, kSmem, p, mod, tiles, static_cast<bf16*>(out), lse);
   DL_CUDA_LAUNCH_CHECK();
 }
 
-template <int D, class M, bool W>
+template <int D, class M>
 void launch(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, void* out, float* lse) {
   if constexpr (std::is_same_v<M, ModNone>) {
-    if (mod.scale_log2 > 0.f) return launch_as<D, M, W, true>(p, mod, tiles, n_tiles, out, lse);
+    if (mod.scale_log2 > 0.f) return launch_as<D, M, true>(p, mod, tiles, n_tiles, out, lse);
   }
-  launch_as<D, M, W, false>(p, mod, tiles, n_tiles, out, lse);
+  launch_as<D, M, false>(p, mod, tiles, n_tiles, out, lse);
 }
 
 void fill_f32(float* x, int64_t n, float value) {
@@ -364,15 +316,13 @@ void forward(const Problem& problem, const Mod& mod, const Tile* tiles, int n_ti
     fill_f32(lse, p.t_q * p.heads, -INFINITY);
   }
   if (n_tiles == 0) return;
-  const bool wg = use_wgmma();
+  if (use_wgmma()) return sm90::forward(p, mod, tiles, n_tiles, out, lse);
   dispatch_mod(p, mod, [&](auto m) {
     using Mf = decltype(m);
     if (p.head_dim == 64)
-      wg ? launch<64, Mf, true>(p, m, tiles, n_tiles, out, lse)
-         : launch<64, Mf, false>(p, m, tiles, n_tiles, out, lse);
+      launch<64, Mf>(p, m, tiles, n_tiles, out, lse);
     else
-      wg ? launch<128, Mf, true>(p, m, tiles, n_tiles, out, lse)
-         : launch<128, Mf, false>(p, m, tiles, n_tiles, out, lse);
+      launch<128, Mf>(p, m, tiles, n_tiles, out, lse);
   });
 }
 

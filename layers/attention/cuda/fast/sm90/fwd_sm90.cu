@@ -1,0 +1,93 @@
+// The sm_90a attention forward (FlashAttention-3's structure): a persistent kernel, one CTA per
+// SM, whose producer warp streams Q, K and V tiles by TMA into mbarrier-guarded rings while
+// two consumer warpgroups run the products on wgmma (fwd_mainloop.cuh), then store O and the
+// LSE (fwd_epilogue.cuh). Items come from the host's heaviest-first tile schedule
+// (tile_scheduler.cuh); constants are in fwd_traits.cuh. Same contract as fast_forward.cu.
+#include <algorithm>
+#include <type_traits>
+
+#include "engine/core/cuda/check.h"
+#include "engine/core/cuda/launch.cuh"
+#include "layers/attention/cuda/fast/sm90/fwd_epilogue.cuh"
+#include "layers/attention/cuda/fast/sm90/fwd_sm90.h"
+#include "layers/attention/cuda/fast/sm90/tensor_maps.h"
+
+namespace driftless::layers::gpu::fast::sm90 {
+namespace {
+
+template <class T, class M, bool kLin>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    forward_kernel(const __grid_constant__ FwdMaps maps, Problem p, M mod, const Tile* tiles,
+                   int n_items, bf16* out, float* lse) {
+  cuda::dependent_kernel_begin();
+  constexpr int D = T::kD;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const FwdSmem<T> sm{smem_u32(align_smem(smem_raw))};
+  if (threadIdx.x == 0) sm.init();
+  __syncthreads();
+  const StaticScheduler sched{n_items};
+  const int wg = int(threadIdx.x) / 128;
+  if (wg == 0) {
+    regs_dec<T::kProducerRegs>();
+    if (threadIdx.x < 32) produce<T>(maps, p, tiles, sched, sm, int(threadIdx.x));
+    return;
+  }
+  regs_inc<T::kConsumerRegs>();
+  const int cw = wg - 1;
+  // The ping-pong starts with consumer 0: consumer 1 arrives for it once.
+  if (T::kPingpong && cw == 1) named_arrive(T::kSchedBarrier, 2 * 128);
+  PipeState<T::kQStages> qs;
+  PipeState<T::kKvStages> ks, vs;
+  for (int w = sched.first(); sched.valid(w); w = sched.next(w)) {
+    const ItemInfo b = ItemInfo::make<T::kBlockM, T::kBlockN>(p, tiles, w);
+    M m = mod;
+    m.bind(b.h);
+    FwdAccum<D> acc;
+    consume<T, M, kLin>(p, b, m, sm, cw, qs, ks, vs, acc);
+    store_rows<D>(p, b, cw, acc, out, lse);
+  }
+}
+
+template <class T, class M, bool kLin>
+void launch_as(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, void* out,
+               float* lse) {
+  constexpr int D = T::kD;
+  FwdMaps maps;
+  encode_rows_map(maps.q, p.q, p.t_q, p.heads, p.q_row_heads, D, T::kBlockM);
+  encode_rows_map(maps.k, p.k, p.t_k, p.kv_heads, p.k_row_heads, D, T::kBlockN);
+  encode_rows_map(maps.v, p.v, p.t_k, p.kv_heads, p.v_row_heads, D, T::kBlockN);
+  const int64_t n_items = int64_t(n_tiles) * p.heads;
+  static bool configured = false;
+  if (!configured) {
+    DL_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<T, M, kLin>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem));
+    configured = true;
+  }
+  cuda::launch(forward_kernel<T, M, kLin>, unsigned(std::min<int64_t>(n_items, sm_count())),
+               T::kThreads, T::kSmem, maps, p, mod, tiles, int(n_items), static_cast<bf16*>(out),
+               lse);
+  DL_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void forward(const Problem& p, const Mod& mod, const Tile* tiles, int n_tiles, void* out,
+             float* lse) {
+  dispatch_mod(p, mod, [&](auto m) {
+    using Mf = decltype(m);
+    auto run = [&](auto d) {
+      constexpr int D = decltype(d)::value;
+      using T = FwdConfig<D, Mf>;
+      if constexpr (std::is_same_v<Mf, ModNone>) {
+        if (m.scale_log2 > 0.f) return launch_as<T, Mf, true>(p, m, tiles, n_tiles, out, lse);
+      }
+      launch_as<T, Mf, false>(p, m, tiles, n_tiles, out, lse);
+    };
+    if (p.head_dim == 64)
+      run(std::integral_constant<int, 64>{});
+    else
+      run(std::integral_constant<int, 128>{});
+  });
+}
+
+}  // namespace driftless::layers::gpu::fast::sm90

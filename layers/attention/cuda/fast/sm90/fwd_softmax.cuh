@@ -1,0 +1,74 @@
+// Online softmax of the sm_90a attention forward over one consumer thread's two rows (row g
+// and g + 8 of its warp's 16, in the mma fragment layout): mask and modifier applied to a
+// tile's scores, which become unnormalised probabilities (log2 domain), and the running row
+// maximum and sum updated, with the factor O must be rescaled by.
+#pragma once
+#include "layers/attention/cuda/fast/fast_common.cuh"
+#include "layers/attention/cuda/fast/sm90/tile_scheduler.cuh"
+
+namespace driftless::layers::gpu::fast::sm90 {
+
+// kLin: ModNone with a positive scale: the row maximum is taken over the raw products and
+// scaled once, and each probability is exp2(dot * scale - max), one FFMA an element.
+template <class M, bool kLin>
+struct OnlineSoftmax {
+  M mod;
+  int lo0, lo1, hi0, hi1, qpos0, qpos1;  // rows g and g + 8: visible keys, position
+  int t4;                                // the thread's column pair in an 8-column chunk
+
+  // The tile at key j0: masked only where it cuts some row's visible range (a warp-uniform
+  // branch between two bodies; one predicated body issued the mask's compares on every tile).
+  template <int kBlockN>
+  __device__ __forceinline__ void tile(const ItemInfo& b, float (&s)[kBlockN / 8][4], int j0,
+                                       float (&row_max)[2], float (&row_sum)[2],
+                                       float (&corr)[2]) const {
+    if (b.whole<kBlockN>(j0))
+      apply<false, kBlockN / 8>(s, j0, row_max, row_sum, corr);
+    else
+      apply<true, kBlockN / 8>(s, j0, row_max, row_sum, corr);
+  }
+
+  template <bool kMask, int NK>
+  __device__ __forceinline__ void apply(float (&s)[NK][4], int j0, float (&row_max)[2],
+                                        float (&row_sum)[2], float (&corr)[2]) const {
+#pragma unroll
+    for (int n = 0; n < NK; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1, j = j0 + n * 8 + 2 * t4 + (e & 1);
+        float x = s[n][e];
+        if constexpr (!kLin) x = mod.x(x, r ? qpos1 : qpos0, j);
+        if constexpr (kMask) {
+          if (j < (r ? lo1 : lo0) || j > (r ? hi1 : hi0)) x = -INFINITY;
+        }
+        s[n][e] = x;
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      // Row max and sum as trees over the thread's elements (a chain stalls on each step).
+      float mx = tree_reduce<NK>([&](int n) { return fmaxf(s[n][2 * r], s[n][2 * r + 1]); },
+                                 [](float x, float y) { return fmaxf(x, y); });
+      if constexpr (!kLin) mx = fmaxf(mx, row_max[r]);
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      float scale = 1.f;
+      if constexpr (kLin) {
+        scale = mod.scale_log2;
+        mx = fmaxf(row_max[r], mx * scale);
+      }
+      const float m_use = mx == -INFINITY ? 0.f : mx;
+      corr[r] = exp2_ftz(row_max[r] - m_use);
+      row_max[r] = mx;
+#pragma unroll
+      for (int n = 0; n < NK; ++n) {
+        s[n][2 * r] = exp2_ftz(fmaf(s[n][2 * r], scale, -m_use));
+        s[n][2 * r + 1] = exp2_ftz(fmaf(s[n][2 * r + 1], scale, -m_use));
+      }
+      const float sum = tree_reduce<NK>([&](int n) { return s[n][2 * r] + s[n][2 * r + 1]; },
+                                        [](float x, float y) { return x + y; });
+      row_sum[r] = row_sum[r] * corr[r] + sum;
+    }
+  }
+};
+
+}  // namespace driftless::layers::gpu::fast::sm90
