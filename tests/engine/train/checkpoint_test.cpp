@@ -11,6 +11,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/safetensors.h"
+#include "tests/engine/train/tiny_run.h"
 #include "tests/test_paths.h"
 
 namespace driftless::train {
@@ -18,14 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using tiny_run::error_of;
 
 layers::GptConfig tiny() {
   layers::GptConfig c;

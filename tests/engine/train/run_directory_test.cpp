@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "engine/core/error.h"
+#include "tests/engine/train/tiny_run.h"
 #include "tests/test_paths.h"
 
 namespace driftless::train {
@@ -17,14 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using tiny_run::error_of;
 
 TEST(RunDirectory, OneHolderAtATime) {
   const std::string dir = testing::scratch_dir() + "/run";
