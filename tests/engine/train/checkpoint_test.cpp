@@ -57,6 +57,9 @@ TEST(Checkpoint, ChecksumsFindDamagedData) {
   layers::Gpt other(tiny());
   EXPECT_NE(error_of([&] { load_checkpoint(path, other, nullptr); }).find("damaged"),
             std::string::npos);
+  // A truncated file (a copy cut short) is refused by name too.
+  fs::resize_file(path, fs::file_size(path) - 5);
+  EXPECT_NE(error_of([&] { verify_checkpoint(path); }).find(path), std::string::npos);
 }
 
 TEST(Checkpoint, NonFiniteValuesAreRefusedWithoutChecksums) {
