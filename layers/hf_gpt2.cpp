@@ -94,7 +94,7 @@ std::vector<SafetensorsFile> open_weights(const std::string& dir) {
     }
     for (const auto& [name, shard] : j["weight_map"].items()) {
       const size_t i = size_t(std::find(shards.begin(), shards.end(), shard.get<std::string>()) -
-                              shards.begin());
+                               shards.begin());
       DL_CHECK(files[i].contains(name), kOp,
                index << " puts " << name << " in " << shard.get<std::string>()
                      << ", which does not hold it");
