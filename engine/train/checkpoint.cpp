@@ -97,22 +97,30 @@ void save_checkpoint(const std::string& path, const layers::Gpt& model,
 }
 
 namespace {
+std::string metadata(const SafetensorsFile& f, const std::string& key) {
+  auto it = f.metadata().find(key);
+  DL_CHECK(it != f.metadata().end(), "checkpoint",
+           f.path() << " has no '" << key << "' metadata; not a driftless checkpoint");
+  return it->second;
+}
+
+// A non-negative integer of the metadata (text, so damage there is no exception of stoll).
+int64_t metadata_int(const SafetensorsFile& f, const std::string& key, const std::string& text) {
+  int64_t v = -1;
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), v);
+  DL_CHECK(r.ec == std::errc() && r.ptr == text.data() + text.size() && v >= 0, "checkpoint",
+           f.path() << ": expected a non-negative integer in the '" << key << "' metadata, got '"
+                    << text << "'");
+  return v;
+}
+
 CheckpointInfo info_of(const SafetensorsFile& f) {
-  auto get = [&](const std::string& key) -> std::string {
-    auto it = f.metadata().find(key);
-    DL_CHECK(it != f.metadata().end(), "checkpoint",
-             f.path() << " has no '" << key << "' metadata; not a driftless checkpoint");
-    return it->second;
-  };
-  DL_CHECK(get("format") == kCheckpointFormat, "checkpoint",
-           f.path() << " has format '" << get("format") << "', expected " << kCheckpointFormat);
+  DL_CHECK(
+      metadata(f, "format") == kCheckpointFormat, "checkpoint",
+      f.path() << " has format '" << metadata(f, "format") << "', expected " << kCheckpointFormat);
   CheckpointInfo info;
-  const std::string step = get("step");
-  const auto r = std::from_chars(step.data(), step.data() + step.size(), info.step);
-  DL_CHECK(r.ec == std::errc() && r.ptr == step.data() + step.size() && info.step >= 0,
-           "checkpoint",
-           f.path() << ": expected a step number in the metadata, got '" << step << "'");
-  info.config_yaml = get("config");
+  info.step = metadata_int(f, "step", metadata(f, "step"));
+  info.config_yaml = metadata(f, "config");
   return info;
 }
 
@@ -179,16 +187,18 @@ CheckpointInfo load_checkpoint(const std::string& path, layers::Gpt& model,
   if (optimizer) {
     DL_CHECK(f.contains("optim.m") && f.contains("optim.v"), "checkpoint",
              path << " holds no optimizer state (optim.m, optim.v)");
-    const std::string shard = f.metadata().at("optim_shard");
-    const int64_t begin = std::stoll(shard.substr(0, shard.find(':')));
-    const int64_t end = std::stoll(shard.substr(shard.find(':') + 1));
+    const std::string shard = metadata(f, "optim_shard");
+    const size_t colon = std::min(shard.find(':'), shard.size());
+    const int64_t begin = metadata_int(f, "optim_shard", shard.substr(0, colon));
+    const int64_t end =
+        metadata_int(f, "optim_shard", shard.substr(std::min(colon + 1, shard.size())));
     const int64_t b = optimizer->shard_begin(), e = optimizer->shard_end();
     DL_CHECK(begin <= b && e <= end, "checkpoint",
              path << ": stored optimizer state covers [" << begin << ", " << end
                   << "), this rank needs [" << b << ", " << e << ")");
     optimizer->load_state(f.get("optim.m").narrow(0, b - begin, e - b),
                           f.get("optim.v").narrow(0, b - begin, e - b),
-                          std::stoll(f.metadata().at("optim_step")));
+                          metadata_int(f, "optim_step", metadata(f, "optim_step")));
   }
   return info;
 }
