@@ -430,9 +430,6 @@ std::string Trainer::save(int64_t step) {
     save_checkpoint(path, *model_, &snap, {step, config_to_yaml(config_)});
     prune_checkpoints(config_.run.output_dir, config_.training.keep_checkpoints);
   }
-  // No rank leaves before the file is in place: a rank that exits first (a stopped run's
-  // status is non-zero) makes mpirun kill the writer.
-  if (control() && control()->size() > 1) control()->barrier();
   return path;
 }
 
@@ -561,6 +558,9 @@ int Trainer::run() {
     log() << ", " << Progress::format_duration(elapsed) << ", checkpoint " << latest_checkpoint(dir)
           << "\n";
   }
+  // A stopped run's status is not 0, and mpirun kills the other ranks when one exits so:
+  // no rank leaves before rank 0 has written the checkpoint and said so.
+  if (stop && control() && control()->size() > 1) control()->barrier();
   return stop ? 128 + stop : 0;
 }
 
