@@ -1,5 +1,7 @@
-// `driftless train --config C [--set k=v ...] [--resume]`: wiring of the trainer, with
-// Ctrl-C finishing the step, writing a checkpoint and exiting (status 130).
+// `driftless train --config C [--set k=v ...] [--resume | --overwrite]`: wiring of the
+// trainer. SIGINT or SIGTERM, to the launcher or to any one rank, finishes the step on every
+// rank, writes one checkpoint and exits with 128 + the signal (docs/guarantees.md).
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -11,16 +13,21 @@
 namespace driftless::apps {
 namespace {
 
-std::atomic<bool> g_stop{false};
+std::atomic<int> g_stop{0};
 
-void on_sigint(int) {
-  if (g_stop.exchange(true)) std::_Exit(130);  // second Ctrl-C: leave now
+// Sets the flag the trainer reads at each step boundary. A second SIGINT (Ctrl-C twice)
+// leaves at once; SIGTERM never does, because mpirun sends it after the tty's SIGINT.
+void on_signal(int sig) {
+  int none = 0;
+  if (!g_stop.compare_exchange_strong(none, sig) && sig == SIGINT) std::_Exit(128 + SIGINT);
 }
 
 struct TrainArgs {
   std::string config;
   std::vector<std::string> overrides;
   bool resume = false;
+  bool overwrite = false;
+  std::vector<std::string> allow_changes;
   bool quiet = false;
 };
 
@@ -54,11 +61,14 @@ int run_train(const TrainArgs& a) {
   const train::Config config = train::load_config(a.config, a.overrides);
   return run_distributed(config, [&](train::TrainerOptions& options) {
     options.resume = a.resume;
+    options.overwrite = a.overwrite;
+    options.allow_changes = a.allow_changes;
     options.stop = &g_stop;
     options.progress = !a.quiet;
     const layers::ModelFaults faults = faults_from_env();
     options.faults = &faults;
-    std::signal(SIGINT, on_sigint);
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
     train::Trainer trainer(config, options);
     return trainer.run();
   });
@@ -74,12 +84,24 @@ Registrar reg({"train",
                      ->check(CLI::ExistingFile);
                  sub.add_option("--set", args->overrides,
                                 "override a config key, e.g. --set model.n_layer=4 (repeatable)");
-                 sub.add_flag("--resume", args->resume,
-                              "continue from the newest checkpoint in run.output_dir");
+                 auto* resume =
+                     sub.add_flag("--resume", args->resume,
+                                  "continue from the newest intact checkpoint in run.output_dir");
+                 sub.add_flag("--overwrite", args->overwrite,
+                              "start over in a run.output_dir that holds a run: delete its "
+                              "metrics, checkpoints and tensor logs first")
+                     ->excludes(resume);
+                 sub.add_option("--allow-change", args->allow_changes,
+                                "with --resume: accept a changed config key although the run "
+                                "then no longer continues bit for bit (repeatable)")
+                     ->needs(resume);
                  sub.add_flag("--quiet,-q", args->quiet, "no progress display");
                  sub.footer(
-                     "Ctrl-C finishes the current step, writes a checkpoint and exits with "
-                     "status 130; `--resume` continues bit for bit.");
+                     "Ctrl-C (SIGINT) or SIGTERM, to mpirun or to any one rank, finishes "
+                     "the current step on every rank, writes one checkpoint and exits with "
+                     "status 130 (143 for SIGTERM); `--resume` continues bit for bit. Under "
+                     "mpirun, give the ranks time to write it: mpirun --mca "
+                     "odls_base_sigkill_timeout 60.");
                  return std::function<int()>([args] { return run_train(*args); });
                }});
 

@@ -1,6 +1,7 @@
 // run_distributed (distributed_run.h).
 #include "apps/distributed_run.h"
 
+#include "engine/train/rank_agreement.h"
 #include "parallel/kv_exchange.h"
 #include "parallel/process_group.h"
 
@@ -13,6 +14,10 @@ int run_distributed(const train::Config& config,
   parallel::World world(wo);
   int status = 0;
   auto run = [&] {
+    // Before any group or model exists: a rank with another config would otherwise crash in
+    // a collective or train silently apart.
+    auto control = world.communicator(Device::cpu);
+    train::check_ranks_agree(*control, train::config_entries(config), "configuration");
     // NCCL communicators for cuda runs, so gradients and K/V stay on the device.
     const Device device = config.precision.device == "cuda" ? Device::cuda : Device::cpu;
     parallel::ProcessGroups groups(
@@ -26,6 +31,7 @@ int run_distributed(const train::Config& config,
     options.rank = world.rank();
     options.data_group = &groups.data();
     options.sdp_exchange = exchange.get();
+    options.control = control.get();
     status = body(options);
   };
   if (!world.uses_mpi() || world.size() == 1) {

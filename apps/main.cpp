@@ -1,5 +1,6 @@
 // Entry point of `driftless`: builds the CLI11 app from the registered subcommands, runs
 // the chosen one, and turns a driftless::Error into one clear line and a non-zero exit.
+#include <filesystem>
 #include <iostream>
 #include <map>
 
@@ -34,6 +35,11 @@ int main(int argc, char** argv) {
     for (auto& [sub, run] : runners)
       if (sub->parsed()) return run();
   } catch (const driftless::Error& e) {
+    std::cerr << "driftless: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A file the user named or owns (a run directory, a dataset): the message names the path
+    // and the system's reason.
     std::cerr << "driftless: error: " << e.what() << "\n";
     return 1;
   } catch (const std::exception& e) {

@@ -43,13 +43,27 @@ std::unique_ptr<Dataset> open_dataset(const std::string& path, int32_t vocab_siz
   DL_CHECK(fs::exists(prefix + ".idx") && fs::exists(prefix + ".bin"), "dataset",
            "expected PREFIX.bin + PREFIX.idx, an llm.c shard or a folder of shards, got " << path);
   if (fs::exists(prefix + ".json")) {
-    nlohmann::json meta;
+    const std::string json_path = prefix + ".json";
+    DL_CHECK(fs::is_regular_file(json_path), "dataset",
+             "expected " << json_path
+                         << " to be a file of JSON metadata, got a directory or "
+                            "another kind of file");
+    int64_t vocab = 0, eot = 0;
     try {
-      meta = nlohmann::json::parse(std::ifstream(prefix + ".json"));
+      const nlohmann::json meta = nlohmann::json::parse(std::ifstream(json_path));
+      DL_CHECK(meta.is_object(), "dataset",
+               "expected a JSON object in " << json_path << ", got " << meta.type_name());
+      vocab = meta.value("vocab_size", int64_t(50257));
+      eot = meta.value("end_of_text", int64_t(50256));
     } catch (const nlohmann::json::exception& e) {
-      DL_FAIL("dataset", "expected JSON metadata in " << prefix << ".json, got " << e.what());
+      DL_FAIL("dataset", "expected JSON metadata with integer vocab_size and end_of_text in "
+                             << json_path << ", got " << e.what());
     }
-    defaults(meta.value("vocab_size", 50257), meta.value("end_of_text", 50256));
+    DL_CHECK(
+        vocab >= 2 && vocab <= (int64_t(1) << 31) - 1 && eot >= 0 && eot < vocab, "dataset",
+        json_path << ": expected 2 <= vocab_size < 2^31 and 0 <= end_of_text < vocab_size, got "
+                  << vocab << " and " << eot);
+    defaults(int32_t(vocab), int32_t(eot));
   }
   defaults(50257, 50256);
   return std::make_unique<MemmapDataset>(prefix, vocab_size, end_of_text);

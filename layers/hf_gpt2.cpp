@@ -264,13 +264,30 @@ void save_hf_gpt2(const Gpt& model, const std::string& dir, int64_t end_of_text)
 
 HfGpt2 load_hf_gpt2(const std::string& dir) {
   const std::string config_path = dir + "/config.json";
-  DL_CHECK(std::filesystem::exists(config_path), kOp, config_path << " does not exist");
+  DL_CHECK(
+      std::filesystem::is_regular_file(config_path), kOp,
+      config_path << (std::filesystem::exists(config_path) ? " is not a file" : " does not exist"));
   HfGpt2 out;
   out.config = gpt_config_from_hf(read_json_file(config_path));
+  const std::vector<SafetensorsFile> files = open_weights(dir);
+  // Bound what config.json asks for by what the weight files hold (a byte a parameter, at
+  // the least) before listing or allocating anything: n_layer 1e9 is an error, not 4 GB.
+  const GptConfig& g = out.config;
+  const double E = double(g.n_embd);
+  const double implied = double(g.vocab_size) * E + double(g.n_positions) * E + 2 * E +
+                         double(g.n_layer) * (12 * E * E + 13 * E);
+  double stored = 0;
+  for (const auto& file : files)
+    for (const auto& name : file.names())
+      stored += double(file.entry(name).end - file.entry(name).begin);
+  DL_CHECK(implied <= stored, kOp,
+           config_path << " describes " << implied << " parameters (n_layer " << g.n_layer
+                       << ", n_embd " << g.n_embd << ", vocab_size " << g.vocab_size
+                       << ", n_positions " << g.n_positions << "), more than the " << stored
+                       << " bytes of weights in " << dir << " can hold");
   const auto expected = gpt_parameter_shapes(out.config);
   std::map<std::string, Shape> shapes(expected.begin(), expected.end());
 
-  const std::vector<SafetensorsFile> files = open_weights(dir);
   struct Source {
     const SafetensorsFile* file = nullptr;
     std::string name;  // in the file

@@ -17,6 +17,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "engine/core/checksum.h"
+
 namespace driftless {
 
 static_assert(std::endian::native == std::endian::little,
@@ -142,13 +144,15 @@ const char* safetensors_dtype_name(DType dtype) {
 
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+                       const std::map<std::string, std::string>& metadata,
+                       const std::string& checksums_key) {
   std::vector<Tensor> host;
   host.reserve(tensors.size());
   OrderedJson header = OrderedJson::object();
   OrderedJson meta = OrderedJson::object();
   for (const auto& [k, v] : metadata) meta[k] = v;
   header["__metadata__"] = std::move(meta);
+  OrderedJson checksums = OrderedJson::object();
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     DL_CHECK(
@@ -163,8 +167,11 @@ void write_safetensors(const std::string& path,
     entry["data_offsets"] = {offset, offset + h.nbytes()};
     header[name] = std::move(entry);
     offset += h.nbytes();
+    if (!checksums_key.empty())
+      checksums[name] = checksum_hex(checksum64(h.nbytes() ? h.raw_data() : nullptr, h.nbytes()));
     host.push_back(std::move(h));
   }
+  if (!checksums_key.empty()) header["__metadata__"][checksums_key] = checksums.dump();
   std::string text;
   try {
     text = header.dump();
@@ -220,6 +227,10 @@ Tensor SafetensorsFile::get(const std::string& name) const {
   if (e.end > e.begin)
     std::memcpy(t.raw_data(), file_.data() + data_start_ + e.begin, e.end - e.begin);
   return t;
+}
+
+const unsigned char* SafetensorsFile::bytes(const std::string& name) const {
+  return file_.data() + data_start_ + entry(name).begin;
 }
 
 SafetensorsFile read_safetensors(const std::string& path) {

@@ -22,10 +22,13 @@ const char* safetensors_dtype_name(DType dtype);
 // `metadata` to `path`. Tensors may live on any device and be non-contiguous views; they
 // are copied to contiguous cpu memory first. The file is written to
 // `path + ".tmp.<pid>"`, fsync'ed and renamed over `path`, so a reader never sees a
-// partial file; on failure the temporary is removed and Error is thrown.
+// partial file; on failure the temporary is removed and Error is thrown. A non-empty
+// checksums_key adds metadata[checksums_key]: a JSON object of each tensor's checksum64
+// (hex) of its stored bytes.
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+                       const std::map<std::string, std::string>& metadata = {},
+                       const std::string& checksums_key = "");
 
 // An open, memory-mapped safetensors file. The header is validated when opening (every
 // tensor's dtype, shape and byte range), so get() cannot read out of bounds. Move-only.
@@ -55,6 +58,8 @@ class SafetensorsFile {
   // I8, I16, U16, U32, U64, F8_*) are listed and bounds-checked but get() refuses them, so a
   // file with a stray buffer (old transformers' bool attn.bias) still opens.
   Tensor get(const std::string& name) const;
+  // The stored bytes of a tensor (entry(name).end - begin of them), inside the mapping.
+  const unsigned char* bytes(const std::string& name) const;
 
  private:
   friend SafetensorsFile read_safetensors(const std::string& path);

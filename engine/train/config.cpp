@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -142,8 +143,9 @@ std::string read_scalar(const YAML::Node& n, T& out) {
 }
 
 std::string check_range(const Field& f, double v) {
+  if (std::isnan(v)) return "expected a number, got NaN";
   if (f.min == 0 && f.max == 0) return "";
-  if (v < f.min || v > f.max) {
+  if (!(v >= f.min && v <= f.max)) {
     std::ostringstream os;
     os << "value " << v << " out of range [" << f.min << ", " << f.max << "]";
     return os.str();
@@ -372,6 +374,17 @@ std::string config_to_yaml(const Config& config_in) {
   YAML::Emitter out;
   out << root;
   return std::string(out.c_str()) + "\n";
+}
+
+std::vector<std::pair<std::string, std::string>> config_entries(const Config& config_in) {
+  Config config = config_in;
+  std::vector<std::pair<std::string, std::string>> out;
+  visit_schema(config, [&](const Field& f, FieldRef ref) {
+    YAML::Emitter e;
+    e << YAML::Flow << std::visit([](auto* p) { return to_node(*p); }, ref);
+    out.emplace_back(f.path, e.c_str());
+  });
+  return out;
 }
 
 std::string config_reference() {

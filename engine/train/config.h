@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "layers/gpt_config.h"
@@ -55,6 +56,8 @@ struct TrainingConfig {
   int64_t eval_interval = 50;  // 0: off
   int64_t eval_batches = 4;
   int64_t checkpoint_interval = 0;  // 0: only at the end
+  int64_t keep_checkpoints = 0;     // newest checkpoints kept; 0: all
+  int64_t max_nonfinite_steps = 3;  // consecutive skipped (non-finite) steps that stop the run
   int64_t log_interval = 1;
   int64_t seed = 1234;
   bool deterministic = true;
@@ -116,6 +119,9 @@ Config parse_config_text(const std::string& yaml, const std::vector<std::string>
                          const std::string& base_dir = ".");
 // The effective config as YAML (every key, defaults included).
 std::string config_to_yaml(const Config& config);
+// Every key of the schema with its value as YAML text, in schema order ("model.n_layer",
+// "12"): what ranks compare to agree on a run, and --resume compares to a checkpoint's.
+std::vector<std::pair<std::string, std::string>> config_entries(const Config& config);
 // A Markdown table of every key: path, type, default, allowed values, help.
 std::string config_reference();
 

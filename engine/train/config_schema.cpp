@@ -51,6 +51,8 @@ void visit_schema_impl(C& c, V&& v) {
   v(Field{"training.eval_interval", "steps between validation losses (0: off)", 0, kBig}, c.training.eval_interval);
   v(Field{"training.eval_batches", "global batches per validation", 1, kBig}, c.training.eval_batches);
   v(Field{"training.checkpoint_interval", "steps between checkpoints (0: only at the end)", 0, kBig}, c.training.checkpoint_interval);
+  v(Field{"training.keep_checkpoints", "newest checkpoints kept in run.output_dir/checkpoints; older ones are deleted after each checkpoint (0: keep all). Keep 2 or more so that --resume can fall back past a damaged newest one", 0, kBig}, c.training.keep_checkpoints);
+  v(Field{"training.max_nonfinite_steps", "consecutive steps whose loss or gradient norm is NaN or infinite (their updates are skipped) that stop the run with an error naming the first non-finite gradient; 1 stops at the first", 1, kBig}, c.training.max_nonfinite_steps);
   v(Field{"training.log_interval", "steps between progress lines and metrics", 1, kBig}, c.training.log_interval);
   v(Field{"training.seed", "seed of data order, initialisation and dropout", 0, 9e15}, c.training.seed);
   v(Field{"training.deterministic", "bitwise reproducible runs (fixed reduction orders, no atomics); false lets the CUDA attention backward sum dQ with atomic adds on Hopper GPUs (faster; the bits of the gradients then vary from run to run). Everything else is always deterministic"}, c.training.deterministic);

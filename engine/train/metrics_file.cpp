@@ -2,7 +2,9 @@
 // every error, tolerant of keys it does not plot.
 #include "engine/train/metrics_file.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -12,6 +14,22 @@
 #include "engine/core/error.h"
 
 namespace driftless::train {
+
+void MetricsWriter::open(const std::string& path, bool append) {
+  path_ = path;
+  errno = 0;
+  out_.open(path, append ? std::ios::app : std::ios::trunc);
+  DL_CHECK(out_.good(), "train", "cannot write " << path << ": " << std::strerror(errno));
+}
+
+void MetricsWriter::write(const std::string& line) {
+  errno = 0;
+  out_ << line << "\n" << std::flush;
+  DL_CHECK(out_.good(), "train",
+           "writing " << path_ << " failed: "
+                      << (errno ? std::strerror(errno) : "the stream reports an error")
+                      << "; stopping rather than losing metrics");
+}
 
 namespace fs = std::filesystem;
 

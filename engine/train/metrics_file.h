@@ -1,13 +1,27 @@
 // Reading a run's metrics.jsonl (README "Run configs"), written by the trainer: one line
 // {step, loss, lr, grad_norm, tokens, tokens_per_second, mfu, step_seconds} per step and
 // {step, val_loss} per evaluation. Used by `driftless plot` and the regress report's plot.
+// MetricsWriter is the trainer's side: a failed write stops the run instead of losing lines.
 #pragma once
 #include <cstdint>
+#include <fstream>
 #include <iosfwd>
 #include <string>
 #include <vector>
 
 namespace driftless::train {
+
+// Appends lines to a metrics file, flushed one by one; a write that fails (a full disk)
+// throws driftless::Error naming the file and the system's reason.
+class MetricsWriter {
+ public:
+  void open(const std::string& path, bool append);
+  void write(const std::string& line);
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
 
 struct MetricPoint {
   int64_t step = 0;

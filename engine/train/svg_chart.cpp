@@ -87,15 +87,17 @@ std::string xml_escape(const std::string& s) {
 std::vector<double> nice_ticks(double lo, double hi, int target, bool integer) {
   std::vector<double> ticks;
   if (!(hi > lo) || !std::isfinite(lo) || !std::isfinite(hi)) return ticks;
-  const double raw = (hi - lo) / double(std::max(target, 1));
+  const double parts = double(std::max(target, 1));
+  const double raw = hi / parts - lo / parts;  // no overflow for any finite lo, hi
   const double mag = std::pow(10.0, std::floor(std::log10(raw)));
   const double n = raw / mag;
   double step = n < 1.5 ? 1 : n < 2.25 ? 2 : n < 3.5 ? 2.5 : n < 7.5 ? 5 : 10;
   if (integer && step == 2.5 && mag <= 1) step = 2;
   step *= mag;
   if (integer) step = std::max(1.0, std::round(step));
+  if (!std::isfinite(step) || step <= 0) return ticks;
   const double first = std::ceil(lo / step - 1e-9);
-  for (double k = first;; k += 1) {
+  for (double k = first; ticks.size() < size_t(10 * parts + 10); k += 1) {
     double v = k * step;
     if (v > hi + 1e-9 * step) break;
     if (std::fabs(v) < 1e-12 * step) v = 0;
@@ -117,6 +119,11 @@ std::string format_tick(double v, double step, bool si) {
       scale = 1e3, suffix = "k";
   }
   std::ostringstream os;
+  if (std::max(std::fabs(v), step) / scale >= 1e15) {  // fixed would print 300 digits
+    os.precision(3);
+    os << v / scale << (v == 0 ? "" : suffix);
+    return os.str();
+  }
   os.setf(std::ios::fixed);
   os.precision(decimals_of(step / scale));
   os << v / scale << (v == 0 ? "" : suffix);

@@ -11,7 +11,10 @@ namespace driftless::train {
 // Maps the data interval [d0, d1] onto the pixel interval [r0, r1] (r1 < r0 for a y axis).
 struct LinearScale {
   double d0 = 0, d1 = 1, r0 = 0, r1 = 1;
-  double operator()(double v) const { return r0 + (v - d0) / (d1 - d0) * (r1 - r0); }
+  // Halves first: the span of ±1e308 does not overflow.
+  double operator()(double v) const {
+    return r0 + (v / 2 - d0 / 2) / (d1 / 2 - d0 / 2) * (r1 - r0);
+  }
 };
 
 // Round tick values (steps of 1, 2, 2.5 or 5 times a power of ten) inside [lo, hi], about

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -19,7 +20,10 @@
 #include "engine/optim/clip.h"
 #include "engine/train/checkpoint.h"
 #include "engine/train/flops.h"
+#include "engine/train/metrics_file.h"
 #include "engine/train/progress.h"
+#include "engine/train/rank_agreement.h"
+#include "engine/train/resume.h"
 #include "engine/train/tensor_log.h"
 
 namespace driftless::train {
@@ -48,6 +52,8 @@ std::unique_ptr<data::Dataset> open_training_data(const Config& c, bool validati
   DL_CHECK(ds->vocab_size() <= c.model.vocab_size, "train",
            path << " uses a vocabulary of " << ds->vocab_size()
                 << " tokens, more than model.vocab_size (" << c.model.vocab_size << ")");
+  // Every token against the vocabulary now, not when the sampler first reaches it.
+  if (is_memmap) static_cast<const data::MemmapDataset&>(*ds).validate();
   return ds;
 }
 
@@ -95,6 +101,12 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   val_data_ = open_training_data(config, true);
   sampler_ = std::make_unique<data::Sampler>(*train_data_, sampler_config(config));
   if (val_data_) val_sampler_ = std::make_unique<data::Sampler>(*val_data_, sampler_config(config));
+  if (is_root())
+    run_dir_ = std::make_unique<RunDirectory>(config.run.output_dir,
+                                              options.resume      ? RunDirMode::resume
+                                              : options.overwrite ? RunDirMode::overwrite
+                                                                  : RunDirMode::fresh,
+                                              log());
 
   model_ = std::make_unique<layers::Gpt>(
       config.model, device_, config.precision.compute == "bf16" ? DType::bf16 : DType::f32);
@@ -148,10 +160,14 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   schedule_.decay = optim::lr_decay_from_name(config.optimizer.decay);
   optim::validate(schedule_);
 
+  if (control()) {  // names, shapes and slab offsets: what every collective relies on
+    Entries layout;
+    for (const auto& p : model_->slab().parameters())
+      layout.emplace_back(p.name, shape_str(p.value.shape()) + " at " + std::to_string(p.begin));
+    check_ranks_agree(*control(), layout, "parameter layout");
+  }
   if (options.resume) {
-    const std::string ckpt = latest_checkpoint(config.run.output_dir);
-    DL_CHECK(!ckpt.empty(), "train",
-             "--resume: no checkpoint in " << config.run.output_dir << "/checkpoints");
+    const std::string ckpt = checkpoint_to_resume();
     CheckpointInfo info = load_checkpoint(ckpt, *model_, optimizer_.get());
     next_step_ = info.step + 1;
     log() << "resumed from " << ckpt << " (step " << info.step << ")\n";
@@ -159,6 +175,51 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
 }
 
 Trainer::~Trainer() = default;
+
+std::string Trainer::checkpoint_to_resume() {
+  const std::string& dir = config_.run.output_dir;
+  // Rank 0 reads and verifies; the others take the step it chose.
+  int64_t step = -1;
+  std::string path;
+  if (is_root()) {
+    path = newest_intact_checkpoint(dir, log());
+    step = read_checkpoint_info(path).step;
+  }
+  if (control() && control()->size() > 1) {
+    step = all_ranks_max(*control(), step);
+    if (!is_root())
+      for (const auto& [s, p] : list_checkpoints(dir))
+        if (s == step) path = p;
+    DL_CHECK(!path.empty(), "train",
+             "--resume: rank " << options_.rank << " does not see the checkpoint of step " << step
+                               << " that rank 0 chose in " << dir << "/checkpoints");
+  }
+  const Config stored = parse_config_text(read_checkpoint_info(path).config_yaml);
+  check_resume_config(path, stored, config_, options_.allow_changes, log());
+  return path;
+}
+
+int Trainer::agreed_stop() const {
+  const int mine = options_.stop ? options_.stop->load() : 0;
+  if (!control() || control()->size() == 1) return mine;
+  return int(all_ranks_max(*control(), mine));
+}
+
+std::string Trainer::first_non_finite_gradient() const {
+  const auto& params = model_->slab().parameters();
+  // This rank's reduced gradients: the whole slab, or its ZeRO-1 shard.
+  const int64_t b = zero1() ? optimizer_->shard_begin() : 0;
+  const int64_t e = zero1() ? optimizer_->shard_end() : model_->slab().numel();
+  int64_t first = int64_t(params.size());
+  for (size_t i = 0; i < params.size() && first == int64_t(params.size()); ++i) {
+    const int64_t lo = std::max(b, params[i].begin), hi = std::min(e, params[i].end);
+    if (lo < hi &&
+        !std::isfinite(optim::grad_norm_squared(model_->slab().grads().narrow(0, lo, hi - lo))))
+      first = int64_t(i);
+  }
+  if (zero1()) first = -all_ranks_max(*control(), -first);
+  return first < int64_t(params.size()) ? params[size_t(first)].name : "";
+}
 
 std::ostream& Trainer::log() const {
   return options_.log ? *options_.log : std::cerr;
@@ -290,7 +351,7 @@ StepStats Trainer::train_step(int64_t step) {
     for (const auto& p : model_->slab().parameters())
       logger->write_whole("param_grad/" + p.name, "param_grad", p.grad);
   }
-  if (std::isfinite(st.grad_norm)) {
+  if (std::isfinite(st.grad_norm) && std::isfinite(st.loss)) {
     const Tensor& params = model_->slab().params();
     // Without ZeRO-1 the optimizer also writes the bf16 compute copy in its pass; with it,
     // the other ranks' shards arrive in f32 and the copy is made after the gather.
@@ -301,8 +362,8 @@ StepStats Trainer::train_step(int64_t step) {
       all_gather_slab(params, params.narrow(0, optimizer_->shard_begin(),
                                             optimizer_->shard_end() - optimizer_->shard_begin()));
     if (!fused_sync) model_->slab().sync_compute();
-  } else if (is_root()) {
-    log() << "step " << step << ": gradient norm is " << st.grad_norm << "; update skipped\n";
+  } else {
+    st.non_finite = first_non_finite_gradient();
   }
   if (logger) {
     for (const auto& p : model_->slab().parameters())
@@ -355,7 +416,7 @@ void Trainer::all_gather_slab(const Tensor& slab, const Tensor& own_shard) {
   slab.copy_(zero_buffer_.narrow(0, 0, N));
 }
 
-void Trainer::save(int64_t step) {
+std::string Trainer::save(int64_t step) {
   OptimizerSnapshot snap = OptimizerSnapshot::of(*optimizer_);
   if (zero1()) {  // every rank takes part in gathering the sharded moments
     const int64_t N = model_->slab().numel();
@@ -364,22 +425,36 @@ void Trainer::save(int64_t step) {
     all_gather_slab(v, snap.v);
     snap = {m, v, snap.step, 0, N};
   }
-  if (!is_root()) return;
-  save_checkpoint(checkpoint_path(config_.run.output_dir, step), *model_, &snap,
-                  {step, config_to_yaml(config_)});
+  const std::string path = checkpoint_path(config_.run.output_dir, step);
+  if (is_root()) {
+    save_checkpoint(path, *model_, &snap, {step, config_to_yaml(config_)});
+    prune_checkpoints(config_.run.output_dir, config_.training.keep_checkpoints);
+  }
+  return path;
 }
+
+namespace {
+const char* signal_name(int sig) {
+  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
+}
+}  // namespace
 
 int Trainer::run() {
   const std::string dir = config_.run.output_dir;
-  std::ofstream metrics;
-  if (is_root()) {
-    fs::create_directories(dir);
+  MetricsWriter metrics;
+  if (is_root()) {  // the directory is ours (run_dir_): created, locked, checked writable
     std::ofstream(dir + "/config.yaml") << config_to_yaml(config_);
-    metrics.open(dir + "/metrics.jsonl", options_.resume ? std::ios::app : std::ios::trunc);
-    DL_CHECK(metrics.good(), "train", "cannot write " << dir << "/metrics.jsonl");
+    metrics.open(dir + "/metrics.jsonl", options_.resume);
     log() << "driftless train: " << model_->num_parameters() << " parameters, "
           << layout_.describe() << ", " << config_.batch.sequences << " x "
           << config_.batch.sequence_length << " tokens per step, run dir " << dir << "\n";
+  }
+  if (next_step_ >= config_.training.steps) {
+    if (is_root())
+      log() << "nothing to train: the checkpoint is at step " << next_step_ - 1
+            << " and training.steps is " << config_.training.steps
+            << " (raise training.steps to train further)\n";
+    return 0;
   }
   Progress progress(log(), config_.training.steps, config_.training.log_interval,
                     options_.progress && is_root());
@@ -389,8 +464,12 @@ int Trainer::run() {
   const double world = double(layout_.world_size());
   StepStats last;
   double last_val = std::nan("");
-  int status = 0;
-  for (int64_t step = next_step_; step < config_.training.steps; ++step) {
+  int64_t non_finite_run = 0;  // consecutive non-finite steps, the first of them below
+  StepStats first_non_finite;
+  // A signal before step 0 still lets one step run: the checkpoint of a stopped run is
+  // always at a completed step.
+  int stop = 0;
+  for (int64_t step = next_step_; step < config_.training.steps && !stop; ++step) {
     last = train_step(step);
     tokens_done += last.tokens;
     flops_done += last.flops;
@@ -400,48 +479,72 @@ int Trainer::run() {
     const double mfu =
         peak_flops_ > 0 ? flops_done / std::max(train_seconds, 1e-9) / (peak_flops_ * world) : 0;
     if (is_root()) {
-      metrics << nlohmann::json{{"step", step},
-                                {"loss", last.loss},
-                                {"lr", last.lr},
-                                {"grad_norm", last.grad_norm},
-                                {"tokens", last.tokens},
-                                {"tokens_per_second", tps},
-                                {"mfu", mfu},
-                                {"step_seconds", last.seconds}}
-                     .dump()
-              << "\n"
-              << std::flush;
+      metrics.write(nlohmann::json{{"step", step},
+                                   {"loss", last.loss},
+                                   {"lr", last.lr},
+                                   {"grad_norm", last.grad_norm},
+                                   {"tokens", last.tokens},
+                                   {"tokens_per_second", tps},
+                                   {"mfu", mfu},
+                                   {"step_seconds", last.seconds}}
+                        .dump());
       std::ostringstream extra;
       extra << "loss " << std::fixed << std::setprecision(4) << last.loss << "  "
             << std::setprecision(0) << tps << " tok/s";
       if (mfu > 0) extra << "  MFU " << std::setprecision(1) << 100 * mfu << "%";
       progress.update(step + 1, extra.str());
     }
+    const bool finite = std::isfinite(last.loss) && std::isfinite(last.grad_norm);
+    if (finite) {
+      non_finite_run = 0;
+    } else {
+      if (non_finite_run++ == 0) first_non_finite = last;
+      const std::string where = last.non_finite.empty()
+                                    ? std::string("the loss")
+                                    : "first non-finite gradient: " + last.non_finite;
+      if (is_root()) {
+        std::ostringstream line;
+        line << "step " << step << ": loss " << last.loss << ", gradient norm " << last.grad_norm
+             << " (" << where << "); update skipped (" << non_finite_run << " in a row of at most "
+             << config_.training.max_nonfinite_steps << ")";
+        progress.message(line.str());
+      }
+      DL_CHECK(non_finite_run < config_.training.max_nonfinite_steps, "train",
+               non_finite_run << " steps in a row (" << first_non_finite.step << " to " << step
+                              << ") had a non-finite loss or gradient norm, at step "
+                              << first_non_finite.step << " first in "
+                              << (first_non_finite.non_finite.empty()
+                                      ? std::string("the loss")
+                                      : "the gradient of " + first_non_finite.non_finite)
+                              << "; stopped without writing a checkpoint "
+                                 "(training.max_nonfinite_steps "
+                              << config_.training.max_nonfinite_steps << ")");
+    }
     const bool last_step = step + 1 == config_.training.steps;
     if (config_.training.eval_interval > 0 &&
         ((step + 1) % config_.training.eval_interval == 0 || last_step)) {
       last_val = evaluate();
       if (is_root()) {
-        metrics << nlohmann::json{{"step", step}, {"val_loss", last_val}}.dump() << "\n"
-                << std::flush;
+        metrics.write(nlohmann::json{{"step", step}, {"val_loss", last_val}}.dump());
         std::ostringstream line;
         line << "step " << step + 1 << ": validation loss " << std::fixed << std::setprecision(4)
              << last_val;
         progress.message(line.str());
       }
     }
-    const bool stop = options_.stop && options_.stop->load();
+    // Every rank leaves at the same step, whichever rank the signal reached.
+    stop = agreed_stop();
     const int64_t every = config_.training.checkpoint_interval;
-    if (last_step || stop || (every > 0 && (step + 1) % every == 0)) save(step);
-    if (stop) {
-      progress.message("interrupted: checkpoint written at step " + std::to_string(step) +
-                       "; continue with --resume");
-      status = 130;
-      break;
+    if (last_step || stop || (every > 0 && (step + 1) % every == 0)) {
+      const std::string path = save(step);
+      if (stop && is_root())
+        progress.message(std::string("interrupted by ") + signal_name(stop) +
+                         ": checkpoint written at step " + std::to_string(step) + " (" + path +
+                         "); continue with --resume");
     }
   }
   progress.finish();
-  if (is_root()) {
+  if (is_root() && tokens_done > 0) {
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     log() << "summary: " << (next_step_) << " steps, final loss " << std::fixed
@@ -455,7 +558,10 @@ int Trainer::run() {
     log() << ", " << Progress::format_duration(elapsed) << ", checkpoint " << latest_checkpoint(dir)
           << "\n";
   }
-  return status;
+  // A stopped run's status is not 0, and mpirun kills the other ranks when one exits so:
+  // no rank leaves before rank 0 has written the checkpoint and said so.
+  if (stop && control() && control()->size() > 1) control()->barrier();
+  return stop ? 128 + stop : 0;
 }
 
 }  // namespace driftless::train

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <iosfwd>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "data/dataset.h"
 #include "data/sampler.h"
@@ -15,20 +17,30 @@
 #include "engine/train/config.h"
 #include "engine/train/grad_buckets.h"
 #include "engine/train/layout.h"
+#include "engine/train/run_directory.h"
 #include "layers/gpt.h"
 #include "parallel/communicator.h"
 
 namespace driftless::train {
 
 struct TrainerOptions {
-  bool resume = false;                           // continue from the run's newest checkpoint
+  bool resume = false;     // continue from the run's newest intact checkpoint
+  bool overwrite = false;  // a run directory holding a run is cleared instead of refused
+  // --resume: keys allowed to differ from the checkpoint's config although the run then
+  // no longer continues bit for bit.
+  std::vector<std::string> allow_changes;
   int64_t rank = 0;                              // world rank
   parallel::Communicator* data_group = nullptr;  // all ranks (dp x sdp); nullptr: one rank
-  layers::KvExchange* sdp_exchange = nullptr;    // ranks sharing a sequence
-  const layers::ModelFaults* faults = nullptr;   // test-only fault injection
-  const std::atomic<bool>* stop = nullptr;       // set by Ctrl-C: finish the step and stop
-  bool progress = true;                          // progress bar / lines on `log`
-  std::ostream* log = nullptr;                   // default std::cerr
+  // All ranks on host tensors (MPI): agreement on the config and the stop step, cheap next
+  // to NCCL's device round trips. nullptr: data_group.
+  parallel::Communicator* control = nullptr;
+  layers::KvExchange* sdp_exchange = nullptr;   // ranks sharing a sequence
+  const layers::ModelFaults* faults = nullptr;  // test-only fault injection
+  // A signal number (SIGINT, SIGTERM) set by a handler on any rank: every rank finishes the
+  // step, they agree on it, write one checkpoint and stop (status 128 + the signal).
+  const std::atomic<int>* stop = nullptr;
+  bool progress = true;         // progress bar / lines on `log`
+  std::ostream* log = nullptr;  // default std::cerr
 };
 
 struct StepStats {
@@ -39,6 +51,9 @@ struct StepStats {
   int64_t tokens = 0;  // tokens of the global batch
   double flops = 0;    // model FLOPs of the step (forward + backward, all ranks)
   double seconds = 0;
+  // A non-finite step (update skipped): the first parameter whose gradient is not finite,
+  // or "" when only the loss is.
+  std::string non_finite;
 };
 
 std::unique_ptr<data::Dataset> open_training_data(const Config& c, bool validation);
@@ -55,9 +70,11 @@ class Trainer {
   // separate stream when there is no validation set).
   double evaluate();
   // The whole run: resume, steps, eval, checkpoints, metrics, summary. Returns the exit
-  // status: 0, or 130 when stopped by `stop` (after writing a checkpoint).
+  // status: 0, or 128 + the signal when stopped by `stop` (after writing a checkpoint).
+  // Throws after training.max_nonfinite_steps non-finite steps in a row.
   int run();
-  void save(int64_t step);
+  // Writes the checkpoint of `step` (collective); returns its path (written by rank 0).
+  std::string save(int64_t step);
 
   layers::Gpt& model() { return *model_; }
   const Config& config() const { return config_; }
@@ -66,6 +83,16 @@ class Trainer {
 
  private:
   bool is_root() const { return options_.rank == 0; }
+  parallel::Communicator* control() const {
+    return options_.control ? options_.control : options_.data_group;
+  }
+  // The stop signal the ranks agree on (the largest any rank saw; 0: none).
+  int agreed_stop() const;
+  // The first parameter whose gradient holds a NaN or an infinity, agreed over the ranks.
+  std::string first_non_finite_gradient() const;
+  // --resume: the newest checkpoint that verifies (saying which it skipped), agreed over
+  // the ranks, with its config checked against this run's.
+  std::string checkpoint_to_resume();
   bool zero1() const { return zero_buffer_.defined(); }
   // ZeRO-1: all-gather a slab (params or grads) from every rank's shard of it.
   void all_gather_slab(const Tensor& slab, const Tensor& own_shard);
@@ -76,6 +103,7 @@ class Trainer {
 
   Config config_;
   TrainerOptions options_;
+  std::unique_ptr<RunDirectory> run_dir_;  // rank 0: the lock on run.output_dir
   Layout layout_;
   Device device_ = Device::cpu;  // precision.device: parameters, slabs, K/V buffers, inputs
   std::unique_ptr<data::Dataset> train_data_, val_data_;
@@ -85,9 +113,9 @@ class Trainer {
   optim::LrSchedule schedule_;
   int64_t next_step_ = 0;
   bool kv_direct_ = false;  // attention reads K/V from the QKV product, no K/V buffers
-  Tensor zero_buffer_;  // ZeRO-1: (P * n) padded slab for the collectives
+  Tensor zero_buffer_;      // ZeRO-1: (P * n) padded slab for the collectives
   std::unique_ptr<GradientBuckets> buckets_;  // with more than one rank (all-reduce or ZeRO-1)
-  double peak_flops_ = 0;  // per GPU, for MFU; 0: unknown
+  double peak_flops_ = 0;                     // per GPU, for MFU; 0: unknown
 };
 
 }  // namespace driftless::train

@@ -130,6 +130,19 @@ TEST(Memmap, OpenDatasetReadsSidecarMetadata) {
   expect_error([&] { open_dataset(dir + "/nothing"); }, {"PREFIX.bin", "nothing"});
 }
 
+TEST(Memmap, BadSidecarMetadataNamesTheFile) {
+  auto dir = testing::scratch_dir();
+  auto prefix = write_memmap(dir + "/ds", TokenType::u16, {{1, 2, 256}});
+  std::ofstream(prefix + ".json") << R"({"vocab_size": "257"})";
+  expect_error([&] { open_dataset(prefix); },
+               {prefix + ".json", "integer vocab_size and end_of_text"});
+  std::ofstream(prefix + ".json") << R"({"vocab_size": 1000000000000})";
+  expect_error([&] { open_dataset(prefix); }, {prefix + ".json", "2 <= vocab_size < 2^31"});
+  std::filesystem::remove(prefix + ".json");
+  std::filesystem::create_directory(prefix + ".json");
+  expect_error([&] { open_dataset(prefix); }, {prefix + ".json", "got a directory"});
+}
+
 TEST(LlmcShards, DocumentsSplitAfterEndOfText) {
   auto dir = testing::scratch_dir();
   const int32_t eot = 50256;

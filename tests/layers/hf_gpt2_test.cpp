@@ -276,6 +276,23 @@ TEST(HfGpt2, MissingUnknownAndMisshapenTensorsAreNamed) {
   std::filesystem::remove(dir + "/config.json");
   EXPECT_NE(error_of([&] { load_hf_gpt2(dir); }).find("config.json does not exist"),
             std::string::npos);
+  std::filesystem::create_directory(dir + "/config.json");
+  EXPECT_NE(error_of([&] { load_hf_gpt2(dir); }).find("config.json is not a file"),
+            std::string::npos);
+}
+
+TEST(HfGpt2, ConfigAskingForMoreThanTheWeightsHoldIsRefusedBeforeAllocating) {
+  const std::string dir = testing::scratch_dir() + "/hf";
+  Gpt model(tiny());
+  save_hf_gpt2(model, dir);
+  nlohmann::json config = read_json(dir + "/config.json");
+  config["n_layer"] = 1e9;
+  write_json(dir + "/config.json", config);
+  const std::string e = error_of([&] { load_hf_gpt2(dir); });
+  EXPECT_NE(e.find("(n_layer 1000000000, n_embd 16, vocab_size 37, n_positions 16), more than "
+                   "the "),
+            std::string::npos)
+      << e;
 }
 
 // save_pretrained with max_shard_size: model.safetensors.index.json names the shards; the

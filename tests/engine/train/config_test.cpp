@@ -91,6 +91,20 @@ TEST(Config, CrossFieldRules) {
   EXPECT_NE(err.find("model: expected a mapping of keys"), std::string::npos) << err;
 }
 
+TEST(Config, NaNIsRefusedInEveryFloatKey) {
+  // Ranges alone let NaN through (every comparison with it is false): grad_clip and softcap
+  // were read as "off", and lr failed with the min_lr rule instead of its own.
+  for (const char* key : {"optimizer.grad_clip", "model.softcap", "optimizer.lr",
+                          "distributed.bucket_mb", "precision.peak_tflops"}) {
+    const std::string err = error_of([&] { parse_config_text("", {std::string(key) + "=.nan"}); });
+    EXPECT_NE(err.find(std::string(key) + ": expected a number, got NaN"), std::string::npos)
+        << err;
+    EXPECT_EQ(err.find("min_lr"), std::string::npos) << err;
+  }
+  const std::string err = error_of([] { parse_config_text("", {"optimizer.lr=.inf"}); });
+  EXPECT_NE(err.find("optimizer.lr: value inf out of range [0, 10]"), std::string::npos) << err;
+}
+
 TEST(Config, OverridesAndIncludes) {
   std::string dir = driftless::testing::scratch_dir();
   std::ofstream(dir + "/base.yaml") << "model: {n_layer: 6, n_head: 4, n_embd: 128}\noptimizer: {lr: 0.001}\n";

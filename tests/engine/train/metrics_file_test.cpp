@@ -72,6 +72,19 @@ TEST(MetricsFile, NonFiniteValuesAreLeftOutAndCounted) {
   EXPECT_EQ(m.non_finite, 2);
 }
 
+TEST(MetricsFile, AFailedWriteIsAnError) {
+  // /dev/full: every write fails with ENOSPC, as on a full disk.
+  MetricsWriter w;
+  w.open("/dev/full", true);
+  std::string e;
+  try {
+    w.write("{\"step\":0,\"loss\":4}");
+  } catch (const Error& err) {
+    e = err.what();
+  }
+  EXPECT_NE(e.find("writing /dev/full failed: No space left on device"), std::string::npos) << e;
+}
+
 TEST(MetricsFile, MalformedLinesNameFileAndLine) {
   const std::string ok = "{\"step\":0,\"loss\":4}\n";
   std::string e = error_of(ok + ok + "{\"step\":2,\"loss\":\n");

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -179,6 +180,22 @@ TEST(MetricsPlot, LongSeriesAreThinnedKeepingSpikes) {
   for (const auto& p : lines[0].points) top = std::min(top, p.second);
   EXPECT_NEAR(top, a.top, 0.06);
   EXPECT_NEAR(lines[0].points.back().first, a.right, 0.06);
+}
+
+TEST(MetricsPlot, TheLargestFiniteValuesPlot) {
+  // The span of ±1e308 overflows a double: ticks once looped forever on it.
+  const std::vector<RunMetrics> runs = {run("huge", {1e308, -1e308, 1.7e308}, {{1, -1.7e308}})};
+  const std::string svg = metrics_svg(runs, "");
+  EXPECT_EQ(svg.find("nan"), std::string::npos);
+  EXPECT_EQ(svg.find("inf"), std::string::npos);
+  const auto lines = polylines(svg);
+  ASSERT_EQ(lines.size(), 3u);
+  for (const auto& l : lines)
+    for (const auto& [x, y] : l.points) EXPECT_TRUE(std::isfinite(x) && std::isfinite(y));
+  const auto t = nice_ticks(-1e308, 1e308, 6);
+  EXPECT_GE(t.size(), 3u);
+  EXPECT_LE(t.size(), 12u);
+  EXPECT_LT(format_tick(1e308, 5e307).size(), 12u) << format_tick(1e308, 5e307);
 }
 
 TEST(MetricsPlot, TicksAreRound) {

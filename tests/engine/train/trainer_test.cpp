@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 
 #include "engine/core/error.h"
 #include "engine/train/checkpoint.h"
+#include "tests/engine/train/tiny_run.h"
 #include "tests/test_paths.h"
 
 namespace driftless::train {
@@ -23,31 +25,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Random documents (exponential lengths, some longer than a sequence), GQA, 2 layers.
-const char* kBase = R"(
-model: {vocab_size: 61, n_positions: 64, n_layer: 2, n_head: 4, n_kv_head: 2, n_embd: 32}
-data: {format: random, random_documents: 200, random_mean_length: 12, random_max_length: 48}
-batch: {sequence_length: 32, sequences: 4}
-optimizer: {lr: 1.0e-2, min_lr: 1.0e-3, warmup_steps: 2}
-training: {steps: 10, eval_interval: 5, eval_batches: 1, seed: 7, deterministic: true}
-)";
-
-Config make_config(const std::string& dir, std::vector<std::string> overrides = {}) {
-  overrides.push_back("run.output_dir=" + dir);
-  return parse_config_text(kBase, overrides);
-}
-
-struct Quiet {
-  std::ostringstream log;
-  TrainerOptions options(const std::atomic<bool>* stop = nullptr, bool resume = false) {
-    TrainerOptions o;
-    o.progress = false;
-    o.log = &log;
-    o.stop = stop;
-    o.resume = resume;
-    return o;
-  }
-};
+using tiny_run::make_config;
+using tiny_run::Quiet;
 
 // Every metrics.jsonl line, as JSON.
 std::vector<nlohmann::json> metrics(const std::string& dir) {
@@ -188,22 +167,29 @@ TEST(Trainer, LayoutsGiveTheGradientsOfSimple) {
 
 TEST(Trainer, StopFlagEndsAfterOneStepWithACheckpoint) {
   const std::string dir = testing::scratch_dir();
-  std::atomic<bool> stop{true};
+  std::atomic<int> stop{SIGINT};
   Quiet q;
   {
     Trainer t(make_config(dir), q.options(&stop));
-    EXPECT_EQ(t.run(), 130);
+    EXPECT_EQ(t.run(), 128 + SIGINT);
     EXPECT_EQ(t.next_step(), 1);
   }
   EXPECT_EQ(latest_checkpoint(dir), checkpoint_path(dir, 0));
   EXPECT_EQ(read_checkpoint_info(checkpoint_path(dir, 0)).step, 0);
   EXPECT_EQ(losses(dir).size(), 1u);
-  EXPECT_NE(q.log.str().find("continue with --resume"), std::string::npos) << q.log.str();
+  // The message names the signal and the file that was written.
+  EXPECT_NE(q.log.str().find("interrupted by SIGINT: checkpoint written at step 0 (" +
+                             checkpoint_path(dir, 0) + "); continue with --resume"),
+            std::string::npos)
+      << q.log.str();
   // Stopped again right after resuming: one more step each time.
+  stop = SIGTERM;
   {
     Trainer t(make_config(dir), q.options(&stop, true));
-    EXPECT_EQ(t.run(), 130);
+    EXPECT_EQ(t.run(), 128 + SIGTERM);
   }
+  EXPECT_NE(q.log.str().find("interrupted by SIGTERM: checkpoint written at step 1"),
+            std::string::npos);
   EXPECT_EQ(latest_checkpoint(dir), checkpoint_path(dir, 1));
   EXPECT_EQ(losses(dir).size(), 2u);
 }
@@ -234,8 +220,7 @@ TEST(Trainer, BadLayoutIsAnErrorBeforeAnyWork) {
             std::string::npos)
       << e;
   e = error_of(root + "/cp2", {"distributed.context_parallel.size=2"});
-  EXPECT_NE(e.find("(sequence_data_parallel 1 x context_parallel.size 2)"), std::string::npos)
-      << e;
+  EXPECT_NE(e.find("(sequence_data_parallel 1 x context_parallel.size 2)"), std::string::npos) << e;
   // Resume without a checkpoint.
   try {
     Trainer t(make_config(root + "/empty"), q.options(nullptr, true));
