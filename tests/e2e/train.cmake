@@ -1,8 +1,8 @@
 # `driftless train` and `driftless sample` as a user runs them (label `e2e`): a 3-step run on a
 # random config under the build's scratch folder (then sampling from its checkpoint), a config
 # with an unknown key (exit status 1, the key's path on stderr), and an SDP run under
-# `mpirun -np 2` whose per-step losses equal the single-process run's to 1e-6 relative. The
-# checks live in scripts/train_check.cmake (outside this folder's *.cmake glob).
+# `mpirun -np 2` whose per-step and validation losses equal the single-process run's to 1e-6
+# relative. The checks live in scripts/train_check.cmake (outside this folder's *.cmake glob).
 set(dl_train_check ${CMAKE_CURRENT_LIST_DIR}/scripts/train_check.cmake)
 set(dl_train_scratch ${PROJECT_BINARY_DIR}/scratch/e2e)
 
