@@ -1,10 +1,13 @@
 // test_parallel_mpi: every collective of the MPI Communicator (the context-parallel
-// all_to_all and send_recv included), the process groups and the SDP K/V exchange on P
-// ranks (with its refusal of a span that does not divide over them; run by CTest as `mpirun -np 2 ...` and `-np 4`), plus the fault modes `--fault
-// throw` and `--fault hang` that must end the whole job non-zero with the failing rank's
-// message. A failed check throws; run_guarded turns it into MPI_Abort.
+// all_to_all and send_recv included), the process groups and the SDP K/V exchange (with its
+// refusal of a span that does not divide over the ranks) on P ranks (run by CTest as
+// `mpirun -np 2 ...` and `-np 4`), plus the fault modes `--fault throw` and `--fault hang`
+// that must end the whole job non-zero with the failing rank's message. A failed check
+// throws; run_guarded turns it into MPI_Abort. With --device cuda the same checks run
+// through NCCL; DL_GPU_REQUIRED=1 makes a GPU that cannot be opened a failure, not a skip.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -540,6 +543,12 @@ int main(int argc, char** argv) {
   }
   if (device == "cuda") {
     g_device = Device::cuda;
+    // DL_GPU_REQUIRED=1 (tests/gpu/run.sh): a GPU that cannot be opened fails, not skips.
+    const char* required = std::getenv("DL_GPU_REQUIRED");
+    if (cuda::device_count() == 0 && required && std::string(required) == "1") {
+      std::printf("rank %d: DL_GPU_REQUIRED=1 but no CUDA device can be opened\n", world.rank());
+      return 1;
+    }
     if (cuda::device_count() < world.local_size()) {
       std::printf("rank %d: skipped, %d GPUs for %d local ranks\n", world.rank(),
                   cuda::device_count(), world.local_size());
