@@ -7,11 +7,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iomanip>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
+
+#include "engine/train/metrics_file.h"
 
 namespace driftless::train {
 
@@ -236,6 +239,58 @@ std::vector<ToleranceOverride> overrides_for(const std::string& dtype,
   return out;
 }
 
+namespace {
+
+// The losses both runs report in metrics.jsonl, compared as forward outputs: the training
+// loss of every step and every validation loss (evaluation has no tensor log, so a wrong
+// validation loss shows only here). A value the test run lacks fails.
+void compare_losses(const std::string& reference_dir, const std::string& test_dir, double epsilon,
+                    const std::function<void(TensorDrift&)>& set_tolerance, LayoutResult& r) {
+  RunMetrics ref, test;
+  try {
+    ref = read_run_metrics(reference_dir);
+  } catch (const Error&) {  // no metrics.jsonl, or no finite loss: nothing to compare
+    return;
+  }
+  try {
+    test = read_run_metrics(test_dir);
+  } catch (const Error&) {  // missing, malformed or without a finite value: nothing matches
+  }
+  int64_t order = 0;
+  for (const auto& t : r.tensors) order = std::max(order, t.order + 1);
+  auto compare = [&](const char* name, const std::vector<MetricPoint>& want,
+                     const std::vector<MetricPoint>& got) {
+    for (const MetricPoint& p : want) {
+      TensorDrift d;
+      d.name = std::string("metrics/") + name;
+      d.kind = "forward";
+      d.step = p.step;
+      d.order = order;
+      set_tolerance(d);
+      const auto it = std::find_if(got.begin(), got.end(),
+                                   [&](const MetricPoint& g) { return g.step == p.step; });
+      if (it == got.end()) {
+        d.drift.rms_rel = d.drift.max_rel = std::numeric_limits<double>::infinity();
+        d.drift.finite = false;
+        d.pass = false;
+        r.error = d.name + " of step " + std::to_string(p.step) + " missing in " + test_dir;
+      } else {
+        d.drift = drift(Tensor::from_vector<double>({p.value}),
+                        Tensor::from_vector<double>({it->value}), epsilon);
+        d.pass = d.drift.finite && d.drift.rms_rel <= d.tolerance;
+      }
+      r.tensors.push_back(d);
+    }
+  };
+  compare("loss", ref.loss, test.loss);
+  compare("val_loss", ref.val_loss, test.val_loss);
+  // Each step's losses after its tensors: the first failure stays in execution order.
+  std::stable_sort(r.tensors.begin(), r.tensors.end(),
+                   [](const TensorDrift& a, const TensorDrift& b) { return a.step < b.step; });
+}
+
+}  // namespace
+
 LayoutResult compare_runs(const std::string& reference_dir, const std::string& test_dir,
                           const std::vector<int64_t>& steps,
                           const std::map<std::string, double>& tolerance, double epsilon,
@@ -245,6 +300,15 @@ LayoutResult compare_runs(const std::string& reference_dir, const std::string& t
   r.baseline_dir = reference_dir;
   std::vector<std::regex> patterns;
   for (const auto& o : overrides) patterns.emplace_back(o.pattern);
+  auto set_tolerance = [&](TensorDrift& d) {
+    auto tol = tolerance.find(d.kind);
+    d.tolerance = tol == tolerance.end() ? 0.0 : tol->second;
+    for (size_t k = 0; k < overrides.size(); ++k)
+      if (std::regex_match(d.name, patterns[k])) {
+        d.tolerance = overrides[k].tolerance;
+        d.tolerance_reason = overrides[k].reason;
+      }
+  };
   for (int64_t step : steps) {
     auto ref = load_tensor_log(reference_dir + "/tensor_logs", step);
     auto test = load_tensor_log(test_dir + "/tensor_logs", step);
@@ -256,13 +320,7 @@ LayoutResult compare_runs(const std::string& reference_dir, const std::string& t
       d.kind = rt.kind;
       d.step = step;
       d.order = rt.order;
-      auto tol = tolerance.find(rt.kind);
-      d.tolerance = tol == tolerance.end() ? 0.0 : tol->second;
-      for (size_t k = 0; k < overrides.size(); ++k)
-        if (std::regex_match(rt.name, patterns[k])) {
-          d.tolerance = overrides[k].tolerance;
-          d.tolerance_reason = overrides[k].reason;
-        }
+      set_tolerance(d);
       auto it = by_name.find(rt.name);
       if (it == by_name.end() || it->second->value.shape() != rt.value.shape()) {
         d.drift.rms_rel = d.drift.max_rel = std::numeric_limits<double>::infinity();
@@ -277,6 +335,7 @@ LayoutResult compare_runs(const std::string& reference_dir, const std::string& t
       r.tensors.push_back(d);
     }
   }
+  compare_losses(reference_dir, test_dir, epsilon, set_tolerance, r);
   return r;
 }
 

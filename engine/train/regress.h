@@ -1,6 +1,7 @@
 // Regression of batch layouts against a baseline (issue "Micro-sequences ... regress"):
 // every layout of the same global batch runs with tensor logs, and every logged tensor is
-// compared with the drift metric against per-class, per-dtype tolerances. The first failing
+// compared with the drift metric against per-class, per-dtype tolerances, and so are the
+// training and validation losses of metrics.jsonl (as forward outputs). The first failing
 // tensor in execution order is where the drift is born.
 #pragma once
 #include <map>
@@ -80,7 +81,8 @@ struct LayoutResult {
   std::map<std::string, double> worst_by_class() const;
 };
 
-// Compares the tensor logs of two run directories at the given steps.
+// Compares the tensor logs of two run directories at the given steps, then every loss and
+// validation loss of the reference's metrics.jsonl (when it has one) with the test run's.
 LayoutResult compare_runs(const std::string& reference_dir, const std::string& test_dir,
                           const std::vector<int64_t>& steps,
                           const std::map<std::string, double>& tolerance, double epsilon,

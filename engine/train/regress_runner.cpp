@@ -86,11 +86,12 @@ std::vector<LayoutResult> run_regression(const RegressConfig& c, const RegressRu
       argv = {o.mpirun, "-np", std::to_string(l.ranks), "--oversubscribe"};
       if (geteuid() == 0) argv.push_back("--allow-run-as-root");
     }
-    for (const auto& a : std::vector<std::string>{o.driftless_binary, "train", "-c", c.run_config,
-                                                  "-q", "--set", "run.output_dir=" + dir,
-                                                  "--set", "training.steps=" + std::to_string(c.steps),
-                                                  "--set", "run.tensor_logs.steps=" + steps,
-                                                  "--set", "training.eval_interval=0"})
+    // One evaluation, after the last step: validation losses are compared too.
+    const std::string eval = "training.eval_interval=" + std::to_string(c.steps);
+    for (const auto& a : std::vector<std::string>{
+             o.driftless_binary, "train", "-c", c.run_config, "-q", "--set",
+             "run.output_dir=" + dir, "--set", "training.steps=" + std::to_string(c.steps), "--set",
+             "run.tensor_logs.steps=" + steps, "--set", eval})
       argv.push_back(a);
     for (const auto& ov : l.overrides) {
       argv.push_back("--set");

@@ -250,7 +250,7 @@ namespace {
 // `driftless attention --device cuda`: the replay of a dumped call on cuda equals the CPU
 // replay within the f32 tolerance of this file.
 TEST(AttentionCuda, ReplayOnCudaMatchesCpu) {
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device present";
+  DL_REQUIRE_GPU();
   layers::AttentionCall call;
   call.q = Tensor::randn({40, 4, 32}, 1);
   call.k = Tensor::randn({40, 2, 32}, 2);

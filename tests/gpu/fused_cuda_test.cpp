@@ -228,6 +228,7 @@ TEST(FusedCuda, LinearGradsIntoF32Storage) {
       {rnd({256, 128}), rnd({512, 128}, 0.1), rnd({512})}, DType::bf16, 1e-5);
 }
 
+#ifdef DRIFTLESS_HAVE_CUDA  // the kernel's entry points exist only in a CUDA build
 // The bias-gradient column sums add into f32 storage in an order fixed by the shape alone:
 // 16-byte packs (an aligned dy) and one element at a time (the same rows 2 bytes off a
 // 16-byte boundary) give the same bits, the preset storage is added to, and the sums are
@@ -257,6 +258,7 @@ TEST(FusedCuda, BiasGradientSumsAreTheSameBitsPackedOrNot) {
     EXPECT_LE(max_err(Tensor::from_vector(a).to(DType::f64), ref), 1e-5);
   }
 }
+#endif
 
 // Layer norm's weight and bias gradients go straight into f32 storage from the column sums
 // (f32 accumulators): within 1e-4 of the CPU's in bf16 too (a bf16-rounded sum misses by

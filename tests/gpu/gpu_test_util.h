@@ -9,15 +9,30 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/core/device_ops.h"
 #include "engine/core/tensor.h"
 
-#define DL_REQUIRE_GPU() \
-  if (::driftless::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device present"
+// Skips a test where no CUDA device can be opened. With DL_GPU_REQUIRED=1 (tests/gpu/run.sh,
+// on a machine that has a GPU) that fails instead: a CUDA driver older than the runtime, or
+// a hidden device, would otherwise turn every GPU test into a skip and the run into a pass.
+#define DL_REQUIRE_GPU()                                                                 \
+  if (::driftless::cuda::device_count() == 0) {                                          \
+    if (::driftless::testing::gpu_required())                                            \
+      GTEST_FAIL() << "DL_GPU_REQUIRED=1 but no CUDA device can be opened (is the CUDA " \
+                      "driver older than the runtime this was built with?)";             \
+    GTEST_SKIP() << "no CUDA device present";                                            \
+  }
 
 namespace driftless::testing {
+
+// DL_GPU_REQUIRED=1: a missing GPU is a failure, not a skip (DL_REQUIRE_GPU).
+inline bool gpu_required() {
+  const char* v = std::getenv("DL_GPU_REQUIRED");
+  return v && std::string(v) == "1";
+}
 
 // A new seed per call: a random base per process (printed once with `tag`) plus a counter.
 inline uint64_t fresh_seed(const char* tag) {

@@ -2,7 +2,8 @@
 # Builds driftless with CUDA and runs every GPU test (ctest label `gpu`), trains gpt2_tiny
 # for 20 steps on the GPU (bf16), and runs the GPU-vs-CPU regression
 # (configs/regress/gpu_vs_cpu.yaml: cuda f32 and bf16 against cpu f32), on a machine that
-# has a GPU. Logs go to ${OUT:-build-gpu}/gpu-tests.log, gpu-train.log, gpu-regress.log.
+# has a GPU; there a GPU test that cannot open the device fails (DL_GPU_REQUIRED=1) instead of
+# skipping. Logs go to ${OUT:-build-gpu}/gpu-tests.log, gpu-train.log, gpu-regress.log.
 # Environment: BUILD (build dir), CMAKE_ARGS (extra configure flags, e.g.
 # -DCMAKE_CUDA_ARCHITECTURES=90a to halve compile time), TARGETS (build only these targets,
 # space-separated; default all), SANITIZE=1 (also compute-sanitizer memcheck and racecheck on
@@ -23,6 +24,9 @@ cmake --build "$build" -j"$(nproc)" "${targets[@]}" >"$log_dir/build.log" 2>&1 |
   { grep -E "error|Error" "$log_dir/build.log" | head -40; exit 1; }
 tail -3 "$log_dir/build.log"
 status=0
+# nvidia-smi saw a GPU above: a test that cannot open one fails instead of skipping
+# (gpu_test_util.h DL_REQUIRE_GPU, test_parallel_mpi --device cuda).
+export DL_GPU_REQUIRED=1
 ctest --test-dir "$build" -L gpu --output-on-failure 2>&1 | tee "$log_dir/gpu-tests.log" || status=1
 if [ "${SANITIZE:-0}" = 1 ]; then
   for tool in memcheck:1 racecheck:2; do  # DL_ATTN_FAST_QUICK: 1 up to 300 rows, 2 odd shapes

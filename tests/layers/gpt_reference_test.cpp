@@ -17,6 +17,7 @@
 #include "engine/core/safetensors.h"
 #include "engine/optim/adamw.h"
 #include "layers/gpt.h"
+#include "tests/layers/gpt_test_util.h"
 #include "tests/test_paths.h"
 
 namespace driftless::layers {
@@ -125,18 +126,7 @@ TEST(GptReferenceInput, DISABLED_Write) {
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const auto& p : model.slab().parameters())
     tensors.push_back({"param." + p.name, c.params.at(p.name)});
-  std::vector<int32_t> tokens, labels, lengths, counts;
-  for (const auto& s : c.sequences) {
-    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
-    labels.insert(labels.end(), s.labels.begin(), s.labels.end());
-    lengths.insert(lengths.end(), s.document_lengths.begin(), s.document_lengths.end());
-    counts.push_back(int32_t(s.document_lengths.size()));
-  }
-  const int64_t B = int64_t(c.sequences.size()), S = int64_t(c.sequences[0].tokens.size());
-  tensors.push_back({"tokens", Tensor::from_vector(tokens, {B, S})});
-  tensors.push_back({"labels", Tensor::from_vector(labels, {B, S})});
-  tensors.push_back({"document_lengths", Tensor::from_vector(lengths)});
-  tensors.push_back({"document_counts", Tensor::from_vector(counts)});
+  for (auto& t : test_util::packed_tensors(c.sequences)) tensors.push_back(std::move(t));
   std::filesystem::create_directories(std::filesystem::path(input_path()).parent_path());
   write_safetensors(input_path(), tensors, {{"case", case_json(c, model.slab()).dump()}});
   std::cout << "wrote " << input_path() << "\n";

@@ -1,8 +1,11 @@
 // Shared by the model tests: a tiny GPT-2 (GQA 4:2), packed sequences of given document
-// lengths with random tokens, and the drift metric over two gradient slabs.
+// lengths with random tokens, packed sequences as reference-file tensors, and the drift
+// metric over two gradient slabs.
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "data/sampler.h"
@@ -37,6 +40,25 @@ inline data::PackedSequence packed(const std::vector<int32_t>& lengths, int64_t 
     pos += l;
   }
   return s;
+}
+
+// Packed sequences of one length S as the tensors of a reference input file (read by
+// tests/reference/*.py): <prefix>tokens and <prefix>labels (B, S), <prefix>document_lengths
+// (every sequence's documents in order) and <prefix>document_counts (B).
+inline std::vector<std::pair<std::string, Tensor>> packed_tensors(
+    const std::vector<data::PackedSequence>& sequences, const std::string& prefix = "") {
+  std::vector<int32_t> tokens, labels, lengths, counts;
+  for (const auto& s : sequences) {
+    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
+    labels.insert(labels.end(), s.labels.begin(), s.labels.end());
+    lengths.insert(lengths.end(), s.document_lengths.begin(), s.document_lengths.end());
+    counts.push_back(int32_t(s.document_lengths.size()));
+  }
+  const int64_t B = int64_t(sequences.size()), S = int64_t(sequences[0].tokens.size());
+  return {{prefix + "tokens", Tensor::from_vector(tokens, {B, S})},
+          {prefix + "labels", Tensor::from_vector(labels, {B, S})},
+          {prefix + "document_lengths", Tensor::from_vector(lengths)},
+          {prefix + "document_counts", Tensor::from_vector(counts)}};
 }
 
 // rms(t - r) / rms(r) (DESIGN.md "Drift metric").

@@ -1,10 +1,13 @@
 // test_parallel_mpi: every collective of the MPI Communicator (the context-parallel
-// all_to_all and send_recv included), the process groups and the SDP K/V exchange on P
-// ranks (run by CTest as `mpirun -np 2 ...` and `-np 4`), plus the fault modes `--fault
-// throw` and `--fault hang` that must end the whole job non-zero with the failing rank's
-// message. A failed check throws; run_guarded turns it into MPI_Abort.
+// all_to_all and send_recv included), the process groups and the SDP K/V exchange (with its
+// refusal of a span that does not divide over the ranks) on P ranks (run by CTest as
+// `mpirun -np 2 ...` and `-np 4`), plus the fault modes `--fault throw` and `--fault hang`
+// that must end the whole job non-zero with the failing rank's message. A failed check
+// throws; run_guarded turns it into MPI_Abort. With --device cuda the same checks run
+// through NCCL; DL_GPU_REQUIRED=1 makes a GPU that cannot be opened a failure, not a skip.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -432,6 +435,28 @@ void test_groups(const World& world) {
       }
       expect_values("kv reduce_scatter of tails", grad.narrow(0, c.sdp_rank * rows, rows), want_t);
       exchange.all_gather(span, 0);  // nothing to move: a no-op on every rank
+
+      // A span whose rows do not divide over the sdp ranks: refused on every rank before any
+      // communication (so no rank waits for a peer), naming the rows and the ranks.
+      Tensor odd = buffer.select(0, 1).narrow(0, 0, L + 1);
+      const std::string want_odd = "span of " + std::to_string(L + 1) +
+                                   " rows does not divide over " + std::to_string(sdp) +
+                                   " sdp ranks";
+      auto refuses = [&](const char* op, auto&& call) {
+        std::string got = "no error";
+        try {
+          call();
+        } catch (const Error& e) {
+          got = e.what();
+        }
+        CHECK(got.find(std::string("[") + op + "]") != std::string::npos &&
+                  got.find(want_odd) != std::string::npos,
+              op << " of " << L + 1 << " rows on " << sdp << " sdp ranks: " << got);
+      };
+      refuses("kv_exchange.all_gather", [&] { exchange.all_gather(odd); });
+      refuses("kv_exchange.all_gather", [&] { exchange.all_gather(odd, 1); });
+      refuses("kv_exchange.reduce_scatter", [&] { exchange.reduce_scatter(odd); });
+      refuses("kv_exchange.reduce_scatter", [&] { exchange.reduce_scatter(odd, 1); });
     }
   }
   // A layout that does not match the world fails on every rank before any communication.
@@ -518,6 +543,12 @@ int main(int argc, char** argv) {
   }
   if (device == "cuda") {
     g_device = Device::cuda;
+    // DL_GPU_REQUIRED=1 (tests/gpu/run.sh): a GPU that cannot be opened fails, not skips.
+    const char* required = std::getenv("DL_GPU_REQUIRED");
+    if (cuda::device_count() == 0 && required && std::string(required) == "1") {
+      std::printf("rank %d: DL_GPU_REQUIRED=1 but no CUDA device can be opened\n", world.rank());
+      return 1;
+    }
     if (cuda::device_count() < world.local_size()) {
       std::printf("rank %d: skipped, %d GPUs for %d local ranks\n", world.rank(),
                   cuda::device_count(), world.local_size());

@@ -114,7 +114,8 @@ TEST(ParallelWorld, SingleProcessCudaGroupsNeedNoNccl) {
   EXPECT_STREQ(groups.sdp().backend(), "single");
 }
 
-TEST(ParallelKvExchange, RejectsSpanThatDoesNotDivide) {
+// (Rows that do not divide over the sdp ranks need several ranks: test_parallel_mpi.)
+TEST(ParallelKvExchange, RejectsNonContiguousSpan) {
   auto comm = make_single_process_communicator();
   CommKvExchange exchange(*comm);
   Tensor strided = Tensor::zeros({4, 2}).transpose(0, 1);

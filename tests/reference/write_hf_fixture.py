@@ -7,6 +7,11 @@ transformers), so CI checks `driftless import --hf` on what a real client writes
   write_hf_fixture.py check DIR --variant V   checks that DIR/model.safetensors (e.g. from
                                               `driftless export --hf` of the import) holds the
                                               fixture's weights, value for value
+  write_hf_fixture.py greedy --variant V --prompt 1,2,3 -n 4
+                                              prints the prompt's ids and the fixture model's
+                                              greedy continuation of n tokens, computed here in
+                                              float64 (as `driftless sample --ids --top-k 1`
+                                              prints them)
 
 Variants (all: vocab 257, n_positions 64, n_embd 32, n_layer 2, n_head 4, seeded weights;
 every bias and layer-norm gain is non-trivial so a dropped or transposed tensor shows):
@@ -24,6 +29,7 @@ every bias and layer-norm gain is non-trivial so a dropped or transposed tensor 
 """
 import argparse
 import json
+import math
 import os
 import random
 import struct
@@ -205,12 +211,90 @@ def check(export_dir, variant):
     return 1 if problems else 0
 
 
+def stored_weights(variant):
+    """{name without "transformer.": (shape, values)} as the file stores them (F16 rounded),
+    parameters only."""
+    out = {}
+    for name, (dtype, shape, vals) in weights(variant).items():
+        if name.endswith((".attn.bias", ".attn.masked_bias")):
+            continue
+        vals = struct.unpack("<%d%s" % (len(vals), PACK[dtype][1]), encode(dtype, vals))
+        out[name[len("transformer."):]] = (shape, list(vals))
+    return out
+
+
+def last_logits(w, tokens):
+    """GPT2LMHeadModel's logits at the last position of `tokens` (one document, positions
+    from 0), in float64: Conv1D x @ W + b with W (in, out), gelu_new, tied head."""
+    C, H = CONFIG["n_embd"], CONFIG["n_head"]
+    D = C // H
+
+    def linear(x, name, n_out):
+        (n_in, _), W = w[name + ".weight"]
+        b = w[name + ".bias"][1]
+        return [b[j] + sum(x[i] * W[i * n_out + j] for i in range(n_in)) for j in range(n_out)]
+
+    def layer_norm(x, name):
+        mean = sum(x) / len(x)
+        var = sum((v - mean) ** 2 for v in x) / len(x)
+        g, b = w[name + ".weight"][1], w[name + ".bias"][1]
+        return [(v - mean) / math.sqrt(var + 1e-5) * g[i] + b[i] for i, v in enumerate(x)]
+
+    def gelu_new(v):
+        return 0.5 * v * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v ** 3)))
+
+    wte, wpe = w["wte.weight"][1], w["wpe.weight"][1]
+    x = [[wte[t * C + c] + wpe[p * C + c] for c in range(C)] for p, t in enumerate(tokens)]
+    for l in range(CONFIG["n_layer"]):
+        h = f"h.{l}."
+        qkv = [linear(layer_norm(r, h + "ln_1"), h + "attn.c_attn", 3 * C) for r in x]
+        y = [[0.0] * C for _ in x]
+        for head in range(H):
+            q0, k0, v0 = head * D, C + head * D, 2 * C + head * D
+            for i in range(len(x)):  # causal: row i sees keys 0..i
+                s = [sum(qkv[i][q0 + d] * qkv[j][k0 + d] for d in range(D)) / math.sqrt(D)
+                     for j in range(i + 1)]
+                m = max(s)
+                e = [math.exp(v - m) for v in s]
+                z = sum(e)
+                for d in range(D):
+                    y[i][q0 + d] = sum(e[j] * qkv[j][v0 + d] for j in range(i + 1)) / z
+        x = [[a + b for a, b in zip(r, linear(yr, h + "attn.c_proj", C))] for r, yr in zip(x, y)]
+        for i, r in enumerate(x):
+            f = [gelu_new(v) for v in linear(layer_norm(r, h + "ln_2"), h + "mlp.c_fc", 4 * C)]
+            x[i] = [a + b for a, b in zip(r, linear(f, h + "mlp.c_proj", C))]
+    last = layer_norm(x[-1], "ln_f")
+    return [sum(last[c] * wte[v * C + c] for c in range(C)) for v in range(CONFIG["vocab_size"])]
+
+
+def greedy(variant, prompt, n):
+    """The prompt and n greedy tokens, one line of ids; fails when a step's best and second
+    best logits are within 1e-4 (then float32 rounding could pick either)."""
+    w = stored_weights(variant)
+    tokens = list(prompt)
+    closest = float("inf")
+    for _ in range(n):
+        logits = last_logits(w, tokens)
+        order = sorted(range(len(logits)), key=lambda v: -logits[v])
+        closest = min(closest, logits[order[0]] - logits[order[1]])
+        tokens.append(order[0])
+    print(" ".join(str(t) for t in tokens))
+    print(f"closest top-2 logit gap {closest:.3g}", file=sys.stderr)
+    return 0 if closest > 1e-4 else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("action", choices=("write", "check"))
-    ap.add_argument("dir")
+    ap.add_argument("action", choices=("write", "check", "greedy"))
+    ap.add_argument("dir", nargs="?")
     ap.add_argument("--variant", choices=VARIANTS, default="v4")
+    ap.add_argument("--prompt", default="1,2,3", help="greedy: comma-separated token ids")
+    ap.add_argument("-n", type=int, default=4, help="greedy: tokens to generate")
     a = ap.parse_args()
+    if a.action == "greedy":
+        return greedy(a.variant, [int(t) for t in a.prompt.split(",")], a.n)
+    if not a.dir:
+        ap.error(f"{a.action} needs DIR")
     return write(a.dir, a.variant) if a.action == "write" else check(a.dir, a.variant)
 
 

@@ -32,12 +32,18 @@ function(run_checked)  # run_checked(<out var> <expected status> <command...>): 
   set(${out_var}_err "${err}" PARENT_SCOPE)
 endfunction()
 
-# The "loss" values of metrics.jsonl, in order.
+# read_losses(<run dir> <out var> [<key>]): the values of `key` ("loss" unless given, or
+# "val_loss") in metrics.jsonl, in order, as written (17 significant digits: equal text is
+# equal bits).
 function(read_losses run_dir out_var)
+  set(key loss)
+  if(ARGC GREATER 2)
+    set(key "${ARGV2}")
+  endif()
   file(STRINGS "${run_dir}/metrics.jsonl" lines)
   set(losses "")
   foreach(line IN LISTS lines)
-    string(JSON loss ERROR_VARIABLE no_loss GET "${line}" loss)
+    string(JSON loss ERROR_VARIABLE no_loss GET "${line}" ${key})
     if(NOT no_loss)
       list(APPEND losses "${loss}")
     endif()

@@ -83,9 +83,18 @@ elseif(MODE STREQUAL "train")
   endif()
 else()
   # A variant: import, sample, export back, and the weights are the fixture's, value for value.
+  # The greedy ids are the fixture model's own, computed by the fixture script in float64.
   run_checked(out 0 "${PYTHON}" "${fixture}" write "${hf}" --variant ${MODE})
   run_checked(out 0 "${DRIFTLESS}" import --hf "${hf}" --out "${ckpt}" --set data.tokenizer=bytes)
-  run_checked(ids 0 "${DRIFTLESS}" sample -c "${ckpt}" --ids -p "1 2 3" -n 4 --top-k 1)
+  run_checked(ids 0 "${DRIFTLESS}" sample -c "${ckpt}" --ids -p "72 101 108 108 111" -n 8
+              --top-k 1)
+  run_checked(want 0 "${PYTHON}" "${fixture}" greedy --variant ${MODE}
+              --prompt 72,101,108,108,111 -n 8)
+  string(STRIP "${ids}" ids)
+  string(STRIP "${want}" want)
+  if(NOT ids STREQUAL want)
+    message(FATAL_ERROR "greedy ids of the import '${ids}', the fixture model's '${want}'")
+  endif()
   run_checked(out 0 "${DRIFTLESS}" export --checkpoint "${ckpt}" --hf "${DIR}/export")
   run_checked(out 0 "${PYTHON}" "${fixture}" check "${DIR}/export" --variant ${MODE})
 endif()
