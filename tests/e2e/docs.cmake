@@ -1,6 +1,6 @@
 # The user documentation against the code (label `docs`): every relative link of README.md and
 # docs/*.md resolves inside the repository (anchors included), every `driftless <command>` in
-# their shell blocks exists (`--help` exits 0 with its own usage), README.md stays within 200 lines and shows
+# their shell blocks and inline code exists (`--help` exits 0 with its own usage), README.md stays within 200 lines and shows
 # `make demo` and `make test`, and docs/configs.md's config reference is what
 # `driftless config --reference` prints. The checks live in scripts/check_docs.py.
 add_test(NAME docs_readme
