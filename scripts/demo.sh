@@ -62,7 +62,7 @@ fi
 # as one process (that is what driftless checks), in about half the time.
 launch=()
 if [[ $(nproc) -ge 2 ]] && command -v mpirun >/dev/null; then
-  launch=(mpirun -np 2)
+  launch=(mpirun -np 2 --oversubscribe)  # a 2-vCPU machine may be 1 core with 2 threads
   [[ $(id -u) -eq 0 ]] && launch+=(--allow-run-as-root)
   overrides+=(--set distributed.data_parallel=2)
   echo "2 cores: training as 2 data-parallel ranks (each computes half of every batch)"
