@@ -35,7 +35,9 @@ test: build vocab
 reference: build
 	@bash tests/reference/regenerate.sh $(BUILD)
 
-demo: build
+# The demo needs the driftless binary only, not the test binaries: a shorter first build.
+demo: configure
+	@cmake --build $(BUILD) -j$(JOBS) --target driftless
 	@bash scripts/demo.sh $(BUILD)
 
 gpu-test:
