@@ -311,11 +311,13 @@ void forward(const Problem& problem, const Mod& mod, const Tile* tiles, int n_ti
              void* out, float* lse) {
   const Problem p = with_row_strides(problem);
   if (p.t_q == 0 || p.heads == 0) return;
-  if (padded) {
+  // With no key at all every row sees nothing (and the sm_90a kernel's TMA maps need rows).
+  const bool no_keys = p.t_k == 0;
+  if (padded || no_keys) {
     DL_CUDA_CHECK(cudaMemsetAsync(out, 0, size_t(p.t_q * p.heads * p.head_dim) * 2));
     fill_f32(lse, p.t_q * p.heads, -INFINITY);
   }
-  if (n_tiles == 0) return;
+  if (n_tiles == 0 || no_keys) return;
   if (use_wgmma()) return sm90::forward(p, mod, tiles, n_tiles, out, lse);
   dispatch_mod(p, mod, [&](auto m) {
     using Mf = decltype(m);
