@@ -1,5 +1,5 @@
 // The tied LM head and the masked cross-entropy as one autograd node (issue 8 item 2;
-// DESIGN.md data flow "loss (sum over real tokens, scaled by 1 / tokens in the global
+// ARCHITECTURE.md data flow "loss (sum over real tokens, scaled by 1 / tokens in the global
 // batch)"). Rows are processed in chunks, so no more than one chunk of fp32 logits exists.
 #pragma once
 #include <cstdint>

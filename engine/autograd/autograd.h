@@ -1,4 +1,4 @@
-// Define-by-run reverse-mode autograd (issue "Foundation", DESIGN.md "Granularity of the
+// Define-by-run reverse-mode autograd (issue "Foundation", ARCHITECTURE.md "Granularity of the
 // autograd graph"). An op computes its outputs, then calls record() with its inputs, a
 // Context of saved tensors and a backward function; record() links the outputs to a Node.
 //

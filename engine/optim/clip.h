@@ -1,4 +1,4 @@
-// Global gradient-norm clipping over the flat gradient slab (DESIGN.md "Memory in a
+// Global gradient-norm clipping over the flat gradient slab (ARCHITECTURE.md "Memory in a
 // step"). Sums of squares accumulate in double. For a sharded slab, each rank computes
 // grad_norm_squared of its part, the sums are all-reduced, and every rank then calls
 // scale_grads with clip_coefficient(sqrt(total), max_norm).

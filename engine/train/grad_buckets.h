@@ -1,4 +1,4 @@
-// Data-parallel gradient reduction in buckets (issue 7, DESIGN.md data flow: "parameter
+// Data-parallel gradient reduction in buckets (issue 7, ARCHITECTURE.md data flow: "parameter
 // gradients ... reduced over the data group"). The gradient slab is cut into contiguous
 // buckets of about bucket_bytes, built in reverse declaration order, the order in which the
 // backward completes them. During the last backward pass of a step the autograd leaf hook

@@ -1,4 +1,4 @@
-// Per-layer K/V buffers (DESIGN.md "K/V buffers"): kv (B, S, 2, H_kv, D) and a gradient
+// Per-layer K/V buffers (ARCHITECTURE.md "K/V buffers"): kv (B, S, 2, H_kv, D) and a gradient
 // buffer of the same shape, allocated once and reused across steps. A micro-sequence writes
 // only its slice [q0, q1) of sequence b; attention reads the extent [first_document_begin,
 // q1) as views (no concatenation of pasts, no copies). In backward, the extent's dK/dV are

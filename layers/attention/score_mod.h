@@ -1,4 +1,4 @@
-// Score modifiers (DESIGN.md "Score modifiers"): functors mapping a visible, already scaled
+// Score modifiers (ARCHITECTURE.md "Score modifiers"): functors mapping a visible, already scaled
 // score to a new score, with the derivative the backward needs. The same functor is
 // instantiated into the CPU kernels (cpu/flash_cpu.h) and, later, the CUDA kernels.
 //

@@ -1,9 +1,9 @@
 // The fast tensor-core attention kernels (layers/attention/cuda/fast/, issue 9) against the
-// float64 CPU reference, with FlashAttention's criterion (CONVENTIONS.md): for out, lse, dq,
+// float64 CPU reference, with FlashAttention's criterion (CONTRIBUTING.md): for out, lse, dq,
 // dk and dv, the error of the CUDA bf16 result is at most 2x the error of the plain bf16
 // reference, the same computation in bf16 (layers::attention_forward_bf16_operands: the CPU
 // kernels on the same bf16 inputs, P and dS rounded to bf16 where they enter a product, as in
-// the kernels and in FlashAttention's PyTorch reference). Covers the lengths of CONVENTIONS.md,
+// the kernels and in FlashAttention's PyTorch reference). Covers the lengths of CONTRIBUTING.md,
 // the (q, k) pairs of issue 9, zero-length documents, GQA 4:1 and MQA, softcap, ALiBi,
 // padding, sliding windows, head dims 64 and 128. Each CUDA call runs on NaN-poisoned memory
 // and twice: the two results must be bitwise equal. Skips without a GPU. On a Hopper GPU with

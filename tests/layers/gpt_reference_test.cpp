@@ -1,4 +1,4 @@
-// Tier 3 of CONVENTIONS.md, "against something real": the tiny GPT-2's loss, logits, every
+// Tier 3 of CONTRIBUTING.md, "against something real": the tiny GPT-2's loss, logits, every
 // parameter gradient and a 10-step AdamW loss trajectory against PyTorch (float64) on the
 // same weights and packed batch. The inputs (written by this file, see
 // GptReferenceInput.DISABLED_Write) and the golden outputs (tests/reference/gpt2_reference.py) are
