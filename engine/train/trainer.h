@@ -1,4 +1,4 @@
-// The trainer (issue "GPT-2 model, trainer"): builds data, model and optimizer from a
+// The trainer: builds data, model and optimizer from a
 // Config, runs steps in any batch layout (ARCHITECTURE.md "Data flow"), evaluates, checkpoints,
 // writes metrics and tensor logs. Layout-independent: the sampler, initialisation and
 // every RNG depend on (seed, step) only, so any layout of the same config computes the

@@ -1,4 +1,4 @@
-// Context parallelism over the ranks sharing a sequence (issue 29), next to SDP's K/V
+// Context parallelism over the ranks sharing a sequence, next to SDP's K/V
 // all-gather (kv_buffer.h): ring attention with a load-balanced causal split, and Ulysses
 // all-to-all. Both keep ARCHITECTURE.md's contracts ("Canonical varlen layout": canonical
 // cu_seqlens per call, keys before first_document_begin never read; "K/V buffers": the

@@ -57,7 +57,7 @@ class KvExchange {
   }
 };
 
-// Test-only fault switches (issue "regress": prove the report catches real bugs).
+// Test-only fault switches: regression must catch real bugs (configs/regress/demo_fault.yaml).
 struct KvFaults {
   bool drop_grad_slice = false;      // return a zero K/V gradient instead of the slice
   bool skip_reduce_scatter = false;  // SDP: use the local partial sum, not the ranks' sum

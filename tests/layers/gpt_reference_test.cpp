@@ -23,7 +23,7 @@
 namespace driftless::layers {
 namespace {
 
-// Tolerances of issue 5 (fp32 model vs float64 reference), relative as rms(t - r) / rms(r).
+// Tolerances of the fp32 model against the float64 reference, relative as rms(t - r) / rms(r).
 constexpr double kLossTol = 1e-5;
 constexpr double kLogitsTol = 1e-5;
 constexpr double kGradTol = 1e-4;
