@@ -279,11 +279,11 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
           wg_wait<0>();
           wg_hold(dq);
           const int nq = min(kBQ, q_len - q0);
-          // Four adjacent columns a reduction (16-byte lanes: measured ~20% faster than 8-byte
-          // ones, the L2 taking the adds per request; whole lines per request, by a second
-          // exchange across quads, measured no faster): lanes t4 and t4 ^ 1 swap halves of the
-          // 8-column chunks n and n + 1, so the even lane holds columns 2 t4 .. + 3 of chunk n
-          // and the odd one columns 2 (t4 - 1) .. + 3 of chunk n + 1.
+          // Four adjacent columns a reduction (16-byte lanes: measured faster than 8-byte ones,
+          // the L2 taking the adds per request; whole lines per request, by a second exchange
+          // across quads, measured no faster; BENCHMARKS.md): lanes t4 and t4 ^ 1 swap halves
+          // of the 8-column chunks n and n + 1, so the even lane holds columns 2 t4 .. + 3 of
+          // chunk n and the odd one columns 2 (t4 - 1) .. + 3 of chunk n + 1.
           // The lane's address is formed once a row; the chunks are constant offsets from it.
           const bool odd = t4 & 1;
 #pragma unroll
