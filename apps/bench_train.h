@@ -1,4 +1,4 @@
-// `driftless bench train`: training throughput (issues 10 and 11), see bench_train.cpp.
+// `driftless bench train`: training throughput of a run config, see bench_train.cpp.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <functional>

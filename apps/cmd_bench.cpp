@@ -2,7 +2,7 @@
 // micro-sequence counts (the point of micro-sequences is less memory). Wiring only; the
 // measurement uses the allocator's in-use/peak counters around Trainer::train_step.
 // `driftless bench attention`: the CUDA attention op (bf16) forward and forward+backward on
-// the shapes of issue 9, timed with CUDA events (warm-up, then the median of N), in TFLOP/s
+// a fixed set of shapes, timed with CUDA events (warm-up, then the median of N), in TFLOP/s
 // counted exactly from the documents; tests/reference/bench_attention.py prints the ratios
 // against PyTorch from the JSON line this prints last. Each shape runs with the deterministic
 // backward and, where the kernels have it (Hopper), with the atomic dQ one (AttentionSpec::

@@ -1,5 +1,5 @@
 // `driftless export --checkpoint C --hf DIR` and `driftless import --hf DIR --out C`: a
-// checkpoint to and from a HuggingFace transformers GPT-2 directory (issue 5; a run starts from
+// checkpoint to and from a HuggingFace transformers GPT-2 directory (a run starts from
 // an imported one with training.init_from). Wiring only; the conversion is layers/hf_gpt2.h.
 #include <filesystem>
 #include <iostream>

@@ -1,5 +1,5 @@
 // The dataset interface the sampler reads: a list of documents of token ids. Formats
-// (memmap .bin/.idx, llm.c shards, random) implement it; see DESIGN.md "Data flow".
+// (memmap .bin/.idx, llm.c shards, random) implement it; see ARCHITECTURE.md "Data flow".
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -1,6 +1,7 @@
 // Length model (preprocessor): from the document lengths of one sequence and the slice a
 // (micro-sequence, sdp rank) owns, the varlen metadata of its ModelInput. A pure function
-// of its arguments; implements DESIGN.md "Who holds which tokens" / "Canonical varlen layout".
+// of its arguments; implements ARCHITECTURE.md "Who holds which tokens" / "Canonical varlen
+// layout".
 #pragma once
 #include <cstdint>
 #include <span>
@@ -29,7 +30,7 @@ int64_t document_extent(int64_t length, int32_t pad_documents_to);
 ModelInput length_model(std::span<const int32_t> document_lengths, const SliceSpec& slice,
                         int32_t pad_documents_to = 0);
 
-// Checks the canonical contract of DESIGN.md on a ModelInput (prefix sums start at 0,
+// Checks the canonical contract of ARCHITECTURE.md on a ModelInput (prefix sums start at 0,
 // non-decreasing, end at T_q / T_k, seqused within the padded runs, array sizes agree).
 // Throws driftless::Error naming the offending field and index.
 void check_canonical(const ModelInput& in);

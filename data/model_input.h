@@ -1,5 +1,5 @@
 // ModelInput: what one (sequence, micro-sequence, sdp rank) hands to the model. Implements
-// DESIGN.md "Who holds which tokens", "Canonical varlen layout" and "Padding between
+// ARCHITECTURE.md "Who holds which tokens", "Canonical varlen layout" and "Padding between
 // sequences"; built by data/length_model.h from document lengths alone.
 #pragma once
 #include <cstdint>

@@ -1,5 +1,5 @@
 // Sampler: packs documents into sequences of S tokens. Step k's global batch is a function
-// of (dataset, seed, step, SamplerConfig) only, never of the parallel layout (DESIGN.md
+// of (dataset, seed, step, SamplerConfig) only, never of the parallel layout (ARCHITECTURE.md
 // "Layout independence of data"). Each epoch visits every document once in a seeded
 // shuffled order; the documents of an epoch, one after another (each padded to a multiple of
 // pad_documents_to), form a token stream, and global sequence w is stream window

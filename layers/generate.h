@@ -1,4 +1,4 @@
-// Autoregressive generation with the model's per-layer K/V buffers as the cache (DESIGN.md
+// Autoregressive generation with the model's per-layer K/V buffers as the cache (ARCHITECTURE.md
 // "K/V buffers": the same buffer serves generation). The prompt is prefilled in one call over
 // [0, n); each new token then runs alone as the slice [pos, pos + 1) and attends over the
 // buffer's [0, pos + 1): the past is never recomputed.

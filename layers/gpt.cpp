@@ -1,4 +1,4 @@
-// GPT-2 forward as a handful of autograd nodes per block (DESIGN.md "Granularity").
+// GPT-2 forward as a handful of autograd nodes per block (ARCHITECTURE.md "Granularity").
 #include "layers/gpt.h"
 
 #include <algorithm>

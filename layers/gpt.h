@@ -1,4 +1,4 @@
-// The GPT-2 model (issue "GPT-2 model, trainer"): token + learned position embeddings
+// The GPT-2 model: token + learned position embeddings
 // (positions from the length model, restarting per document), pre-LN blocks with varlen
 // per-document causal attention over per-layer K/V buffers, GELU MLP, final LN, LM head
 // tied to the token embedding. Parameters live in one ParameterSlab with HF GPT-2 names

@@ -1,5 +1,5 @@
 // Conversion between our GPT-2 (layers/gpt.h) and a HuggingFace transformers GPT-2
-// directory (issue 5, `driftless export --hf` / `driftless import --hf`): config.json with
+// directory (`driftless export --hf` / `driftless import --hf`): config.json with
 // GPT2Config keys and model.safetensors with GPT2LMHeadModel names. transformers' Conv1D
 // stores weights (in, out), ours are (out, in), so c_attn, c_proj and c_fc are transposed.
 // Note: transformers numbers positions 0..T-1 over the whole input unless given

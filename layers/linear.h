@@ -1,6 +1,6 @@
 // Linear layer as one autograd node: y = x W^T + b, with W stored (out, in) as in
 // nn.Linear (HF GPT-2's Conv1D stores (in, out); import/export transposes). On cuda the
-// bias (and for linear_gelu the GELU) ride in the GEMM's cuBLASLt epilogue (issue 8 item 2),
+// bias (and for linear_gelu the GELU) ride in the GEMM's cuBLASLt epilogue,
 // and the backward adds the weight and bias gradients straight into a parameter's f32
 // gradient storage (autograd::accumulating_grad), the bias gradient in the weight-gradient
 // GEMM's epilogue.

@@ -1,6 +1,6 @@
-// The tied LM head and the masked cross-entropy as one autograd node (issue 8 item 2;
-// DESIGN.md data flow "loss (sum over real tokens, scaled by 1 / tokens in the global
-// batch)"). Rows are processed in chunks, so no more than one chunk of fp32 logits exists.
+// The tied LM head and the masked cross-entropy as one autograd node (ARCHITECTURE.md data
+// flow "loss (sum over real tokens, scaled by 1 / tokens in the global batch)"). Rows are
+// processed in chunks, so no more than one chunk of fp32 logits exists.
 #pragma once
 #include <cstdint>
 
@@ -13,10 +13,8 @@ namespace driftless::layers {
 // half the budget): the transient peak is about 2 x the budget, 1 GiB, instead of T x V x 4
 // twice (3.3 GB each for 16k tokens of GPT-2's 50257). 500 MiB is 2560 rows of GPT-2:
 // every chunk's logits product reads all of W (77 MB for GPT-2), so fewer, larger chunks
-// move less and run fewer, larger products and cross-entropy launches. On an H200, 2560-row
-// chunks in pairs took 0.3 ms off a GPT-2 124M step (0.1 ms off 350M) against 1280 rows in
-// fours, for 0.24 GiB more peak; 2560 in fours was no faster for 0.5 GiB more (BENCHMARKS.md
-// session 9; 640 -> 1280 rows took 0.7 ms off on an H100, session 8).
+// move less and run fewer, larger products and cross-entropy launches. 2560-row chunks in
+// pairs measured fastest for their peak memory (BENCHMARKS.md, GPT-2 training steps).
 constexpr int64_t kLmLossChunkBytes = int64_t(500) << 20;
 
 // Chunks whose dlogits (in the operand dtype) are kept side by side on cuda so that one dx

@@ -1,4 +1,4 @@
-// Parameters and their gradients in two flat f32 slabs allocated once (DESIGN.md "Memory
+// Parameters and their gradients in two flat f32 slabs allocated once (ARCHITECTURE.md "Memory
 // in a step"), with named views. The model computes with `compute` views: autograd leaves
 // whose .grad is the matching f32 view of the gradient slab, so backward accumulates
 // straight into the slab (in f32, whatever the compute dtype) and one reduction and one

@@ -1,4 +1,4 @@
-// Tensor taps (DESIGN.md "Tensor logs"): an identity autograd node after a layer output that
+// Tensor taps (ARCHITECTURE.md "Tensor logs"): an identity autograd node after a layer output that
 // hands the forward value, and later the gradient flowing into it, to a TensorSink. Rows of
 // a tapped tensor are the concatenation of several sequences' query rows; `rows` says where
 // each block of rows sits in the global layout, so a sink can reassemble (B, S, ...) tensors

@@ -1,5 +1,5 @@
 // Shared argument checks of the Communicator, the single-process backend, and the
-// rank-order sum the MPI backend reduces with (DESIGN.md "Communicator", "Precision and
+// rank-order sum the MPI backend reduces with (ARCHITECTURE.md "Communicator", "Precision and
 // determinism": fixed reduction orders).
 #include "parallel/communicator.h"
 

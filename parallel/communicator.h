@@ -1,4 +1,4 @@
-// The Communicator of DESIGN.md "Communicator": one interface for the collectives a step
+// The Communicator of ARCHITECTURE.md "Communicator": one interface for the collectives a step
 // needs, with single-process, MPI (CPU tensors) and NCCL (cuda tensors) backends. Tensors are
 // contiguous and chunked along their flat element order; sums are deterministic.
 #pragma once

@@ -1,4 +1,4 @@
-// The SDP K/V exchange (DESIGN.md "Data flow": K/V all-gathered straight into the buffer
+// The SDP K/V exchange (ARCHITECTURE.md "Data flow": K/V all-gathered straight into the buffer
 // slice, K/V gradients reduce-scattered) as layers::KvExchange over the sdp communicator.
 // Depends on layers/attention/kv_buffer.h for the interface only (header, no link).
 #pragma once

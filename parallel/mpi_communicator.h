@@ -1,4 +1,4 @@
-// The MPI backend of the Communicator (DESIGN.md "Communicator"): CPU tensors, and the
+// The MPI backend of the Communicator (ARCHITECTURE.md "Communicator"): CPU tensors, and the
 // bootstrap that shares the NCCL unique id. Every collective is non-blocking and polled
 // against a deadline, and sums are done locally in rank order, so results are deterministic.
 #pragma once

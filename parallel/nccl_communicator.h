@@ -1,4 +1,4 @@
-// The NCCL backend of the Communicator (DESIGN.md "Communicator"): cuda tensors, one GPU
+// The NCCL backend of the Communicator (ARCHITECTURE.md "Communicator"): cuda tensors, one GPU
 // per rank. Compiled only with CUDA; without it these functions throw driftless::Error.
 #pragma once
 #include <mpi.h>

@@ -1,4 +1,4 @@
-// The job's ranks and their groups (DESIGN.md "Communicator"): World owns MPI for the
+// The job's ranks and their groups (ARCHITECTURE.md "Communicator"): World owns MPI for the
 // process, ProcessGroups builds data (all ranks), sdp (ranks sharing a sequence; consecutive
 // ranks) and batch-data (ranks with the same sdp position) communicators for one device.
 #pragma once

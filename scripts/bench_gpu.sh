@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The GPU benchmarks of BENCHMARKS.md in one invocation (issues 10, 11 and 12), on a machine
+# The GPU benchmarks of BENCHMARKS.md in one invocation, on a machine
 # with GPUs and PyTorch: GPT-2 124M / 350M training throughput against PyTorch eager and
 # torch.compile; gpt2_124m scaling over sequence lengths for 1 GPU, sdp2, dp2 and context
 # parallel cp2 ring / a2a (the
 # 2-GPU parts are skipped with one GPU); `wide`: sdp2 / sdp4 / sdp8 at S = 65536 and
-# 131072 (as many as the machine has GPUs for); and `attention` (issue 9): the attention
-# kernels' forward and forward+backward TFLOP/s on the issue's shapes, then PyTorch's SDPA /
-# FlexAttention on the same shapes in the same invocation, with the ratios. Needs a CUDA
-# build: BUILD (default build-gpu).
+# 131072 (as many as the machine has GPUs for); and `attention`: the attention
+# kernels' forward and forward+backward TFLOP/s on `driftless bench attention`'s shapes,
+# then PyTorch's SDPA / FlexAttention on the same shapes in the same invocation, with the
+# ratios. Needs a CUDA build: BUILD (default build-gpu).
 #   bash scripts/bench_gpu.sh [throughput] [scaling] [context] [wide] [attention]
 # (`context`: one document of 16384 / 65536 tokens on 1 GPU, sdp2, cp2 ring and cp2 a2a)
 #   (default: throughput scaling)
@@ -69,7 +69,7 @@ if [[ $parts == *scaling* ]]; then
       # sdp2 exchanging whole K/V chunks (the default moves only the rows other ranks read)
       run_one "${mpi[@]}" "$dl" bench train "${common[@]}" --set distributed.sequence_data_parallel=2 \
         --set distributed.kv_exchange=full | tee -a "$out/bench-scaling.log"
-      # context parallelism (issue 29): ring and a2a (Ulysses) side by side with sdp2
+      # context parallelism: ring and a2a (Ulysses) side by side with sdp2
       for kind in ring a2a; do
         run_one "${mpi[@]}" "$dl" bench train "${common[@]}" --set distributed.context_parallel.size=2 \
           --set distributed.context_parallel.kind=$kind | tee -a "$out/bench-scaling.log"

@@ -1,4 +1,4 @@
-// Central finite-difference check of an autograd function in float64 (CONVENTIONS.md
+// Central finite-difference check of an autograd function in float64 (CONTRIBUTING.md
 // tier 1). f maps f64 inputs to outputs; the scalar S = sum_k <out_k, r_k> with fixed
 // random cotangents r_k is differentiated analytically (autograd) and numerically.
 #pragma once

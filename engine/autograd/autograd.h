@@ -1,6 +1,6 @@
-// Define-by-run reverse-mode autograd (issue "Foundation", DESIGN.md "Granularity of the
-// autograd graph"). An op computes its outputs, then calls record() with its inputs, a
-// Context of saved tensors and a backward function; record() links the outputs to a Node.
+// Define-by-run reverse-mode autograd (ARCHITECTURE.md "Granularity of the autograd graph").
+// An op computes its outputs, then calls record() with its inputs, a Context of saved tensors
+// and a backward function; record() links the outputs to a Node.
 //
 // Rules:
 // - Leaves (requires_grad, no grad_fn) ACCUMULATE: backward adds into .grad (+=), so

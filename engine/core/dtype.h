@@ -1,5 +1,5 @@
 // Element types and devices of tensors, and the bf16 storage type (round to nearest even).
-// Part of engine/core (DESIGN.md "Precision and determinism": bf16 compute, fp32 master).
+// Part of engine/core (ARCHITECTURE.md "Precision and determinism": bf16 compute, fp32 master).
 #pragma once
 #include <cstddef>
 #include <cstdint>

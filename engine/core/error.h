@@ -1,4 +1,4 @@
-// driftless::Error and the check macros every library uses (DESIGN.md "Errors").
+// driftless::Error and the check macros every library uses (ARCHITECTURE.md "Errors").
 // Messages read "[op] what was expected, what was got", with shapes and indices.
 #pragma once
 #include <sstream>

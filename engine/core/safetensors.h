@@ -1,6 +1,6 @@
 // Reader and writer of the safetensors format (8-byte little-endian header length, JSON
-// header, raw little-endian data), used by checkpoints, tensor logs (DESIGN.md "Tensor
-// logs") and attention replay. Writes are atomic (temporary name, fsync, rename: DESIGN.md
+// header, raw little-endian data), used by checkpoints, tensor logs (ARCHITECTURE.md "Tensor
+// logs") and attention replay. Writes are atomic (temporary name, fsync, rename: ARCHITECTURE.md
 // "Errors"); reads memory-map the file and copy each tensor out on request.
 #pragma once
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Embedding lookup: rows of weight gathered by integer ids; backward scatter-adds the
 // output gradient into a zero weight gradient (rows hit twice get the sum). Ids are
-// checked against the vocabulary before any work (DESIGN.md "Errors"), on the host for
+// checked against the vocabulary before any work (ARCHITECTURE.md "Errors"), on the host for
 // both devices. The CUDA backward (engine/ops/cuda/embedding.cu) gives each weight row to
 // one block that sums its positions in order: deterministic, no atomics.
 #include <cstring>

@@ -1,4 +1,4 @@
-// Fused cross-entropy with a loss mask and SUM reduction (DESIGN.md data flow: "loss (sum
+// Fused cross-entropy with a loss mask and SUM reduction (ARCHITECTURE.md data flow: "loss (sum
 // over real tokens ...)"): one node; backward = (softmax - onehot) * mask * g, and the mask
 // gets the per-row loss. The caller scales by 1 / tokens in the global batch. The CUDA body
 // (engine/ops/cuda/softmax.cu) keeps the per-row lse in fp32 (f64 for f64) and sums the

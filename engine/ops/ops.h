@@ -1,4 +1,4 @@
-// The generic differentiable ops (issue "Foundation" item 6): each computes its output on
+// The generic differentiable ops: each computes its output on
 // the inputs' device (CPU bodies in engine/ops/*.cpp, CUDA bodies in engine/ops/cuda/) and
 // records one autograd node. Floating ops take f32 or f64, and bf16 on cuda (computed in
 // fp32, rounded once); bf16 is rejected on cpu.

@@ -1,5 +1,5 @@
 // AdamW (decoupled weight decay, bias correction, fp32 moments) over the flat parameter
-// slab of DESIGN.md "Memory in a step": one optimizer pass covers every parameter. Weight
+// slab of ARCHITECTURE.md "Memory in a step": one optimizer pass covers every parameter. Weight
 // decay is chosen per range of the slab (off for biases and layer-norm gains), and the
 // optimizer may own only a shard [shard_begin, shard_end) of the slab (ZeRO-1).
 #pragma once

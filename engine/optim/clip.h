@@ -1,7 +1,9 @@
-// Global gradient-norm clipping over the flat gradient slab (DESIGN.md "Memory in a
-// step"). Sums of squares accumulate in double. For a sharded slab, each rank computes
-// grad_norm_squared of its part, the sums are all-reduced, and every rank then calls
-// scale_grads with clip_coefficient(sqrt(total), max_norm).
+// Global gradient-norm clipping over the flat gradient slab (ARCHITECTURE.md "Memory in a
+// step"). Sums of squares accumulate in double. For a sharded slab (ZeRO-1), each rank
+// computes grad_norm_squared of its part and the sums are all-reduced. The trainer does not
+// scale the gradients itself: it passes clip_coefficient(sqrt(total), max_norm) to the
+// optimizer, whose pass over the gradients applies it (scale_grads only when a tensor log
+// records the clipped gradients).
 #pragma once
 #include <vector>
 
@@ -9,7 +11,7 @@
 
 namespace driftless::optim {
 
-// Sum of squares of every element (f32 or f64, contiguous, cpu for now), in double.
+// Sum of squares of every element (f32 or f64, contiguous, cpu or cuda), in double.
 double grad_norm_squared(const Tensor& grads);
 // min(1, max_norm / (norm + 1e-6)) as in torch.nn.utils.clip_grad_norm_; 1 when norm is
 // not finite (the caller should skip the step; scaling by NaN would poison the weights).

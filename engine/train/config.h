@@ -1,4 +1,4 @@
-// The run configuration (issue "GPT-2 model, trainer, YAML configs"): every section of a
+// The run configuration: every section of a
 // YAML run config as a plain struct. The schema (names, types, ranges, help) lives in one
 // place, config_schema.cpp, and drives parsing, validation, dumping and the reference.
 #pragma once

@@ -1,4 +1,4 @@
-// The drift metric of DESIGN.md "Drift metric", in one place: for reference r and test t,
+// The drift metric of ARCHITECTURE.md "Drift metric", in one place: for reference r and test t,
 // rms = sqrt(mean((t-r)^2)), scale = sqrt(mean(r^2) + eps^2), rms_rel = rms / scale,
 // max_rel = max|t-r| / scale.
 #pragma once

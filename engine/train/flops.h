@@ -1,5 +1,5 @@
 // Model FLOPs of a training step and the GPU's peak, for the tokens/s and MFU that train
-// and bench report (issue 8). Model FLOPs follow the PaLM / llm.c convention: 3x the
+// and bench report. Model FLOPs follow the PaLM / llm.c convention: 3x the
 // forward (no recomputation counted), matrix products only, causal attention counted by
 // the (query, key) pairs each document really has, not S^2/2.
 #pragma once

@@ -1,5 +1,5 @@
-// Data-parallel gradient reduction in buckets (issue 7, DESIGN.md data flow: "parameter
-// gradients ... reduced over the data group"). The gradient slab is cut into contiguous
+// Data-parallel gradient reduction in buckets (ARCHITECTURE.md data flow: "parameter gradients
+// ... reduced over the data group"). The gradient slab is cut into contiguous
 // buckets of about bucket_bytes, built in reverse declaration order, the order in which the
 // backward completes them. During the last backward pass of a step the autograd leaf hook
 // reports each parameter as soon as its gradient is final; a bucket whose parameters are

@@ -1,5 +1,5 @@
 // The batch layout of a run: dp × depth-first × breadth-first × micro-sequences(m) × sdp
-// (DESIGN.md "Data flow"). Rank R of dp·sdp ranks is sdp rank R % sdp of batch-data rank
+// (ARCHITECTURE.md "Data flow"). Rank R of dp·sdp ranks is sdp rank R % sdp of batch-data rank
 // R / sdp; batch-data rank d takes a contiguous block of B / dp sequences of the global
 // batch, cut into depth_first groups of breadth_first micro-batches.
 #pragma once
@@ -34,7 +34,7 @@ struct Layout {
 };
 
 // The ModelInputs of one sequence's micro-sequence i (of m) on the rank at `position` among
-// the P ranks sharing the sequence (DESIGN.md "Who holds which tokens", context_parallel.h):
+// the P ranks sharing the sequence (ARCHITECTURE.md "Who holds which tokens", context_parallel.h):
 // SDP and a2a hold one contiguous chunk of P, the ring chunks position and 2P-1-position of
 // 2P. (a2a also attends the whole micro-sequence: SliceSpec {i, m, 0, 1}.)
 std::vector<data::ModelInput> rank_inputs(const data::PackedSequence& sequence, int32_t i,

@@ -1,4 +1,4 @@
-// Loss curves of one or more runs (issue "driftless plot"): train loss with validation loss
+// Loss curves of one or more runs (`driftless plot`): train loss with validation loss
 // dashed and marked in the same colour, and tokens/s, against the step; one colour per run.
 // Written as one self-contained SVG, or an HTML page holding it plus a per-run summary.
 #pragma once

@@ -1,4 +1,4 @@
-// Regression of batch layouts against a baseline (issue "Micro-sequences ... regress"):
+// Regression of batch layouts against a baseline (`driftless regress`):
 // every layout of the same global batch runs with tensor logs, and every logged tensor is
 // compared with the drift metric against per-class, per-dtype tolerances, and so are the
 // training and validation losses of metrics.jsonl (as forward outputs). The first failing

@@ -1,4 +1,4 @@
-// Tensor logs (DESIGN.md "Tensor logs"): at chosen steps a run records named tensors in the
+// Tensor logs (ARCHITECTURE.md "Tensor logs"): at chosen steps a run records named tensors in the
 // GLOBAL layout: forward outputs of every layer, gradients flowing into them, parameter
 // gradients and parameters after the update. Pieces written by micro-sequences and ranks
 // are placed into (B, S, ...) tensors by their row blocks, so every layout produces the

@@ -1,5 +1,5 @@
-// The trainer (issue "GPT-2 model, trainer"): builds data, model and optimizer from a
-// Config, runs steps in any batch layout (DESIGN.md "Data flow"), evaluates, checkpoints,
+// The trainer: builds data, model and optimizer from a
+// Config, runs steps in any batch layout (ARCHITECTURE.md "Data flow"), evaluates, checkpoints,
 // writes metrics and tensor logs. Layout-independent: the sampler, initialisation and
 // every RNG depend on (seed, step) only, so any layout of the same config computes the
 // same global batch and, up to rounding, the same gradients.

@@ -1,6 +1,6 @@
 // The built-in score modifiers bound to the kernels, and the public entry points of the
 // attention op (attention.h). Each (compute type, modifier) pair is its own instantiation
-// of the CPU kernels (DESIGN.md "Score modifiers": kernels instantiated per modifier).
+// of the CPU kernels (ARCHITECTURE.md "Score modifiers": kernels instantiated per modifier).
 #include "layers/attention/attention.h"
 
 namespace driftless::layers {

@@ -1,4 +1,4 @@
-// Varlen attention, the op (DESIGN.md "Attention op"): q (T_q, H, D), k / v (T_k, H_kv, D)
+// Varlen attention, the op (ARCHITECTURE.md "Attention op"): q (T_q, H, D), k / v (T_k, H_kv, D)
 // in THD layout with documents given by an AttentionSpec (spec.h), H % H_kv == 0 (GQA/MQA
 // without replicating K/V). attention() is one autograd node that saves its own LSE;
 // attention_forward / attention_backward are the same computation without autograd, for
@@ -51,7 +51,7 @@ AttentionGrads attention_backward(const Tensor& q, const Tensor& k, const Tensor
                                   const Tensor& dout);
 
 // FlashAttention's plain bf16 reference, the bound of the tensor-core kernels' tests
-// (CONVENTIONS.md "Numerical tolerances"): the CPU kernels on bf16 inputs with P and dS
+// (CONTRIBUTING.md "Numerical tolerances"): the CPU kernels on bf16 inputs with P and dS
 // rounded to bf16 where they enter a matrix product, as in the kernels (and in PyTorch's bf16
 // ops); sums, row statistics and accumulation in f32. Built-in modifiers; tensors on cpu.
 AttentionOutputs attention_forward_bf16_operands(const Tensor& q, const Tensor& k, const Tensor& v,

@@ -1,4 +1,4 @@
-// Ring and Ulysses context parallelism (context_parallel.h; DESIGN.md "Canonical varlen
+// Ring and Ulysses context parallelism (context_parallel.h; ARCHITECTURE.md "Canonical varlen
 // layout", "K/V buffers").
 #include "layers/attention/context_parallel.h"
 

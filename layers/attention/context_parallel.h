@@ -1,6 +1,6 @@
-// Context parallelism over the ranks sharing a sequence (issue 29), next to SDP's K/V
+// Context parallelism over the ranks sharing a sequence, next to SDP's K/V
 // all-gather (kv_buffer.h): ring attention with a load-balanced causal split, and Ulysses
-// all-to-all. Both keep DESIGN.md's contracts ("Canonical varlen layout": canonical
+// all-to-all. Both keep ARCHITECTURE.md's contracts ("Canonical varlen layout": canonical
 // cu_seqlens per call, keys before first_document_begin never read; "K/V buffers": the
 // per-layer buffer written slice by slice); the ring departs from "Who holds which tokens"
 // in one way: rank r holds chunks r and 2P-1-r of 2P instead of chunk r of P.

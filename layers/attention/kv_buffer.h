@@ -1,4 +1,4 @@
-// Per-layer K/V buffers (DESIGN.md "K/V buffers"): kv (B, S, 2, H_kv, D) and a gradient
+// Per-layer K/V buffers (ARCHITECTURE.md "K/V buffers"): kv (B, S, 2, H_kv, D) and a gradient
 // buffer of the same shape, allocated once and reused across steps. A micro-sequence writes
 // only its slice [q0, q1) of sequence b; attention reads the extent [first_document_begin,
 // q1) as views (no concatenation of pasts, no copies). In backward, the extent's dK/dV are
@@ -57,7 +57,7 @@ class KvExchange {
   }
 };
 
-// Test-only fault switches (issue "regress": prove the report catches real bugs).
+// Test-only fault switches: regression must catch real bugs (configs/regress/demo_fault.yaml).
 struct KvFaults {
   bool drop_grad_slice = false;      // return a zero K/V gradient instead of the slice
   bool skip_reduce_scatter = false;  // SDP: use the local partial sum, not the ranks' sum

@@ -1,4 +1,4 @@
-// Which keys a query row sees (DESIGN.md "Causal alignment"), shared by the CPU and CUDA
+// Which keys a query row sees (ARCHITECTURE.md "Causal alignment"), shared by the CPU and CUDA
 // kernels. Masks decide visibility before any score modifier runs; within one document the
 // visible keys of a row are always one contiguous range, so a row is described by [lo, hi].
 #pragma once

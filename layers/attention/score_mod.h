@@ -1,6 +1,8 @@
-// Score modifiers (DESIGN.md "Score modifiers"): functors mapping a visible, already scaled
-// score to a new score, with the derivative the backward needs. The same functor is
-// instantiated into the CPU kernels (cpu/flash_cpu.h) and, later, the CUDA kernels.
+// Score modifiers (ARCHITECTURE.md "Score modifiers"): functors mapping a visible, already scaled
+// score to a new score, with the derivative the backward needs. The same functors are
+// instantiated into the CPU kernels (cpu/flash_cpu.h) and the reference CUDA kernels
+// (cuda/flash_cuda.cu: none, softcap, ALiBi); the tensor-core kernels of cuda/fast/ take
+// their own log2-domain forms of softcap and ALiBi (fast_common.cuh).
 //
 // Interface of a modifier M for compute type T (float or double):
 //   DL_HOST_DEVICE T value(T score, int b, int h, int q_idx, int k_idx) const;

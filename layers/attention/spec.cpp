@@ -1,4 +1,4 @@
-// validate(): every check of the attention contracts, before any work (DESIGN.md "Errors").
+// validate(): every check of the attention contracts, before any work (ARCHITECTURE.md "Errors").
 #include "layers/attention/spec.h"
 
 #include <cmath>

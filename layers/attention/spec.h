@@ -1,4 +1,4 @@
-// AttentionSpec: everything about one varlen attention call besides q, k, v (DESIGN.md
+// AttentionSpec: everything about one varlen attention call besides q, k, v (ARCHITECTURE.md
 // "Canonical varlen layout", "Padding between sequences", "Score modifiers"), and
 // validate(), which checks all of it before any work and resolves it into per-document
 // spans the kernels iterate over.

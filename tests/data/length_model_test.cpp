@@ -1,4 +1,4 @@
-// Exhaustive property test of the length model (DESIGN.md "Who holds which tokens",
+// Exhaustive property test of the length model (ARCHITECTURE.md "Who holds which tokens",
 // "Canonical varlen layout"): the dense mask rebuilt from every ModelInput equals the mask
 // from document ids of the whole sequence, restricted to the rank's queries and to keys from
 // first_document_begin; cu_seqlens canonical; positions restart at every document start.

@@ -1,8 +1,9 @@
-# The user documentation against the code (label `docs`): every relative link of README.md and
-# docs/*.md resolves inside the repository (anchors included), every `driftless <command>` in
-# their shell blocks and inline code exists (`--help` exits 0 with its own usage), README.md
-# stays within 200 lines and shows `make demo` and `make test`, and docs/configs.md's config
-# reference is what `driftless config --reference` prints. The checks: scripts/check_docs.py.
+# The documentation against the code (label `docs`): every relative link of README.md,
+# ARCHITECTURE.md, CONTRIBUTING.md and docs/*.md resolves inside the repository (anchors
+# included), every `driftless <command>` in their shell blocks and inline code exists
+# (`--help` exits 0 with its own usage), README.md stays within 200 lines and shows
+# `make demo` and `make test`, and docs/configs.md's config reference is what
+# `driftless config --reference` prints. The checks: scripts/check_docs.py.
 add_test(NAME docs_readme
          COMMAND /usr/bin/env python3 ${CMAKE_CURRENT_LIST_DIR}/scripts/check_docs.py
                  ${PROJECT_SOURCE_DIR} $<TARGET_FILE:driftless>)

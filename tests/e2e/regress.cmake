@@ -21,7 +21,7 @@ add_test(NAME regress_faults
                  -P ${CMAKE_CURRENT_LIST_DIR}/regress/check_faults.cmake)
 set_tests_properties(regress_faults PROPERTIES LABELS "e2e;mpi" TIMEOUT 600
                      ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
-# Context parallelism on 4 ranks (issue 29): ring and a2a layouts of tiny_np4.yaml against
+# Context parallelism on 4 ranks: ring and a2a layouts of tiny_np4.yaml against
 # their single-process runs (a few seconds; the 2-rank ones run in regress_tiny).
 add_test(NAME regress_cp_np4
          COMMAND driftless regress -c ${PROJECT_SOURCE_DIR}/configs/regress/tiny_np4.yaml

@@ -1,4 +1,4 @@
-// fp32 kernels against the same op in float64 (CONVENTIONS.md: fp32 op vs float64
+// fp32 kernels against the same op in float64 (CONTRIBUTING.md: fp32 op vs float64
 // reference, relative error <= 1e-5), forward and input gradients, on one odd shape each.
 #include <cmath>
 #include <functional>
@@ -11,7 +11,7 @@ namespace {
 
 using testing::rnd;
 
-// rms(t - r) / rms(r), the drift metric of DESIGN.md.
+// rms(t - r) / rms(r), the drift metric of ARCHITECTURE.md.
 double rms_rel(const Tensor& t, const Tensor& r) {
   auto a = t.to_vector<double>(), b = r.to_vector<double>();
   double d = 0, s = 0;

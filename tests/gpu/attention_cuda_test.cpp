@@ -1,4 +1,4 @@
-// Backends agree (CONVENTIONS.md tier 2) for the varlen attention op: the CUDA kernels
+// Backends agree (CONTRIBUTING.md tier 2) for the varlen attention op: the CUDA kernels
 // (layers/attention/cuda/) against the CPU kernels through attention_forward /
 // attention_backward, for out, lse, dq, dk, dv, on odd lengths, packed documents with
 // zero-length ones, a K past, GQA/MQA, several head dims, causal and windows, softcap,
@@ -10,7 +10,7 @@
 // denominator, FMA contraction on the GPU, device expf/tanhf within 2 ulp); over at most
 // ~4k terms that is a few 1e-7 of the tensor's scale, so 1e-5 of max|cpu| leaves a margin
 // of ~10 and still catches any masking or indexing error (those are O(1)). bf16: the
-// FlashAttention criterion of CONVENTIONS.md: against an f64 reference on the same
+// FlashAttention criterion of CONTRIBUTING.md: against an f64 reference on the same
 // bf16-rounded inputs, the CUDA error is at most 2x the CPU bf16 path's error (the same
 // computation: f32 on bf16 inputs, rounded once), plus 1e-6 for the LSE, which both
 // compute in f32 and whose bf16 reference error can itself be ~1e-7.

@@ -1,13 +1,13 @@
-// The fast tensor-core attention kernels (layers/attention/cuda/fast/, issue 9) against the
-// float64 CPU reference, with FlashAttention's criterion (CONVENTIONS.md): for out, lse, dq,
+// The fast tensor-core attention kernels (layers/attention/cuda/fast/) against the
+// float64 CPU reference, with FlashAttention's criterion (CONTRIBUTING.md): for out, lse, dq,
 // dk and dv, the error of the CUDA bf16 result is at most 2x the error of the plain bf16
 // reference, the same computation in bf16 (layers::attention_forward_bf16_operands: the CPU
 // kernels on the same bf16 inputs, P and dS rounded to bf16 where they enter a product, as in
-// the kernels and in FlashAttention's PyTorch reference). Covers the lengths of CONVENTIONS.md,
-// the (q, k) pairs of issue 9, zero-length documents, GQA 4:1 and MQA, softcap, ALiBi,
-// padding, sliding windows, head dims 64 and 128. Each CUDA call runs on NaN-poisoned memory
-// and twice: the two results must be bitwise equal. Skips without a GPU. On a Hopper GPU with
-// an sm_90a build this tests the wgmma kernels; ctest runs it a second time with
+// the kernels and in FlashAttention's PyTorch reference). Covers the lengths of CONTRIBUTING.md,
+// (q, k) length pairs such as (1, 147) and (1024, 1023), zero-length documents, GQA 4:1 and
+// MQA, softcap, ALiBi, padding, sliding windows, head dims 64 and 128. Each CUDA call runs on
+// NaN-poisoned memory and twice: the two results must be bitwise equal. Skips without a GPU. On a
+// Hopper GPU with an sm_90a build this tests the wgmma kernels; ctest runs it a second time with
 // DL_ATTN_WGMMA=0 (attention_fast_mma_sync) for the mma.sync kernels. At D = 128 the atomic
 // mode's dK/dV kernel has two warpgroups (128 keys) and the deterministic one one: the bitwise
 // check of dk and dv between the modes is what holds them to the same query steps.
@@ -18,9 +18,9 @@
 // Where the reference is exactly 0 everywhere (dq and dk of documents whose rows each see one
 // key: dS = P (dP - delta) with dP == delta exactly), the kernels' fp32 dP (tensor-core sum)
 // and delta (warp tree) round differently, so the bound is absolute: 1e-5.
-// (Until session 13 the bound's reference kept P and dS in f32 and rounded only its results,
-// with 5e-4 added to cover the kernels' bf16 operands; the atomic dQ, whose dS is one bf16
-// rounding as in FlashAttention's kernels, then reached 1.03x that bound on one problem.)
+// (A reference that kept P and dS in f32 and rounded only its results needed 5e-4 added to
+// cover the kernels' bf16 operands, and the atomic dQ, whose dS is one bf16 rounding as in
+// FlashAttention's kernels, exceeded even that on one problem.)
 #include <gtest/gtest.h>
 
 #include <algorithm>

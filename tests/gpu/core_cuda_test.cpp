@@ -1,4 +1,4 @@
-// Backends agree (CONVENTIONS.md tier 2) for engine/core: transfers, strided copies,
+// Backends agree (CONTRIBUTING.md tier 2) for engine/core: transfers, strided copies,
 // dtype conversion, fill and accumulate on cuda equal their CPU results bit for bit, and
 // the caching allocator reuses blocks. Skips when no GPU is present.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Backends agree (CONVENTIONS.md tier 2) for the fused layers of issue 8 item 2: linear
+// Backends agree (CONTRIBUTING.md tier 2) for the fused layers: linear
 // with its bias in the cuBLASLt epilogue, linear_gelu (GELU_AUX_BIAS in bf16), the MLP, and
 // the f32 gradient storage paths of linear, layer norm and embedding (the chunked lm_loss is
 // in lm_loss_cuda_test.cpp, the harness in fused_check.h). Forward and input gradients on

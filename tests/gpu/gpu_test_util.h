@@ -1,4 +1,4 @@
-// Shared pieces of the GPU tests (CONVENTIONS.md tier 2): the skip without a device, fresh
+// Shared pieces of the GPU tests (CONTRIBUTING.md tier 2): the skip without a device, fresh
 // random seeds per run (printed, so a failure can be replayed), and NaN-poisoned allocator
 // blocks so an output element a kernel forgets to write shows up.
 #pragma once

@@ -1,4 +1,4 @@
-// Backends agree (CONVENTIONS.md tier 2) for the generic ops (engine/ops/ops.h): every op's
+// Backends agree (CONTRIBUTING.md tier 2) for the generic ops (engine/ops/ops.h): every op's
 // CUDA result, forward and input gradients (autograd::backward on both devices with the
 // same cotangent), equals its CPU result within the tolerance of kTolerances below, on
 // fresh random inputs (the seed is printed) at odd shapes. Outputs come from cache blocks

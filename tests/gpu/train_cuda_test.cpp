@@ -1,6 +1,6 @@
 // The trainer on cuda (precision.device cuda, f32) against the same run on cpu: losses of
 // the first steps and the whole gradient slab of step 0, and micro_sequences 2 against 1
-// on cuda (DESIGN.md "Data flow": every layout gives the gradients of `simple`). Tiny random
+// on cuda (ARCHITECTURE.md "Data flow": every layout gives the gradients of `simple`). Tiny random
 // config with GQA, padding-free packed documents, two layers. Skips without a GPU.
 //
 // Tolerances: cuda and cpu do the same f32 computation with sums in other orders (cuBLAS vs
@@ -138,7 +138,7 @@ TEST(TrainCuda, Bf16ComputeOnCpuIsAClearError) {
 }
 
 TEST(TrainCuda, NoDeviceAllocationAfterTheFirstStep) {
-  // DESIGN.md "Memory in a step": after the first steps the caching allocator serves every
+  // ARCHITECTURE.md "Memory in a step": after the first steps the caching allocator serves every
   // block; a step makes no cudaMalloc.
   DL_REQUIRE_GPU();
   for (const char* compute : {"f32", "bf16"}) {

@@ -1,5 +1,5 @@
 // Whole-op central finite-difference check of the attention autograd node in float64
-// (CONVENTIONS.md tier 1): q, k, v and the learnable spec inputs (bias, relative-position
+// (CONTRIBUTING.md tier 1): q, k, v and the learnable spec inputs (bias, relative-position
 // table) on small packed, padded, GQA cases with odd sizes.
 #include <gtest/gtest.h>
 

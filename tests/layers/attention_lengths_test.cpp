@@ -1,4 +1,4 @@
-// The tiled CPU kernels against the dense float64 reference (CONVENTIONS.md tier 3) over
+// The tiled CPU kernels against the dense float64 reference (CONTRIBUTING.md tier 3) over
 // lengths that straddle every tile boundary (tiles are 32 query rows x 64 keys), packed
 // documents including empty ones, a past (k longer than q), GQA/MQA, head dims and
 // windows. fp32 must be within 1e-5 (max-norm relative error), f64 within 1e-12.

@@ -1,4 +1,4 @@
-// Dense float64 attention reference for the attention tests (CONVENTIONS.md tier 3: "a
+// Dense float64 attention reference for the attention tests (CONTRIBUTING.md tier 3: "a
 // dense float64 reference built from document ids"). It shares no code with the tiled
 // kernels: visibility is an explicit mask from per-row document ids and positions, the
 // softmax is a plain two-pass one, and the backward uses rowsum(P * dP) instead of the

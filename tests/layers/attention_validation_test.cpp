@@ -1,4 +1,4 @@
-// Validation before any work (DESIGN.md "Errors"): every malformed input raises
+// Validation before any work (ARCHITECTURE.md "Errors"): every malformed input raises
 // driftless::Error "[attention] ..." naming the offending index and values.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Tier 3 of CONVENTIONS.md, "against something real": the tiny GPT-2's loss, logits, every
+// Tier 3 of CONTRIBUTING.md, "against something real": the tiny GPT-2's loss, logits, every
 // parameter gradient and a 10-step AdamW loss trajectory against PyTorch (float64) on the
 // same weights and packed batch. The inputs (written by this file, see
 // GptReferenceInput.DISABLED_Write) and the golden outputs (tests/reference/gpt2_reference.py) are
@@ -23,7 +23,7 @@
 namespace driftless::layers {
 namespace {
 
-// Tolerances of issue 5 (fp32 model vs float64 reference), relative as rms(t - r) / rms(r).
+// Tolerances of the fp32 model against the float64 reference, relative as rms(t - r) / rms(r).
 constexpr double kLossTol = 1e-5;
 constexpr double kLogitsTol = 1e-5;
 constexpr double kGradTol = 1e-4;

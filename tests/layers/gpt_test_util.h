@@ -61,7 +61,7 @@ inline std::vector<std::pair<std::string, Tensor>> packed_tensors(
           {prefix + "document_counts", Tensor::from_vector(counts)}};
 }
 
-// rms(t - r) / rms(r) (DESIGN.md "Drift metric").
+// rms(t - r) / rms(r) (ARCHITECTURE.md "Drift metric").
 inline double rms_rel(const std::vector<float>& t, const std::vector<float>& r) {
   double d = 0, s = 0;
   for (size_t i = 0; i < r.size(); ++i) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch side of `driftless bench attention` (issue 9): the same shapes, timed the same way
+"""PyTorch side of `driftless bench attention`: the same shapes, timed the same way
 (CUDA events, warm-up, median), with torch SDPA for dense causal (and GQA) and FlexAttention
 for the document-masked and softcap shapes. With --driftless FILE (the output of
 `driftless bench attention`; its last JSON line is read) it prints driftless / torch ratios.

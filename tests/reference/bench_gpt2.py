@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch side of `driftless bench train` (issue 11): GPT-2 training steps of the same model
+"""PyTorch side of `driftless bench train`: GPT-2 training steps of the same model
 and batch in PyTorch eager and with torch.compile, bf16 autocast with fp32 master weights,
 fused AdamW, flash SDPA, tied head; tokens/s (median step after warm-up), MFU (6N + attention
 FLOPs per token, the convention of engine/train/flops.h) and peak memory. With --driftless

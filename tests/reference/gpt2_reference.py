@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Plain-PyTorch GPT-2 reference for tests/layers/gpt_reference_test.cpp (CONVENTIONS.md
+"""Plain-PyTorch GPT-2 reference for tests/layers/gpt_reference_test.cpp (CONTRIBUTING.md
 tier 3, "against something real").
 
 Reads the weights and packed batch written by our C++ side (GptReferenceInput.DISABLED_Write),

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Plain-PyTorch reference of the trainer for tests/engine/train/trainer_reference_test.cpp
-(CONVENTIONS.md tier 3, "against something real").
+(CONTRIBUTING.md tier 3, "against something real").
 
 Reads the weights, the global batch of every step and the optimizer settings written by our
 C++ side (TrainerReferenceInput.DISABLED_Write), and runs the steps in float64 with the GPT-2

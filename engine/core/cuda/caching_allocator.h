@@ -1,4 +1,4 @@
-// The CUDA caching allocator (DESIGN.md "Memory in a step"): freed blocks are kept in
+// The CUDA caching allocator (ARCHITECTURE.md "Memory in a step"): freed blocks are kept in
 // size-class free lists and handed out again, so after the first training step a step
 // allocates nothing new from cudaMalloc. Stream-aware: a block belongs to the stream it
 // was allocated for (the thread's allocation stream, the compute stream unless an

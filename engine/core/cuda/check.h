@@ -1,5 +1,5 @@
 // Return-code checks for CUDA runtime and cuBLAS calls: a failure throws driftless::Error
-// naming the call, the file:line and the library's own message (CONVENTIONS.md "GPU code").
+// naming the call, the file:line and the library's own message (CONTRIBUTING.md "GPU code").
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>

@@ -1,4 +1,4 @@
-// Asynchronous small host-to-device copies (DESIGN.md "Memory in a step": no host sync
+// Asynchronous small host-to-device copies (ARCHITECTURE.md "Memory in a step": no host sync
 // inside a step). cudaMemcpy from pageable memory waits for all earlier GPU work, so every
 // upload of token ids, labels or document tables would drain the GPU's queue. Small copies
 // go instead through a ring of pinned slots with cudaMemcpyAsync on the compute stream; a

@@ -1,4 +1,4 @@
-// RAII CUDA streams and events (issue 8 "streams and events"). Every kernel of driftless
+// RAII CUDA streams and events. Every kernel of driftless
 // runs on the compute stream, the legacy default stream; side streams (gradient
 // reductions) are created non-blocking, so they overlap with it and are ordered against it
 // only through events. Built only with CUDA.

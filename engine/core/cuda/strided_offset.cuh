@@ -4,7 +4,7 @@
 //
 // The loop is unrolled over kMaxDims with a rank guard, so the arrays (kernel parameters)
 // are read in place. Indexing them with a runtime dim made every thread copy them into
-// local memory first, which bounded those kernels at ~130 GB/s. I is the index type:
+// local memory first, which made those kernels slow (BENCHMARKS.md). I is the index type:
 // int32 where every offset fits (64-bit division is emulated and many times slower).
 #pragma once
 #include <cstdint>

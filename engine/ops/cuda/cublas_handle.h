@@ -1,4 +1,4 @@
-// One cuBLAS and one cuBLASLt handle per device (CONVENTIONS.md: handles are RAII types),
+// One cuBLAS and one cuBLASLt handle per device (CONTRIBUTING.md: handles are RAII types),
 // created on first use with deterministic settings: no atomics, default (non-TF32) math,
 // and a fixed workspace so the algorithm choice does not depend on what else is allocated.
 #pragma once

@@ -1,4 +1,4 @@
-// cuBLASLt for the matrix products of issue 8 item 2: one row-major matmul entry point with
+// cuBLASLt for the matrix products of the fused layers: one row-major matmul entry point with
 // the epilogues that pay (bias, and GELU with the pre-activation written beside the output
 // for the MLP's backward). The handle and workspace are in cublas_handle.h.
 #pragma once
@@ -22,8 +22,8 @@ constexpr int kLtEpilogues = 4;
 // bf16); out, bias (n) and aux (m, n) are `out` (f32 or bf16). CUBLAS_COMPUTE_32F for both:
 // fp32 accumulation, no TF32. (A Linear's bias gradient is not BGRADB's: that epilogue ran
 // its sums as a kernel of its own at half the memory bandwidth and wrote them to be added to
-// the gradient; the column-sum kernel of reduce.cu adds them in place, 0.3 ms less per GPT-2
-// 124M step on an H200: BENCHMARKS.md session 9.)
+// the gradient; the column-sum kernel of reduce.cu adds them in place and is faster over a
+// GPT-2 step, measured in BENCHMARKS.md.)
 struct LtMatmul {
   DType ab = DType::f32;
   DType out = DType::f32;

@@ -22,7 +22,7 @@ struct Problem {
   // (fast/) read rows of wider tensors (q of the fused QKV product, K/V of the K/V buffer)
   // in place; the reference kernels take packed rows. 16-bit, in the padding after bf16:
   // the struct is a kernel parameter, and growing it past 120 bytes made nvcc address it
-  // through a pointer and slowed the forward and dQ kernels by 25%.
+  // through a pointer and slowed the forward and dQ kernels (BENCHMARKS.md).
   int16_t q_row_heads = 0, k_row_heads = 0, v_row_heads = 0;
   const Doc* docs = nullptr;       // (N) device
   const int32_t* q_doc = nullptr;  // (T_q) device: document of each q row, -1 for padding

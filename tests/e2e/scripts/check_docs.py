@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Checks the user documentation (README.md and docs/*.md) against the code.
+"""Checks the documentation (README.md, ARCHITECTURE.md, CONTRIBUTING.md and docs/*.md)
+against the code.
 
 - every relative link and image resolves to a file inside the repository, and a link's
   #anchor to a heading of its target page;
@@ -25,7 +26,8 @@ COMMAND = re.compile(r"(?:^|[\s/;&|(`])driftless\s+([a-z][a-z0-9-]*)(?:\s+([a-z]
 
 
 def pages(root):
-    return [root / "README.md"] + sorted((root / "docs").glob("*.md"))
+    return ([root / "README.md", root / "ARCHITECTURE.md", root / "CONTRIBUTING.md"]
+            + sorted((root / "docs").glob("*.md")))
 
 
 def split_blocks(text):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Opens a drift report in headless Chromium, takes a screenshot and checks it is not blank
-# (issue "regress": the HTML report renders). Exit 77 (skipped) when Chromium is absent.
+# (the HTML report renders). Exit 77 (skipped) when Chromium is absent.
 # Usage: screenshot_report.sh REPORT_HTML OUT_PNG [WIDTH,HEIGHT]   (window, default 1100,900)
 set -euo pipefail
 report=$1 png=$2 window=${3:-1100,900}

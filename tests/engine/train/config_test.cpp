@@ -51,7 +51,7 @@ TEST(Config, AllProblemsInOneMessageWithPaths) {
   EXPECT_NE(err.find("bogus: unknown key"), std::string::npos) << err;
 }
 
-// Context parallelism (issue 29): both layouts parse; what each cannot take is refused up
+// Context parallelism: both layouts parse; what each cannot take is refused up
 // front with the reason.
 TEST(Config, ContextParallelRules) {
   Config c = parse_config_text(

@@ -1,4 +1,4 @@
-// Tier 3 of CONVENTIONS.md for the trainer: five optimizer steps of train::Trainer (fp32, CPU)
+// Tier 3 of CONTRIBUTING.md for the trainer: five optimizer steps of train::Trainer (fp32, CPU)
 // against PyTorch (float64) on the same weights and batches, with a warm-up + cosine learning
 // rate and a gradient-norm clip small enough that every step clips. Each step's loss,
 // gradient norm, learning rate and every parameter after the update must match.
@@ -24,7 +24,7 @@
 namespace driftless::train {
 namespace {
 
-// fp32 vs float64 (CONVENTIONS.md): loss, gradient norm and every parameter tensor after
+// fp32 vs float64 (CONTRIBUTING.md): loss, gradient norm and every parameter tensor after
 // each update, relative (rms(t - r) / rms(r) for tensors).
 constexpr double kTol = 1e-5;
 

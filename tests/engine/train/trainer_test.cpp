@@ -1,6 +1,6 @@
 // The trainer on small random-data configs: resume is bit for bit (with dropout too),
 // evaluation is the token mean of the validation loss, the loss falls on data a tiny model
-// can learn, every batch layout gives the gradients of `simple` (DESIGN.md "Data
+// can learn, every batch layout gives the gradients of `simple` (ARCHITECTURE.md "Data
 // flow": rms_rel <= 1e-5), Ctrl-C stops after the step with a checkpoint, and a bad layout is
 // an error before any work.
 #include "engine/train/trainer.h"

@@ -26,8 +26,7 @@ __device__ __forceinline__ void red_add_f32x4(float* dst, float4 v, bool on) {
 // Shared memory of dkv_kernel (byte offsets): the K and V tiles, then double-buffered
 // (Q, dO, lse, delta) step buffers, then (kDq) dS^T of a step, (kBK keys, kBQ queries) bf16,
 // 1024-byte aligned. A third step buffer at D = 64 (3 CTAs with kDq then fill the SM's
-// 228 KB exactly) measured within +-1.5% of 2 on an H200 (ncu, same machine: atomic 2.28
-// against 2.32 ms, deterministic 1.47 against 1.45, softcap 508 / 641 against 503 / 632 us);
+// 228 KB exactly) measured the same as two (BENCHMARKS.md, the attention backward on Hopper);
 // at D = 128 it would cost the second CTA per SM. kWG warpgroups a CTA: kWG x kBK keys.
 template <int D, bool kDq, int kWG = 1>
 struct DkvSmem {
@@ -42,9 +41,8 @@ struct DkvSmem {
 };
 
 // Warpgroups of a dK/dV CTA: two in the atomic mode at D = 128 on wgmma, else one. Measured
-// on an H200 (session 15, BENCHMARKS.md): two make the atomic backward faster (GQA 4:1 fwd+bwd
-// +6%), the deterministic one slower (dense D = 128 -7%: one CTA of 8 warps an SM against two
-// of 4).
+// (BENCHMARKS.md): two make the atomic backward faster, the deterministic one slower (one CTA
+// of 8 warps an SM against two of 4).
 // The deterministic kernel still takes the same query steps (kAnchor below), so dk and dv
 // keep the same bits in both modes.
 template <int D, bool W, bool kDq>
@@ -53,7 +51,7 @@ struct DkvWarpgroups {
 };
 
 // 3 CTAs per SM for the wgmma kernel at D = 64 (<= 168 registers): the element-wise work of
-// one CTA then overlaps the products of the others (measured on an H100: backward +14%).
+// one CTA then overlaps the products of the others (faster backward, BENCHMARKS.md).
 //
 // kDq (wgmma only, the non-deterministic backward): the kernel also computes dQ = dS K for
 // every step and adds it to dq_acc (T_q, H, D) f32 with atomic adds, so the dQ kernel and
@@ -61,9 +59,9 @@ struct DkvWarpgroups {
 // as bf16 (the operand dK = dS^T Q takes) and is the M-major A operand of the product. The
 // order of the adds, and with it the bits of dQ, varies from run to run. Unlike the dQ
 // kernel, dS is not split into a bf16 head and tail: one bf16 rounding, as in FlashAttention's
-// kernels and in the plain bf16 reference the tests' bound is made from (worst dq 0.50 of that
-// bound, session 13), and the tail's 8 KB of shared memory left one CTA per SM at D = 128
-// (backward 165 against 224 TFLOP/s).
+// kernels and in the plain bf16 reference the tests' bound is made from (dq stays well within
+// that bound), and the tail's 8 KB of shared memory left one CTA per SM at D = 128 (a slower
+// backward, BENCHMARKS.md).
 //
 // kWG = 2 (wgmma only): two warpgroups, 128 keys a CTA, sharing each step's Q and dO tiles
 // (half the Q and dO loads per key). With kDq each warpgroup computes dQ = dS K over all 128
@@ -281,11 +279,11 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
           wg_wait<0>();
           wg_hold(dq);
           const int nq = min(kBQ, q_len - q0);
-          // Four adjacent columns a reduction (16-byte lanes: measured ~20% faster than 8-byte
-          // ones, the L2 taking the adds per request; whole lines per request, by a second
-          // exchange across quads, measured no faster): lanes t4 and t4 ^ 1 swap halves of the
-          // 8-column chunks n and n + 1, so the even lane holds columns 2 t4 .. + 3 of chunk n
-          // and the odd one columns 2 (t4 - 1) .. + 3 of chunk n + 1.
+          // Four adjacent columns a reduction (16-byte lanes: measured faster than 8-byte ones,
+          // the L2 taking the adds per request; whole lines per request, by a second exchange
+          // across quads, measured no faster; BENCHMARKS.md): lanes t4 and t4 ^ 1 swap halves
+          // of the 8-column chunks n and n + 1, so the even lane holds columns 2 t4 .. + 3 of
+          // chunk n and the odd one columns 2 (t4 - 1) .. + 3 of chunk n + 1.
           // The lane's address is formed once a row; the chunks are constant offsets from it.
           const bool odd = t4 & 1;
 #pragma unroll

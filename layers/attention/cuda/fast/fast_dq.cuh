@@ -13,8 +13,7 @@ constexpr int kBQ = kBwdBlockQ, kBK = kBwdBlockK, kThreads = 128;
 
 // DqRows<D> query rows per CTA, 16 per warp: at D = 64, 128 rows (8 warps, two
 // warpgroups) share every K/V tile load, which halves the K/V traffic that made the 64-row
-// kernel memory-bound (ncu on an H100: 2.6 TB/s, 11% L2 hits), with 2 CTAs per SM at <= 128
-// registers.
+// kernel memory-bound (ncu, BENCHMARKS.md), with 2 CTAs per SM at <= 128 registers.
 template <int D, class M, bool W>
 __global__ void __launch_bounds__(DqRows<D>::value * 2, (W && D == 64) ? 2 : 1)
     dq_kernel(Problem p, M mod, const Tile* tiles, const bf16* dout, const bf16* out,
@@ -26,8 +25,8 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, (W && D == 64) ? 2 : 1)
   unsigned char* smem = align_smem(smem_raw);
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sdO = sQ + kRows * D * 2;
-  // K and V double-buffered (a third buffer measured the same at D = 64 on an H200, ncu 1.10
-  // against 1.11 ms, and cost the second CTA per SM at D = 128: backward 262 -> 241 TFLOP/s).
+  // K and V double-buffered (a third buffer measured the same at D = 64 and cost the second
+  // CTA per SM at D = 128, a slower backward: BENCHMARKS.md).
   const uint32_t sK = sdO + kRows * D * 2;   // 2 buffers of (kBK, D)
   const uint32_t sV = sK + 2 * kBK * D * 2;  // 2 buffers of (kBK, D)
   const uint32_t sO = sV + 2 * kBK * D * 2;  // (kRows, D): W only, for delta

@@ -105,8 +105,8 @@ __global__ void __launch_bounds__(Cfg<D, M>::kThreads)
     uint32_t qf[kMT][kQInRegs ? KD : 1][4];  // (unused without kQInRegs)
     for (int t = 0; t < n_tiles; ++t) {
       // One barrier a tile: tile t has landed for every thread, and every warp is done with
-      // tile t - 1, whose buffer the prefetch of tile t + 1 then refills (measured on an
-      // H200: a second barrier at a tile's end was ~15% of the warps' stalls).
+      // tile t - 1, whose buffer the prefetch of tile t + 1 then refills (a second barrier at
+      // a tile's end was a large share of the warps' stalls, BENCHMARKS.md).
       cp_async_wait<0>();
       __syncthreads();
       if (t + 1 < n_tiles) {
