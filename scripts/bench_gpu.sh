@@ -9,7 +9,8 @@
 # then PyTorch's SDPA / FlexAttention on the same shapes in the same invocation, with the
 # ratios. Needs a CUDA build: BUILD (default build-gpu).
 #   bash scripts/bench_gpu.sh [throughput] [scaling] [context] [wide] [attention]
-# (`context`: one document of 16384 / 65536 tokens on 1 GPU, sdp2, cp2 ring and cp2 a2a)
+# (`context`: one document of 16384 / 65536 / 131072 tokens on 1 GPU against PyTorch in the
+# same invocation, and of 16384 / 65536 on sdp2, cp2 ring and cp2 a2a)
 #   (default: throughput scaling)
 # Logs go to ${OUT:-$BUILD}/bench-*.log.
 set -uo pipefail
@@ -83,14 +84,21 @@ if [[ $parts == *context* ]]; then
   # One sequence holding one document of S tokens (positions up to S): the setting of
   # PyTorch's context_parallel figures (README "Facts"), where attention dominates and the
   # causal split decides the balance: 1 GPU, sdp2 (contiguous halves), cp2 ring (chunks r
-  # and 2P-1-r) and cp2 a2a.
-  for S in 16384 65536; do
+  # and 2P-1-r) and cp2 a2a (not at 131072). The 1-GPU run is followed by PyTorch's
+  # (tests/reference/bench_one_document.py: SDPA, bf16 autocast, fused AdamW, eager and
+  # torch.compile; TORCH_COMPILE=0 leaves compile out) and the ratios.
+  compile_flag=--compile
+  [ "${TORCH_COMPILE:-1}" = 0 ] && compile_flag=
+  for S in 16384 65536 131072; do
     doc=(--config configs/models/gpt2_124m.yaml --set batch.sequence_length=$S --set batch.sequences=1
          --set model.n_positions=$S --set data.random_distribution=fixed
          --set data.random_mean_length=$S --set data.random_max_length=$S --steps 4 --warmup 2)
     echo "== one document of S=$S" | tee -a "$out/bench-context.log"
     run_one "$dl" bench train "${doc[@]}" | tee -a "$out/bench-context.log"
-    if [ "$gpus" -ge 2 ]; then
+    cp "$out/run.txt" "$out/dl-document-$S.txt"
+    python3 tests/reference/bench_one_document.py --seq "$S" --steps 4 --warmup 2 $compile_flag \
+      --driftless "$out/dl-document-$S.txt" 2>&1 | grep -v Warning | tee -a "$out/bench-context.log"
+    if [ "$gpus" -ge 2 ] && [ "$S" -le 65536 ]; then
       run_one "${mpi[@]}" "$dl" bench train "${doc[@]}" --set distributed.sequence_data_parallel=2 |
         tee -a "$out/bench-context.log"
       for kind in ring a2a; do

@@ -7,34 +7,15 @@ namespace driftless::layers {
 
 namespace {
 
-// Builds the functor of spec.score_mod for compute type T; converted parameter tensors
-// live for the duration of the call.
+// Hands the kernels the functor of spec.score_mod for compute type T: the spec bound to its
+// description (parameters converted to T on the cpu, alive for the call), then the functor
+// of the description.
 struct BuiltinBinder {
   static constexpr bool kUserFunctor = false;
   template <class T, class F>
   void operator()(T, const AttentionSpec& spec, F&& f) const {
-    const ScoreModSpec& m = spec.score_mod;
-    const DType ct = dtype_of<T>;
-    switch (m.kind) {
-      case ScoreModKind::none:
-        f(score_mod::None<T>{});
-        return;
-      case ScoreModKind::softcap:
-        f(score_mod::Softcap<T>{T(m.softcap)});
-        return;
-      case ScoreModKind::alibi: {
-        Tensor slopes = detail::as_compute(m.alibi_slopes, ct);
-        f(score_mod::Alibi<T>{slopes.data<T>()});
-        return;
-      }
-      case ScoreModKind::relative_position: {
-        Tensor table = detail::as_compute(m.relative_position_table, ct);
-        f(score_mod::RelativePosition<T>{table.data<T>(), int(table.size(0)),
-                                         int(m.relative_position_max_distance)});
-        return;
-      }
-    }
-    DL_FAIL(detail::kOp, "unknown score modifier kind " << int(m.kind));
+    const BoundScoreMod<T> m = bind_score_mod<T>(spec.score_mod, Device::cpu);
+    score_mod::visit_score_mod(m.desc, f);
   }
 };
 

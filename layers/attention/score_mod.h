@@ -1,13 +1,18 @@
-// Score modifiers (ARCHITECTURE.md "Score modifiers"): functors mapping a visible, already scaled
-// score to a new score, with the derivative the backward needs. The same functors are
-// instantiated into the CPU kernels (cpu/flash_cpu.h) and the reference CUDA kernels
-// (cuda/flash_cuda.cu: none, softcap, ALiBi); the tensor-core kernels of cuda/fast/ take
-// their own log2-domain forms of softcap and ALiBi (fast_common.cuh).
+// Score modifiers (ARCHITECTURE.md "Score modifiers"), in one header that the CPU kernels and
+// CUDA device code both include: C++17, nothing host-only, every function DL_HOST_DEVICE.
+//  * ScoreModKind and ScoreModDesc<T>: the one description of a built-in modifier, its kind
+//    and its parameters as plain values and pointers into the memory of the kernels that
+//    read them (bind_score_mod, spec.h, makes one from the user-facing ScoreModSpec).
+//  * softcap_value, alibi_value, ...: the one implementation of each built-in's value and
+//    exact derivative.
+//  * The functors None, Softcap, Alibi and RelativePosition: that math in the compile-time
+//    form the kernels are instantiated with; visit_score_mod turns a description into its
+//    functor. User-written modifiers implement the same interface.
 //
 // Interface of a modifier M for compute type T (float or double):
 //   DL_HOST_DEVICE T value(T score, int b, int h, int q_idx, int k_idx) const;
-//   DL_HOST_DEVICE T derivative(T score, int b, int h, int q_idx, int k_idx) const;  // d value/d
-//   score
+//   DL_HOST_DEVICE T derivative(T score, int b, int h, int q_idx, int k_idx) const;
+//       // d value / d score
 // and, only when it has learnable inputs:
 //   int64_t param_count() const;   // number of learnable scalars
 //   DL_HOST_DEVICE void param_grad(T dvalue, T score, int b, int h, int q_idx, int k_idx,
@@ -29,13 +34,87 @@
 
 #include "layers/attention/host_device.h"
 
-namespace driftless::layers::score_mod {
+namespace driftless::layers {
+
+enum class ScoreModKind { none, softcap, alibi, relative_position };
+
+// A built-in modifier as the kernels take it. Only the fields of `kind` are read; the
+// pointers address memory of the device the kernels run on and are not owned.
+template <class T>
+struct ScoreModDesc {
+  ScoreModKind kind = ScoreModKind::none;
+  T softcap = T(0);                            // softcap: the cap, > 0
+  const T* alibi_slopes = nullptr;             // alibi: (H), not learnable
+  const T* relative_position_table = nullptr;  // relative_position: (H, 2 * max_distance + 1)
+  int relative_position_heads = 0;             //   its H
+  int relative_position_max_distance = 0;
+};
+
+namespace score_mod {
 
 DL_HOST_DEVICE inline float dl_tanh(float x) {
   return ::tanhf(x);
 }
 DL_HOST_DEVICE inline double dl_tanh(double x) {
   return ::tanh(x);
+}
+
+// Softcap: cap * tanh(score / cap) (Gemma 2, FlashAttention's softcap) bounds scores to
+// (-cap, cap). Written in terms of t = tanh(score / cap) so that a kernel computing t its
+// own way (a faster approximation) shares the rest.
+template <class T>
+DL_HOST_DEVICE inline T softcap_tanh(T s, T cap) {
+  return dl_tanh(s / cap);
+}
+template <class T>
+DL_HOST_DEVICE inline T softcap_value_of_tanh(T t, T cap) {
+  return cap * t;
+}
+template <class T>
+DL_HOST_DEVICE inline T softcap_derivative_of_tanh(T t) {
+  return T(1) - t * t;
+}
+template <class T>
+DL_HOST_DEVICE inline T softcap_value(T s, T cap) {
+  return softcap_value_of_tanh(softcap_tanh(s, cap), cap);
+}
+template <class T>
+DL_HOST_DEVICE inline T softcap_derivative(T s, T cap) {
+  return softcap_derivative_of_tanh(softcap_tanh(s, cap));
+}
+
+// ALiBi: score - slope[h] * |q_idx - k_idx|. With causal masking this is the usual
+// -slope * (q - k); without it the penalty is symmetric.
+DL_HOST_DEVICE inline int token_distance(int q, int k) {
+  return q >= k ? q - k : k - q;
+}
+template <class T>
+DL_HOST_DEVICE inline T alibi_value(T s, T slope, int q, int k) {
+  return s - slope * T(token_distance(q, k));
+}
+template <class T>
+DL_HOST_DEVICE inline T alibi_derivative(T) {
+  return T(1);
+}
+
+// Learnable relative-position bias: score + table[h, bucket], bucket =
+// clamp(q_idx - k_idx, -max_distance, max_distance) + max_distance. d value / d score and
+// d value / d table[h, bucket] are both 1.
+DL_HOST_DEVICE inline int relative_position_buckets(int max_distance) {
+  return 2 * max_distance + 1;
+}
+DL_HOST_DEVICE inline int relative_position_bucket(int q, int k, int max_distance) {
+  int d = q - k;
+  d = d < -max_distance ? -max_distance : (d > max_distance ? max_distance : d);
+  return d + max_distance;
+}
+template <class T>
+DL_HOST_DEVICE inline T relative_position_value(T s, T table_entry) {
+  return s + table_entry;
+}
+template <class T>
+DL_HOST_DEVICE inline T relative_position_derivative(T) {
+  return T(1);
 }
 
 // The identity: plain softmax attention.
@@ -45,52 +124,64 @@ struct None {
   DL_HOST_DEVICE T derivative(T, int, int, int, int) const { return T(1); }
 };
 
-// cap * tanh(score / cap) (Gemma 2, FlashAttention's softcap): bounds scores to (-cap, cap).
 template <class T>
 struct Softcap {
   T cap;
-  DL_HOST_DEVICE T value(T s, int, int, int, int) const { return cap * dl_tanh(s / cap); }
-  DL_HOST_DEVICE T derivative(T s, int, int, int, int) const {
-    T t = dl_tanh(s / cap);
-    return T(1) - t * t;
-  }
+  DL_HOST_DEVICE T value(T s, int, int, int, int) const { return softcap_value(s, cap); }
+  DL_HOST_DEVICE T derivative(T s, int, int, int, int) const { return softcap_derivative(s, cap); }
 };
 
-// ALiBi: score - slope[h] * |q_idx - k_idx|. With causal masking this is the usual
-// -slope * (q - k); without it the penalty is symmetric. slopes: [H], not learnable.
 template <class T>
 struct Alibi {
-  const T* slopes;
+  const T* slopes;  // (H)
   DL_HOST_DEVICE T value(T s, int, int h, int q, int k) const {
-    int d = q >= k ? q - k : k - q;
-    return s - slopes[h] * T(d);
+    return alibi_value(s, slopes[h], q, k);
   }
-  DL_HOST_DEVICE T derivative(T, int, int, int, int) const { return T(1); }
+  DL_HOST_DEVICE T derivative(T s, int, int, int, int) const { return alibi_derivative(s); }
 };
 
-// Learnable relative-position bias: score + table[h, bucket], bucket =
-// clamp(q_idx - k_idx, -max_distance, max_distance) + max_distance;
-// table: [H, 2 * max_distance + 1] row-major.
 template <class T>
 struct RelativePosition {
-  const T* table;
+  const T* table;  // (H, 2 * max_distance + 1) row-major
   int heads;
   int max_distance;
-  DL_HOST_DEVICE int num_buckets() const { return 2 * max_distance + 1; }
-  DL_HOST_DEVICE int bucket(int q, int k) const {
-    int d = q - k;
-    d = d < -max_distance ? -max_distance : (d > max_distance ? max_distance : d);
-    return d + max_distance;
+  DL_HOST_DEVICE int num_buckets() const { return relative_position_buckets(max_distance); }
+  DL_HOST_DEVICE int index(int h, int q, int k) const {
+    return h * num_buckets() + relative_position_bucket(q, k, max_distance);
   }
   DL_HOST_DEVICE T value(T s, int, int h, int q, int k) const {
-    return s + table[h * num_buckets() + bucket(q, k)];
+    return relative_position_value(s, table[index(h, q, k)]);
   }
-  DL_HOST_DEVICE T derivative(T, int, int, int, int) const { return T(1); }
+  DL_HOST_DEVICE T derivative(T s, int, int, int, int) const {
+    return relative_position_derivative(s);
+  }
   int64_t param_count() const { return int64_t(heads) * num_buckets(); }
   DL_HOST_DEVICE void param_grad(T dvalue, T, int, int h, int q, int k, T* grad) const {
-    grad[h * num_buckets() + bucket(q, k)] += dvalue;
+    grad[index(h, q, k)] += dvalue;
   }
 };
+
+// Calls f(functor) with the functor of d's kind: the one place a description becomes the
+// compile-time modifier a kernel is instantiated with. A kind outside the enum calls nothing
+// (bind_score_mod refuses those on the host).
+template <class T, class F>
+inline void visit_score_mod(const ScoreModDesc<T>& d, F&& f) {
+  switch (d.kind) {
+    case ScoreModKind::none:
+      f(None<T>{});
+      return;
+    case ScoreModKind::softcap:
+      f(Softcap<T>{d.softcap});
+      return;
+    case ScoreModKind::alibi:
+      f(Alibi<T>{d.alibi_slopes});
+      return;
+    case ScoreModKind::relative_position:
+      f(RelativePosition<T>{d.relative_position_table, d.relative_position_heads,
+                            d.relative_position_max_distance});
+      return;
+  }
+}
 
 // Whether a modifier has learnable inputs (host-side trait used by the kernels). Only in
 // C++20 translation units: nvcc compiles the CUDA kernels as C++17.
@@ -101,4 +192,5 @@ concept HasParams = requires(const M& m) {
 };
 #endif
 
-}  // namespace driftless::layers::score_mod
+}  // namespace score_mod
+}  // namespace driftless::layers

@@ -105,6 +105,34 @@ ScoreModSpec ScoreModSpec::make_relative_position(Tensor table, int64_t max_dist
   return s;
 }
 
+template <class T>
+BoundScoreMod<T> bind_score_mod(const ScoreModSpec& m, Device device) {
+  BoundScoreMod<T> b;
+  ScoreModDesc<T>& d = b.desc;
+  d.kind = m.kind;
+  switch (m.kind) {
+    case ScoreModKind::none:
+      return b;
+    case ScoreModKind::softcap:
+      d.softcap = T(m.softcap);
+      return b;
+    case ScoreModKind::alibi:
+      b.alibi_slopes = m.alibi_slopes.to(device, dtype_of<T>).contiguous();
+      d.alibi_slopes = b.alibi_slopes.template data<T>();
+      return b;
+    case ScoreModKind::relative_position:
+      b.relative_position_table = m.relative_position_table.to(device, dtype_of<T>).contiguous();
+      d.relative_position_table = b.relative_position_table.template data<T>();
+      d.relative_position_heads = int(b.relative_position_table.size(0));
+      d.relative_position_max_distance = int(m.relative_position_max_distance);
+      return b;
+  }
+  DL_FAIL(kOp, "unknown score modifier kind " << int(m.kind));
+}
+
+template BoundScoreMod<float> bind_score_mod<float>(const ScoreModSpec&, Device);
+template BoundScoreMod<double> bind_score_mod<double>(const ScoreModSpec&, Device);
+
 const char* score_mod_name(ScoreModKind kind) {
   switch (kind) {
     case ScoreModKind::none:

@@ -20,13 +20,14 @@
 #include <vector>
 
 #include "engine/core/tensor.h"
+#include "layers/attention/score_mod.h"
 
 namespace driftless::layers {
 
-enum class ScoreModKind { none, softcap, alibi, relative_position };
-
-// The built-in score modifiers (score_mod.h) as runtime data. User-defined functors go
-// through the templates in attention.h instead.
+// A built-in score modifier as the user gives it: its kind (score_mod.h) and its parameters
+// as tensors, which own their memory and carry autograd. bind_score_mod turns it into the
+// ScoreModDesc the kernels read. User-defined functors go through the templates in
+// attention.h instead.
 struct ScoreModSpec {
   ScoreModKind kind = ScoreModKind::none;
   double softcap = 0.0;            // cap > 0
@@ -41,6 +42,20 @@ struct ScoreModSpec {
 };
 
 const char* score_mod_name(ScoreModKind kind);
+
+// A ScoreModDesc in compute type T and the tensors its pointers point into (the spec's
+// parameters converted to T on the kernels' device); the pointers are valid while this, or
+// a copy of it, lives.
+template <class T>
+struct BoundScoreMod {
+  ScoreModDesc<T> desc;
+  Tensor alibi_slopes, relative_position_table;
+};
+
+// The description of m for kernels computing in T (float or double) on `device`. Throws
+// "[attention] ..." for a kind outside ScoreModKind; the parameters are checked by validate().
+template <class T>
+BoundScoreMod<T> bind_score_mod(const ScoreModSpec& m, Device device);
 
 struct AttentionSpec {
   Tensor cu_seqlens_q;         // (N + 1) i32

@@ -1,7 +1,8 @@
 // Host glue of the CUDA attention (attention.h detail::cuda_forward / cuda_backward): turns
 // a validated call into the POD problem of flash_cuda.h (documents and per-row document
-// maps copied to the device) and launches the kernels. Built-in modifiers none, softcap and
-// ALiBi; the relative-position table and the additive bias are CPU-only for now.
+// maps copied to the device, the score modifier bound to its description, score_mod.h) and
+// launches the kernels. Built-in modifiers none, softcap and ALiBi; the relative-position
+// table and the additive bias are CPU-only for now.
 // bf16 with head_dim 64 or 128 goes to the tensor-core kernels of cuda/fast/ (which need
 // only the documents and a tile schedule); everything else to the reference kernels.
 #include <algorithm>
@@ -17,8 +18,8 @@ namespace {
 // Device copies the kernels read; they live as long as the call.
 struct DeviceProblem {
   gpu::Problem p;
-  gpu::Mod mod;
-  Tensor q, k, v, docs, q_doc, k_doc, slopes;
+  BoundScoreMod<float> mod;  // mod.desc is the gpu::Mod the kernels take
+  Tensor q, k, v, docs, q_doc, k_doc;
   bool fast = false;                // the call goes to the cuda/fast/ kernels
   std::vector<gpu::Doc> host_docs;  // for the fast kernels' tile schedule
   bool q_padded = false, k_padded = false;
@@ -120,16 +121,8 @@ DeviceProblem make_device_problem(const ResolvedAttention& r, const Tensor& q, c
   p.causal = r.causal;
   p.window_left = r.window_left;
   p.window_right = r.window_right;
-  const ScoreModSpec& m = spec.score_mod;
-  if (m.kind == ScoreModKind::softcap) {
-    d.mod.kind = gpu::ModKind::softcap;
-    d.mod.softcap = float(m.softcap);
-  } else if (m.kind == ScoreModKind::alibi) {
-    d.mod.kind = gpu::ModKind::alibi;
-    d.slopes = m.alibi_slopes.to(Device::cuda, DType::f32).contiguous();
-    d.mod.alibi_slopes = d.slopes.data<float>();
-  }
-  d.fast = d.fast && gpu::fast::supported(d.p, d.mod);
+  d.mod = bind_score_mod<float>(spec.score_mod, Device::cuda);
+  d.fast = d.fast && gpu::fast::supported(d.p, d.mod.desc);
   if (d.fast)
     for (const DocSpan& s : r.docs)
       DL_CHECK(s.q_len < gpu::fast::kMaxDocLen && s.k_len < gpu::fast::kMaxDocLen, kOp,
@@ -165,11 +158,11 @@ AttentionOutputs cuda_forward(const ResolvedAttention& r, const Tensor& q, const
   Tensor lse = Tensor::empty({r.heads, r.t_q}, DType::f32, Device::cuda);
   if (d.fast) {
     const Tensor tiles = device_tiles(gpu::fast::q_tiles(d.p, d.host_docs, gpu::fast::kFwdBlockQ));
-    gpu::fast::forward(d.p, d.mod, tiles_ptr(tiles), tile_count(tiles), d.q_padded, out.raw_data(),
-                       lse.data<float>());
+    gpu::fast::forward(d.p, d.mod.desc, tiles_ptr(tiles), tile_count(tiles), d.q_padded,
+                       out.raw_data(), lse.data<float>());
     return {out, lse};
   }
-  gpu::launch_forward(d.p, d.mod, out.raw_data(), lse.data<float>());
+  gpu::launch_forward(d.p, d.mod.desc, out.raw_data(), lse.data<float>());
   return {out, lse};
 }
 
@@ -220,13 +213,13 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
         dq_acc.defined() ? Tensor()
                          : device_tiles(gpu::fast::q_tiles(d.p, d.host_docs,
                                                            gpu::fast::dq_block_q(d.p.head_dim)));
-    gpu::fast::backward(d.p, d.mod, tiles_ptr(qt), tile_count(qt), tiles_ptr(kt), tile_count(kt),
-                        d.q_padded, d.k_padded, oc.raw_data(), doc.raw_data(), lc.data<float>(),
-                        delta.data<float>(), g.dq.raw_data(), g.dk.raw_data(), g.dv.raw_data(),
-                        rows, dq_acc.defined() ? dq_acc.data<float>() : nullptr);
+    gpu::fast::backward(d.p, d.mod.desc, tiles_ptr(qt), tile_count(qt), tiles_ptr(kt),
+                        tile_count(kt), d.q_padded, d.k_padded, oc.raw_data(), doc.raw_data(),
+                        lc.data<float>(), delta.data<float>(), g.dq.raw_data(), g.dk.raw_data(),
+                        g.dv.raw_data(), rows, dq_acc.defined() ? dq_acc.data<float>() : nullptr);
     return g;
   }
-  gpu::launch_backward(d.p, d.mod, oc.raw_data(), doc.raw_data(), lc.data<float>(),
+  gpu::launch_backward(d.p, d.mod.desc, oc.raw_data(), doc.raw_data(), lc.data<float>(),
                        delta.data<float>(), g.dq.raw_data(), g.dk.raw_data(), g.dv.raw_data());
   return g;
 }

@@ -5,6 +5,8 @@
 #pragma once
 #include <cstdint>
 
+#include "layers/attention/score_mod.h"
+
 namespace driftless::layers::gpu {
 
 // One document (spec.h DocSpan), in device memory.
@@ -33,12 +35,10 @@ struct Problem {
   int64_t window_left = -1, window_right = -1;
 };
 
-enum class ModKind : int { none, softcap, alibi };
-struct Mod {
-  ModKind kind = ModKind::none;
-  float softcap = 0.0f;
-  const float* alibi_slopes = nullptr;  // (H) device
-};
+// The score modifier of a call: its description (score_mod.h) in f32, parameters in device
+// memory. The kernels take none, softcap and ALiBi.
+using ModKind = ScoreModKind;
+using Mod = ScoreModDesc<float>;
 
 // Writes every row of out (T_q, H, D) and lse (H, T_q): padded rows and rows that see no
 // key get 0 and -inf.
