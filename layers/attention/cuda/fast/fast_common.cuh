@@ -215,7 +215,8 @@ __device__ __forceinline__ void mma_two_products(float (&s)[N / 8][4], float (&d
 }
 
 // Score modifiers bound to one head: x(dot) is the modified score in log2 units
-// (value(scale * dot) * log2 e, score_mod.h), x_dx also gives d value / d score.
+// (value(scale * dot) * log2 e), x_dx also gives d value / d score; the value and derivative
+// are score_mod.h's, shared with the CPU path (softcap's tanh is this file's tanh_fast).
 struct ModNone {
   float scale_log2;
   __device__ void bind(int) {}
@@ -235,11 +236,13 @@ __device__ __forceinline__ float tanh_fast(float y) {
 struct ModSoftcap {  // cap * tanh(s / cap)
   float scale, cap;
   __device__ void bind(int) {}
-  __device__ float x(float dot, int, int) const { return cap * tanh_fast(dot * scale / cap) * kLog2e; }
+  __device__ float x(float dot, int, int) const {
+    return score_mod::softcap_value_of_tanh(tanh_fast(dot * scale / cap), cap) * kLog2e;
+  }
   __device__ float x_dx(float dot, int, int, float* dx) const {
     const float t = tanh_fast(dot * scale / cap);
-    *dx = 1.f - t * t;
-    return cap * t * kLog2e;
+    *dx = score_mod::softcap_derivative_of_tanh(t);
+    return score_mod::softcap_value_of_tanh(t, cap) * kLog2e;
   }
 };
 struct ModAlibi {  // s - slope[h] * |q - k|
@@ -248,11 +251,10 @@ struct ModAlibi {  // s - slope[h] * |q - k|
   float slope = 0.f;
   __device__ void bind(int h) { slope = slopes[h]; }
   __device__ float x(float dot, int q, int k) const {
-    const int d = q >= k ? q - k : k - q;
-    return (dot * scale - slope * float(d)) * kLog2e;
+    return score_mod::alibi_value(dot * scale, slope, q, k) * kLog2e;
   }
   __device__ float x_dx(float dot, int q, int k, float* dx) const {
-    *dx = 1.f;
+    *dx = score_mod::alibi_derivative(dot);
     return x(dot, q, k);
   }
 };
