@@ -1,10 +1,10 @@
 // The SDP K/V exchange (ARCHITECTURE.md "Data flow": K/V all-gathered straight into the buffer
 // slice, K/V gradients reduce-scattered) as layers::KvExchange over the sdp communicator.
-// Depends on layers/attention/kv_buffer.h for the interface only (header, no link).
+// Depends on the interface header layers/attention/kv_exchange.h only (no link, no buffers).
 #pragma once
 #include <memory>
 
-#include "layers/attention/kv_buffer.h"
+#include "layers/attention/kv_exchange.h"
 #include "parallel/communicator.h"
 
 namespace driftless::parallel {

@@ -10,52 +10,9 @@
 #include <memory>
 
 #include "engine/core/tensor.h"
+#include "layers/attention/kv_exchange.h"
 
 namespace driftless::layers {
-
-// How K/V are exchanged between the P ranks sharing a sequence (SDP; context parallelism
-// uses its all_to_all and ring_shift, context_parallel.h). A micro-sequence's
-// span of L rows is cut into P chunks of L/P rows; rank r owns chunk r. The single-rank
-// exchange (P = 1) does nothing; parallel/ provides the collective one.
-class KvExchange {
- public:
-  virtual ~KvExchange() = default;
-  virtual int64_t ranks() const { return 1; }
-  virtual int64_t rank() const { return 0; }
-  // span (L, 2, H_kv, D), contiguous view of the buffer: this rank filled its chunk; fill
-  // the others' (all-gather in place). rows: only the last `rows` rows of each chunk are
-  // read by other ranks (ModelInput::exchange_rows): just those move; 0 moves nothing,
-  // < 0 or >= L/P whole chunks.
-  virtual void all_gather(const Tensor& span, int64_t rows = -1) {}
-  // grad span (L, 2, H_kv, D): sum over ranks; afterwards this rank's chunk holds the sum
-  // (reduce-scatter in place; other chunks are left undefined). With rows, only the last
-  // `rows` rows of each chunk are summed: no other rank adds to the rows before them.
-  virtual void reduce_scatter(const Tensor& grad_span, int64_t rows = -1) {}
-  // packed (P, rows, ...) contiguous: slice rank() becomes the rank-order sum of every
-  // rank's slice rank() (the others are left undefined). The tails of a span gathered by the
-  // caller: the same sums as reduce_scatter(span, rows) on a span holding them.
-  virtual void reduce_scatter_packed(const Tensor& packed) {}
-
-  // ---- context parallelism over the same ranks (context_parallel.h) ----
-  // in (P·n), out (P·n): chunk p of in goes to rank p, chunk p of out comes from rank p.
-  virtual void all_to_all(const Tensor& out, const Tensor& in) {
-    out.view({out.numel()}).copy_(in.contiguous().view({in.numel()}));  // one rank: a copy
-  }
-  // A ring step in flight; wait() returns once it is complete.
-  class Pending {
-   public:
-    virtual ~Pending() = default;
-    virtual void wait() {}  // the base: already complete
-  };
-  // Sends `send` to the next rank (rank + 1 mod P) and receives into `recv` what the previous
-  // rank sends, overlapping work issued after it where the backend can (NCCL: a side
-  // stream). The caller neither writes send nor reads recv before wait(). Inline: parallel/
-  // implements this interface without linking layers/.
-  virtual std::unique_ptr<Pending> ring_shift(const Tensor& send, const Tensor& recv) {
-    recv.copy_(send);  // one rank: the ring is this rank
-    return std::make_unique<Pending>();
-  }
-};
 
 // Test-only fault switches: regression must catch real bugs (configs/regress/demo_fault.yaml).
 struct KvFaults {
