@@ -46,18 +46,21 @@ Tensor dropout(const Tensor& x, double p, uint64_t seed, const std::vector<Dropo
   DL_CHECK(p >= 0 && p <= 1, op, "p must be in [0, 1], got " << p);
   const Device device = detail::device_of(op, {x});
   const int64_t R = x.dim() == 0 ? 1 : x.size(0);
-  std::vector<int64_t> ids;
-  ids.reserve(size_t(R));
+  int64_t covered = 0;
   for (const DropoutRows& run : rows) {
     DL_CHECK(
         run.first >= 0 && run.rows >= 0, op,
         "row runs need first >= 0 and rows >= 0, got first " << run.first << " rows " << run.rows);
-    for (int64_t k = 0; k < run.rows; ++k) ids.push_back(run.first + k);
+    covered += run.rows;
   }
-  DL_CHECK(int64_t(ids.size()) == R, op,
-           "row runs cover " << ids.size() << " rows, x " << shape_str(x.shape()) << " has " << R);
+  DL_CHECK(covered == R, op,
+           "row runs cover " << covered << " rows, x " << shape_str(x.shape()) << " has " << R);
   if (!training || p == 0 || x.numel() == 0) return x;
   const int64_t n = x.numel() / R;
+  std::vector<int64_t> ids;
+  ids.reserve(size_t(R));
+  for (const DropoutRows& run : rows)
+    for (int64_t k = 0; k < run.rows; ++k) ids.push_back(run.first + k);
   Tensor dev_ids = Tensor::from_vector(ids);
   if (device == Device::cuda) dev_ids = dev_ids.to(Device::cuda);
   Tensor out = apply_mask(x, p, seed, dev_ids, n);
