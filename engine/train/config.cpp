@@ -109,7 +109,7 @@ void cross_check(const Config& c, std::vector<std::string>& errors) {
     need(sdp == 1, "distributed.context_parallel.size (" + P +
                        ") and distributed.sequence_data_parallel (" + std::to_string(sdp) +
                        ") both share sequences; choose one");
-    if (cp.kind == "ring") {
+    if (cp.kind == layers::ContextParallel::ring) {
       need((S / ms) % (2 * cp.size) == 0,
            "a micro-sequence (" + std::to_string(S / ms) +
                " tokens) must divide into 2 x distributed.context_parallel.size (" +
@@ -135,9 +135,9 @@ void cross_check(const Config& c, std::vector<std::string>& errors) {
        "batch.sequences (" + std::to_string(c.batch.sequences) +
            ") must be divisible by data_parallel x breadth_first x depth_first (" +
            std::to_string(split) + ")");
-  need(c.data.format == "random" || !c.data.path.empty(),
-       "data.path is required for data.format " + c.data.format);
-  need(c.precision.compute == "f32" || c.precision.device == "cuda",
+  need(c.data.format == DataFormat::random || !c.data.path.empty(),
+       "data.path is required for data.format " + config_name(c.data.format));
+  need(c.precision.compute == DType::f32 || c.precision.device == Device::cuda,
        "precision.compute bf16 needs precision.device cuda");
   need(c.optimizer.min_lr <= c.optimizer.lr, "optimizer.min_lr must not exceed optimizer.lr");
   need(c.optimizer.warmup_steps <= c.training.steps,

@@ -24,15 +24,34 @@ struct Field {
   std::vector<std::string> choices = {};
 };
 
-// An enum member, read and written by its name: names[i] is the enum value i.
+// The names a config writes for an enum's values: names[i] is values[i]. Values left out
+// are refused by the schema (ContextParallel::none is size 1, not a kind).
+template <class E>
+struct EnumNames {
+  std::vector<std::string> names;
+  std::vector<E> values;
+  const std::string& name(E v) const {
+    for (size_t i = 0; i < values.size(); ++i)
+      if (values[i] == v) return names[i];
+    static const std::string unnamed = "?";
+    return unnamed;
+  }
+};
+
+// An enum member, read and written by its name (index into names).
 struct EnumRef {
   std::function<int()> get;
   std::function<void(int)> set;
   const std::vector<std::string>* names;
 };
 template <class E>
-EnumRef enum_ref(E& e, const std::vector<std::string>& names) {
-  return {[&e] { return int(e); }, [&e](int v) { e = E(v); }, &names};
+EnumRef enum_ref(E& e, const EnumNames<E>& table) {
+  return {[&e, &table] {
+            for (size_t i = 0; i < table.values.size(); ++i)
+              if (table.values[i] == e) return int(i);
+            return 0;
+          },
+          [&e, &table](int i) { e = table.values[size_t(i)]; }, &table.names};
 }
 
 struct RecordList;

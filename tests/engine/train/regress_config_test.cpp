@@ -71,7 +71,7 @@ tolerance_overrides:
     const std::string m = e.what();
     EXPECT_NE(m.find("derive_tolerances.bf16.from: 'missing'"), std::string::npos) << m;
     EXPECT_NE(m.find("derive_tolerances.f16.from: unknown key (did you mean "
-                     "derive_tolerances.f32.from?)"),
+                     "derive_tolerances.bf16.from?)"),
               std::string::npos)
         << m;
     EXPECT_NE(m.find("tolerance_overrides[0].dtype: 'f16' is not one of: f32, bf16"),
