@@ -42,7 +42,7 @@ void visit_schema_impl(C& c, V&& v) {
   v(Field{"model.n_head", "query heads per attention layer", 1, 1024}, c.model.n_head);
   v(Field{"model.n_kv_head", "key/value heads (GQA); 0 means n_head", 0, 1024}, c.model.n_kv_head);
   v(Field{"model.n_embd", "model width; divisible by n_head", 1, 1e6}, c.model.n_embd);
-  v(Field{"model.dropout", "dropout probability (0 for regression runs)", 0, 0.999}, c.model.dropout);
+  v(Field{"model.dropout", "dropout probability on the embeddings and every residual branch; an element's mask follows its token's place in the global batch, so every layout drops the same elements", 0, 0.999}, c.model.dropout);
   v(Field{"model.softcap", "attention score softcap c (c*tanh(s/c)); 0 is off", 0, 1e6}, c.model.softcap);
   v(Field{"model.alibi", "ALiBi position biases in attention (in addition to learned positions)"}, c.model.alibi);
   // data
