@@ -38,7 +38,7 @@ int run_bench_train(const BenchTrainArgs& a) {
   return run_distributed(c, [&](train::TrainerOptions& o) {
     o.progress = false;
     train::Trainer t(c, o);
-    const Device dev = c.precision.device == "cuda" ? Device::cuda : Device::cpu;
+    const Device dev = c.precision.device;
     const bool root = o.rank == 0;
     for (int64_t s = 0; s < a.warmup; ++s) t.train_step(s);
     reset_peak_memory(dev);
@@ -76,8 +76,9 @@ int run_bench_train(const BenchTrainArgs& a) {
     if (root) {
       std::cout << "bench train: " << t.model().num_parameters() << " parameters, "
                 << t.layout().describe() << ", " << c.batch.sequences << " x "
-                << c.batch.sequence_length << " tokens, " << c.precision.compute << " on "
-                << (dev == Device::cuda ? cuda::device_name() : std::string("cpu")) << "\n"
+                << c.batch.sequence_length << " tokens, " << dtype_name(c.precision.compute)
+                << " on " << (dev == Device::cuda ? cuda::device_name() : std::string("cpu"))
+                << "\n"
                 << "  median step " << std::fixed << std::setprecision(1) << median * 1e3
                 << " ms over " << a.steps << " steps: " << std::setprecision(0) << tps
                 << " tokens/s";
@@ -89,7 +90,7 @@ int run_bench_train(const BenchTrainArgs& a) {
                                   {"world", world},
                                   {"sequences", c.batch.sequences},
                                   {"sequence_length", c.batch.sequence_length},
-                                  {"compute", c.precision.compute},
+                                  {"compute", dtype_name(c.precision.compute)},
                                   {"median_step_s", median},
                                   {"tokens_per_s", tps},
                                   {"flops_last_step", flops},

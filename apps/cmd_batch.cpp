@@ -39,7 +39,7 @@ void apply_config(BatchOptions& o, const CLI::App& sub) {
   const train::Config c = train::load_config(o.config, o.overrides);
   auto unset = [&](const char* flag) { return sub.get_option(flag)->count() == 0; };
   if (unset("--dataset") && unset("--random")) {
-    o.random = c.data.format == "random";
+    o.random = c.data.format == train::DataFormat::random;
     if (!o.random) o.dataset = c.data.path;
   }
   if (unset("--random-documents")) o.random_config.num_documents = c.data.random_documents;
@@ -48,7 +48,7 @@ void apply_config(BatchOptions& o, const CLI::App& sub) {
   if (unset("--random-max-length")) o.random_config.max_length = int32_t(c.data.random_max_length);
   o.random_config.distribution = c.data.random_distribution;
   o.random_config.vocab_size = int32_t(c.model.vocab_size);
-  if (unset("--long-documents")) o.long_documents = c.data.long_documents;
+  if (unset("--long-documents")) o.long_documents = train::config_name(c.data.long_documents);
   if (unset("--pad-documents-to")) o.sampler.pad_documents_to = int32_t(c.data.pad_documents_to);
   o.sampler.shuffle = c.data.shuffle;
   if (unset("--seq-len")) o.sampler.sequence_length = c.batch.sequence_length;
@@ -56,7 +56,7 @@ void apply_config(BatchOptions& o, const CLI::App& sub) {
   if (unset("--micro-sequences")) o.micro_sequences = int32_t(c.schedule.micro_sequences);
   if (unset("--sdp")) o.sdp = int32_t(c.distributed.sequence_data_parallel);
   if (unset("--context-parallel")) o.cp = int32_t(c.distributed.context_parallel.size);
-  if (unset("--cp-kind")) o.cp_kind = c.distributed.context_parallel.kind;
+  if (unset("--cp-kind")) o.cp_kind = train::config_name(c.distributed.context_parallel.kind);
   if (unset("--data-parallel")) o.data_parallel = int32_t(c.distributed.data_parallel);
   if (unset("--seed")) o.sampler.seed = uint64_t(c.training.seed);
 }

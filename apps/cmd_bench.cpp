@@ -168,7 +168,7 @@ int run_memory(const BenchArgs& a) {
     train::TrainerOptions o;
     o.progress = false;
     train::Trainer trainer(c, o);
-    const Device dev = c.precision.device == "cuda" ? Device::cuda : Device::cpu;
+    const Device dev = c.precision.device;
     trainer.train_step(0);  // warm up: K/V buffers, optimizer state
     const size_t before = memory_stats(dev).bytes_in_use;
     reset_peak_memory(dev);

@@ -35,9 +35,18 @@ struct RegressArgs {
   std::string config;
   std::vector<std::string> only;
   std::string output;
+  bool reference = false;
 };
 
 int run_regress(const RegressArgs& a) {
+  if (a.reference) {
+    std::cout << train::regress_config_reference();
+    return 0;
+  }
+  if (a.config.empty()) {
+    std::cerr << "driftless regress: give --config FILE or --reference\n";
+    return 1;
+  }
   train::RegressConfig c = train::load_regress_config(a.config, a.only);
   if (!a.output.empty()) c.output_dir = a.output;
   std::cout << "driftless regress: " << c.layouts.size() << " layouts, " << c.steps
@@ -56,8 +65,10 @@ Registrar regress({"regress",
                    [](CLI::App& sub) {
                      auto a = std::make_shared<RegressArgs>();
                      sub.add_option("--config,-c", a->config, "regression config (YAML)")
-                         ->required()
                          ->check(CLI::ExistingFile);
+                     sub.add_flag("--reference", a->reference,
+                                  "print every key of the regression config with type, default "
+                                  "and meaning (Markdown)");
                      sub.add_option("--only", a->only,
                                     "run only these layouts (and their baselines); repeatable");
                      sub.add_option("--output,-o", a->output, "output folder (default: the config's)");

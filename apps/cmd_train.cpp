@@ -9,6 +9,7 @@
 
 #include "apps/command.h"
 #include "apps/distributed_run.h"
+#include "engine/core/env.h"
 
 namespace driftless::apps {
 namespace {
@@ -36,8 +37,8 @@ struct TrainArgs {
 // reverse_micro_sequences.
 layers::ModelFaults faults_from_env() {
   layers::ModelFaults f;
-  const char* env = std::getenv("DRIFTLESS_TEST_FAULT");
-  if (!env) return f;
+  const std::string env = env_value("DRIFTLESS_TEST_FAULT");
+  if (env.empty()) return f;
   std::stringstream ss(env);
   for (std::string item; std::getline(ss, item, ',');) {
     if (item.rfind("layer=", 0) == 0)

@@ -19,7 +19,7 @@ int run_distributed(const train::Config& config,
     auto control = world.communicator(Device::cpu);
     train::check_ranks_agree(*control, train::config_entries(config), "configuration");
     // NCCL communicators for cuda runs, so gradients and K/V stay on the device.
-    const Device device = config.precision.device == "cuda" ? Device::cuda : Device::cpu;
+    const Device device = config.precision.device;
     parallel::ProcessGroups groups(
         world,
         // The ranks sharing a sequence: SDP or context parallel (config.cpp allows one).

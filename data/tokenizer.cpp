@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "data/gpt2_tokenizer.h"
+#include "engine/core/env.h"
 #include "engine/core/error.h"
 
 namespace driftless::data {
@@ -29,7 +30,7 @@ std::string ByteTokenizer::decode(std::span<const int32_t> tokens) const {
 }
 
 std::string default_vocab_dir() {
-  if (const char* env = std::getenv("DRIFTLESS_VOCAB_DIR"); env && *env) return env;
+  if (env_set("DRIFTLESS_VOCAB_DIR")) return env_value("DRIFTLESS_VOCAB_DIR");
   return ".cache/gpt2-vocab";
 }
 

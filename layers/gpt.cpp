@@ -20,6 +20,16 @@ std::string layer_name(int64_t l, const std::string& part) {
   return "h." + std::to_string(l) + "." + part;
 }
 
+// The slice's rows named by their place in the step's global batch (sequence x S +
+// position), so dropout draws the mask `simple` draws whatever the layout.
+std::vector<ops::DropoutRows> dropout_rows(const std::vector<SliceInput>& slice) {
+  std::vector<ops::DropoutRows> rows;
+  for (const auto& s : slice)
+    rows.push_back({s.global_sequence * s.input->sequence_length + s.input->sequence_k_past,
+                    s.input->num_queries()});
+  return rows;
+}
+
 // The attention call of one sequence from its ModelInput (padding in FA3 convention:
 // memory offsets in cu_seqlens_*, real lengths in seqused_*).
 AttentionSpec spec_from_input(const data::ModelInput& in, bool fault_cu_k) {
@@ -208,7 +218,8 @@ Tensor Gpt::hidden(const std::vector<SliceInput>& slice, const ForwardOptions& o
   // Ids stay on the host: embedding validates them there and uploads them once itself.
   Tensor x = ops::add(ops::embedding(p("wte.weight"), Tensor::from_vector(tokens)),
                       ops::embedding(p("wpe.weight"), Tensor::from_vector(positions)));  // (T, C)
-  x = ops::dropout(x, config_.dropout, random::derive(o.dropout_seed, 0), o.training);
+  x = ops::dropout(x, config_.dropout, random::derive(o.dropout_seed, 0), dropout_rows(slice),
+                   o.training);
   x = tap(x, "embed", o.sink, rows);
   for (int64_t l = 0; l < config_.n_layer; ++l) x = block(l, x, slice, o, rows);
   x = ops::layer_norm(x, p("ln_f.weight"), p("ln_f.bias"));
@@ -227,7 +238,8 @@ Tensor Gpt::block(int64_t l, const Tensor& x, const std::vector<SliceInput>& sli
     r = self_attention(l, h, slice, o, rows, x);
   } else {
     Tensor a = self_attention(l, h, slice, o, rows);
-    a = ops::dropout(a, config_.dropout, random::derive(o.dropout_seed, 2 * l + 1), o.training);
+    a = ops::dropout(a, config_.dropout, random::derive(o.dropout_seed, 2 * l + 1),
+                     dropout_rows(slice), o.training);
     r = ops::add(x, tap(a, layer_name(l, "attn"), o.sink, rows));
   }
   Tensor m = ops::layer_norm(r, p(layer_name(l, "ln_2.weight")), p(layer_name(l, "ln_2.bias")));
@@ -242,7 +254,8 @@ Tensor Gpt::block(int64_t l, const Tensor& x, const std::vector<SliceInput>& sli
     out = mlp_of(m, r);
   } else {
     m = mlp_of(m, Tensor());
-    m = ops::dropout(m, config_.dropout, random::derive(o.dropout_seed, 2 * l + 2), o.training);
+    m = ops::dropout(m, config_.dropout, random::derive(o.dropout_seed, 2 * l + 2),
+                     dropout_rows(slice), o.training);
     out = ops::add(r, tap(m, layer_name(l, "mlp"), o.sink, rows));
   }
   return tap(out, layer_name(l, "out"), o.sink, rows);

@@ -6,17 +6,11 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "engine/core/env.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/nccl_communicator.h"
 
 namespace driftless::parallel {
-
-namespace {
-bool env_set(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0';
-}
-}  // namespace
 
 bool World::launched_by_mpi() {
   return env_set("OMPI_COMM_WORLD_SIZE") || env_set("PMI_SIZE") || env_set("PMIX_RANK");

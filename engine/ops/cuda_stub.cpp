@@ -50,7 +50,7 @@ Tensor unary(Unary, const Tensor&, const Shape&, double) {
 Tensor gelu_backward(const Tensor&, const Tensor&) {
   no_cuda("gelu");
 }
-Tensor dropout(const Tensor&, double, uint64_t) {
+Tensor dropout(const Tensor&, double, uint64_t, const Tensor&, int64_t) {
   no_cuda("dropout");
 }
 Tensor sum_to(const Tensor&, const Shape&, double) {

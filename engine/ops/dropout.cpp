@@ -1,7 +1,8 @@
-// Seeded dropout: element i (row-major) is kept when random::uniform01(seed, i) >= p, so
-// the mask depends only on (seed, index) and is the same on every machine and device. The
-// backward regenerates the mask from the seed instead of saving it. The CUDA body
-// (engine/ops/cuda/elementwise.cu) draws with the same inline hash (random.h).
+// Seeded dropout: element c of a row with global id g is kept when random::uniform01(seed,
+// g * n + c) >= p (n elements a row), so the mask depends only on (seed, row id, column)
+// and is the same on every machine, device and batch layout. The backward regenerates the
+// mask from the seed instead of saving it. The CUDA body (engine/ops/cuda/elementwise.cu)
+// draws with the same inline hash (random.h).
 #include <vector>
 
 #include "engine/core/random.h"
@@ -15,37 +16,63 @@ using autograd::Context;
 
 namespace {
 
-// out[i] = x[i] * keep(i) / (1 - p), x read through its strides, out contiguous.
-Tensor apply_mask(const Tensor& x, double p, uint64_t seed) {
-  if (x.device() == Device::cuda) return gpu::dropout(x, p, seed);
+// out[r, c] = x[r, c] * keep(ids[r] * n + c) / (1 - p), x read through its strides, out
+// contiguous; ids is i64 (R) on x's device.
+Tensor apply_mask(const Tensor& x, double p, uint64_t seed, const Tensor& ids, int64_t n) {
+  if (x.device() == Device::cuda) return gpu::dropout(x, p, seed, ids, n);
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   const double keep_scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
+  const int64_t* id = ids.data<int64_t>();
   detail::dispatch_float("dropout", x.dtype(), [&](auto z) {
     using T = decltype(z);
     const T* px = x.data<T>();
     T* po = out.data<T>();
-    detail::for_each_broadcast<1>(x.shape(), std::array<Shape, 1>{x.strides()},
-                                  [&](int64_t i, const auto& o) {
-                                    const bool keep = random::uniform01(seed, uint64_t(i)) >= p;
-                                    po[i] = keep ? T(double(px[o[0]]) * keep_scale) : T(0);
-                                  });
+    detail::for_each_broadcast<1>(
+        x.shape(), std::array<Shape, 1>{x.strides()}, [&](int64_t i, const auto& o) {
+          const uint64_t counter = uint64_t(id[i / n]) * uint64_t(n) + uint64_t(i % n);
+          const bool keep = random::uniform01(seed, counter) >= p;
+          po[i] = keep ? T(double(px[o[0]]) * keep_scale) : T(0);
+        });
   });
   return out;
 }
 
 }  // namespace
 
-Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training) {
+Tensor dropout(const Tensor& x, double p, uint64_t seed, const std::vector<DropoutRows>& rows,
+               bool training) {
   const char* op = "dropout";
   detail::require_float(op, x, "x");
   DL_CHECK(p >= 0 && p <= 1, op, "p must be in [0, 1], got " << p);
-  detail::device_of(op, {x});
-  if (!training || p == 0) return x;
-  Tensor out = apply_mask(x, p, seed);
+  const Device device = detail::device_of(op, {x});
+  const int64_t R = x.dim() == 0 ? 1 : x.size(0);
+  int64_t covered = 0;
+  for (const DropoutRows& run : rows) {
+    DL_CHECK(
+        run.first >= 0 && run.rows >= 0, op,
+        "row runs need first >= 0 and rows >= 0, got first " << run.first << " rows " << run.rows);
+    covered += run.rows;
+  }
+  DL_CHECK(covered == R, op,
+           "row runs cover " << covered << " rows, x " << shape_str(x.shape()) << " has " << R);
+  if (!training || p == 0 || x.numel() == 0) return x;
+  const int64_t n = x.numel() / R;
+  std::vector<int64_t> ids;
+  ids.reserve(size_t(R));
+  for (const DropoutRows& run : rows)
+    for (int64_t k = 0; k < run.rows; ++k) ids.push_back(run.first + k);
+  Tensor dev_ids = Tensor::from_vector(ids);
+  if (device == Device::cuda) dev_ids = dev_ids.to(Device::cuda);
+  Tensor out = apply_mask(x, p, seed, dev_ids, n);
   return autograd::record(op, {x}, out, Context(),
-                          [p, seed](Context&, const std::vector<Tensor>& g) {
-                            return std::vector<Tensor>{apply_mask(g[0], p, seed)};
+                          [p, seed, dev_ids, n](Context&, const std::vector<Tensor>& g) {
+                            return std::vector<Tensor>{apply_mask(g[0], p, seed, dev_ids, n)};
                           });
+}
+
+Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training) {
+  const int64_t R = x.dim() == 0 ? 1 : x.size(0);
+  return dropout(x, p, seed, {DropoutRows{0, R}}, training);
 }
 
 }  // namespace driftless::ops

@@ -76,9 +76,21 @@ Tensor permute(const Tensor& x, const std::vector<int64_t>& dims);  // view: out
 Tensor contiguous(const Tensor& x);  // same values, contiguous (self when already)
 
 // ---- dropout.cpp ----
-// x (any) -> (same): keeps element i (row-major index) when random::uniform01(seed, i) >= p
-// and scales kept ones by 1/(1-p); the same mask on every machine. p in [0, 1]; identity
-// (no node) when !training or p == 0.
+// Global ids of the rows (dim 0) of a dropout input, as runs: `rows` rows with consecutive
+// ids from `first`.
+struct DropoutRows {
+  int64_t first = 0;
+  int64_t rows = 0;
+};
+// x (R, ...) -> (same): element c of row r (n = numel / R elements a row) is kept when
+// random::uniform01(seed, id(r) * n + c) >= p, and kept ones are scaled by 1/(1-p); the
+// same mask on every machine and device. The mask follows a row's id, not its place in x,
+// so a token dropped in one batch layout is dropped in every other (the model numbers rows
+// by their place in the step's global batch). `rows` covers the R rows in order. p in
+// [0, 1]; identity (no node) when !training or p == 0.
+Tensor dropout(const Tensor& x, double p, uint64_t seed, const std::vector<DropoutRows>& rows,
+               bool training = true);
+// Rows numbered 0..R-1: element i (row-major) is kept when uniform01(seed, i) >= p.
 Tensor dropout(const Tensor& x, double p, uint64_t seed, bool training = true);
 
 }  // namespace driftless::ops

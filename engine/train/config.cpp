@@ -84,115 +84,6 @@ void apply_override(YAML::Node& root, const std::string& spec) {
   set(root, 0);
 }
 
-void flatten(const YAML::Node& node, const std::string& prefix,
-             std::map<std::string, YAML::Node>& out) {
-  if (node.IsMap() && !prefix.empty() && node.size() == 0) {
-    out[prefix] = node;
-    return;
-  }
-  if (node.IsMap()) {
-    for (const auto& kv : node) {
-      std::string key = kv.first.as<std::string>();
-      flatten(kv.second, prefix.empty() ? key : prefix + "." + key, out);
-    }
-    return;
-  }
-  out[prefix] = node;
-}
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
-std::string choices_str(const std::vector<std::string>& c) {
-  std::string s;
-  for (size_t i = 0; i < c.size(); ++i) s += (i ? ", " : "") + c[i];
-  return s;
-}
-
-// Reads one scalar into a typed member; returns an error text or "".
-template <class T>
-std::string read_scalar(const YAML::Node& n, T& out) {
-  if (!n.IsScalar()) return "expected a single value";
-  try {
-    if constexpr (std::is_same_v<T, int64_t>) {
-      std::string s = n.as<std::string>();
-      size_t pos = 0;
-      long long v = std::stoll(s, &pos);
-      if (pos != s.size()) return "expected an integer, got '" + s + "'";
-      out = v;
-    } else if constexpr (std::is_same_v<T, bool>) {
-      out = n.as<bool>();
-    } else {
-      out = n.as<T>();
-    }
-  } catch (const std::exception&) {
-    const char* what = std::is_same_v<T, bool> ? "true or false"
-                       : std::is_same_v<T, double> ? "a number" : "an integer";
-    return std::string("expected ") + what + ", got '" + n.as<std::string>() + "'";
-  }
-  return "";
-}
-
-std::string check_range(const Field& f, double v) {
-  if (std::isnan(v)) return "expected a number, got NaN";
-  if (f.min == 0 && f.max == 0) return "";
-  if (!(v >= f.min && v <= f.max)) {
-    std::ostringstream os;
-    os << "value " << v << " out of range [" << f.min << ", " << f.max << "]";
-    return os.str();
-  }
-  return "";
-}
-
-std::string check_choice(const Field& f, const std::string& v) {
-  if (f.choices.empty() || std::find(f.choices.begin(), f.choices.end(), v) != f.choices.end())
-    return "";
-  return "'" + v + "' is not one of: " + choices_str(f.choices);
-}
-
-std::string read_field(const Field& f, FieldRef ref, const YAML::Node& n) {
-  return std::visit(
-      [&](auto* p) -> std::string {
-        using T = std::remove_pointer_t<decltype(p)>;
-        if constexpr (std::is_same_v<T, std::vector<int64_t>> ||
-                      std::is_same_v<T, std::vector<std::string>>) {
-          if (!n.IsSequence()) return "expected a list";
-          T values;
-          for (const auto& item : n) {
-            typename T::value_type v{};
-            std::string err = read_scalar(item, v);
-            if (err.empty()) {
-              if constexpr (std::is_same_v<T, std::vector<int64_t>>) err = check_range(f, double(v));
-              else err = check_choice(f, v);
-            }
-            if (!err.empty()) return err;
-            values.push_back(v);
-          }
-          *p = values;
-          return "";
-        } else {
-          T v{};
-          std::string err = read_scalar(n, v);
-          if (!err.empty()) return err;
-          if constexpr (std::is_same_v<T, std::string>) err = check_choice(f, v);
-          else if constexpr (!std::is_same_v<T, bool>) err = check_range(f, double(v));
-          if (!err.empty()) return err;
-          *p = v;
-          return "";
-        }
-      },
-      ref);
-}
-
 void cross_check(const Config& c, std::vector<std::string>& errors) {
   auto need = [&](bool ok, const std::string& msg) {
     if (!ok) errors.push_back(msg);
@@ -218,7 +109,7 @@ void cross_check(const Config& c, std::vector<std::string>& errors) {
     need(sdp == 1, "distributed.context_parallel.size (" + P +
                        ") and distributed.sequence_data_parallel (" + std::to_string(sdp) +
                        ") both share sequences; choose one");
-    if (cp.kind == "ring") {
+    if (cp.kind == layers::ContextParallel::ring) {
       need((S / ms) % (2 * cp.size) == 0,
            "a micro-sequence (" + std::to_string(S / ms) +
                " tokens) must divide into 2 x distributed.context_parallel.size (" +
@@ -244,9 +135,9 @@ void cross_check(const Config& c, std::vector<std::string>& errors) {
        "batch.sequences (" + std::to_string(c.batch.sequences) +
            ") must be divisible by data_parallel x breadth_first x depth_first (" +
            std::to_string(split) + ")");
-  need(c.data.format == "random" || !c.data.path.empty(),
-       "data.path is required for data.format " + c.data.format);
-  need(c.precision.compute == "f32" || c.precision.device == "cuda",
+  need(c.data.format == DataFormat::random || !c.data.path.empty(),
+       "data.path is required for data.format " + config_name(c.data.format));
+  need(c.precision.compute == DType::f32 || c.precision.device == Device::cuda,
        "precision.compute bf16 needs precision.device cuda");
   need(c.optimizer.min_lr <= c.optimizer.lr, "optimizer.min_lr must not exceed optimizer.lr");
   need(c.optimizer.warmup_steps <= c.training.steps,
@@ -258,24 +149,6 @@ void cross_check(const Config& c, std::vector<std::string>& errors) {
        "data.random_mean_length must not exceed data.random_max_length");
 }
 
-// Doubles as their shortest round-trip text (0.0006, not 0.00059999999999999995).
-template <class T>
-YAML::Node to_node(const T& v) {
-  if constexpr (std::is_same_v<T, double>) {
-    char buf[64];
-    auto r = std::to_chars(buf, buf + sizeof(buf), v);
-    return YAML::Node(std::string(buf, r.ptr));
-  } else {
-    return YAML::Node(v);
-  }
-}
-
-std::string number_text(double v) {
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof(buf), v);
-  return std::string(buf, r.ptr);
-}
-
 }  // namespace
 
 static Config parse_config_node(const YAML::Node& root_in, const std::vector<std::string>& overrides,
@@ -284,36 +157,10 @@ static Config parse_config_node(const YAML::Node& root_in, const std::vector<std
                                        base_dir, 0);
   DL_CHECK(root.IsMap(), "config", "the top level must be a mapping of sections");
   for (const auto& o : overrides) apply_override(root, o);
-  std::map<std::string, YAML::Node> leaves;
-  flatten(root, "", leaves);
-
   Config config;
   std::vector<std::string> errors;
-  std::set<std::string> known;
-  visit_schema(config, [&](const Field& f, FieldRef ref) {
-    known.insert(f.path);
-    auto it = leaves.find(f.path);
-    if (it == leaves.end()) return;
-    std::string err = read_field(f, ref, it->second);
-    if (!err.empty()) errors.push_back(std::string(f.path) + ": " + err);
-    leaves.erase(it);
-  });
-  for (const auto& [path, node] : leaves) {
-    bool is_section = std::any_of(known.begin(), known.end(), [&](const std::string& k) {
-      return k.rfind(path + ".", 0) == 0;
-    });
-    if (is_section) {
-      errors.push_back(path + ": expected a mapping of keys");
-      continue;
-    }
-    std::string best;
-    size_t best_d = 4;
-    for (const auto& k : known) {
-      size_t d = edit_distance(path, k);
-      if (d < best_d) best_d = d, best = k;
-    }
-    errors.push_back(path + ": unknown key" + (best.empty() ? "" : " (did you mean " + best + "?)"));
-  }
+  read_schema(
+      root, [&](const FieldVisitor& v) { visit_schema(config, v); }, errors);
   if (errors.empty()) cross_check(config, errors);
   if (!errors.empty()) {
     std::ostringstream os;
@@ -357,10 +204,7 @@ std::string config_to_yaml(const Config& config_in) {
     std::vector<std::string> parts;
     std::stringstream ss(f.path);
     for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
-    YAML::Node value = std::visit([](auto* p) { return to_node(*p); }, ref);
-    if (std::holds_alternative<std::vector<int64_t>*>(ref) ||
-        std::holds_alternative<std::vector<std::string>*>(ref))
-      value.SetStyle(YAML::EmitterStyle::Flow);
+    YAML::Node value = field_node(ref);
     std::function<void(YAML::Node, size_t)> set = [&](YAML::Node n, size_t i) {
       if (i + 1 == parts.size()) {
         n[parts[i]] = value;
@@ -381,7 +225,7 @@ std::vector<std::pair<std::string, std::string>> config_entries(const Config& co
   std::vector<std::pair<std::string, std::string>> out;
   visit_schema(config, [&](const Field& f, FieldRef ref) {
     YAML::Emitter e;
-    e << YAML::Flow << std::visit([](auto* p) { return to_node(*p); }, ref);
+    e << YAML::Flow << field_node(ref);
     out.emplace_back(f.path, e.c_str());
   });
   return out;
@@ -389,32 +233,7 @@ std::vector<std::pair<std::string, std::string>> config_entries(const Config& co
 
 std::string config_reference() {
   Config defaults;
-  std::ostringstream os;
-  os << "| key | type | default | allowed | meaning |\n| --- | --- | --- | --- | --- |\n";
-  visit_schema(defaults, [&](const Field& f, FieldRef ref) {
-    std::string type, def;
-    std::visit(
-        [&](auto* p) {
-          using T = std::remove_pointer_t<decltype(p)>;
-          YAML::Emitter e;
-          e << YAML::Flow << to_node(*p);
-          def = e.c_str();
-          if constexpr (std::is_same_v<T, int64_t>) type = "int";
-          else if constexpr (std::is_same_v<T, double>) type = "float";
-          else if constexpr (std::is_same_v<T, bool>) type = "bool";
-          else if constexpr (std::is_same_v<T, std::string>) type = "string";
-          else if constexpr (std::is_same_v<T, std::vector<int64_t>>) type = "list of int";
-          else type = "list of string";
-        },
-        ref);
-    std::ostringstream allowed;
-    if (!f.choices.empty()) allowed << choices_str(f.choices);
-    else if (f.max >= 1e15) allowed << ">= " << number_text(f.min);
-    else if (f.min != 0 || f.max != 0) allowed << number_text(f.min) << " .. " << number_text(f.max);
-    os << "| `" << f.path << "` | " << type << " | `" << (def.empty() ? "\"\"" : def) << "` | "
-       << allowed.str() << " | " << f.help << " |\n";
-  });
-  return os.str();
+  return schema_reference([&](const FieldVisitor& v) { visit_schema(defaults, v); });
 }
 
 }  // namespace driftless::train

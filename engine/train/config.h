@@ -1,24 +1,40 @@
 // The run configuration: every section of a
-// YAML run config as a plain struct. The schema (names, types, ranges, help) lives in one
-// place, config_schema.cpp, and drives parsing, validation, dumping and the reference.
+// YAML run config as a plain struct. The schema (names, types, ranges, allowed values, help)
+// lives in one place, config_schema.cpp, and drives parsing, validation, dumping and the
+// reference; options with a fixed set of values are enums, parsed and checked at load.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "data/sampler.h"
+#include "engine/core/dtype.h"
+#include "engine/optim/schedule.h"
+#include "layers/attention/context_parallel.h"
 #include "layers/gpt_config.h"
 
 namespace driftless::train {
 
 using ModelConfig = layers::GptConfig;  // the model: section
 
+enum class DataFormat { memmap, llmc, random };
+// SDP K/V exchange: only the rows another rank reads, or whole chunks.
+enum class KvExchangeMode { needed, full };
+
+// The name a config writes for an enum value (data.format's "memmap", ...).
+const std::string& config_name(DataFormat v);
+const std::string& config_name(data::LongDocuments v);
+const std::string& config_name(optim::LrDecay v);
+const std::string& config_name(layers::ContextParallel v);
+const std::string& config_name(KvExchangeMode v);
+
 struct DataConfig {
-  std::string format = "random";  // memmap | llmc | random
+  DataFormat format = DataFormat::random;
   std::string path;               // .bin/.idx prefix or shard file
   std::string validation_path;    // optional
   std::string tokenizer = "gpt2";  // gpt2 | bytes
-  std::string long_documents = "split";  // split | truncate
+  data::LongDocuments long_documents = data::LongDocuments::split;
   int64_t pad_documents_to = 0;
   bool shuffle = true;
   // random datasets
@@ -43,7 +59,7 @@ struct OptimizerConfig {
   double lr = 6e-4;
   double min_lr = 6e-5;
   int64_t warmup_steps = 10;
-  std::string decay = "cosine";  // cosine | linear | constant
+  optim::LrDecay decay = optim::LrDecay::cosine;
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
@@ -69,7 +85,7 @@ struct TrainingConfig {
 // trades tokens for heads with all-to-all.
 struct ContextParallelConfig {
   int64_t size = 1;
-  std::string kind = "ring";  // ring | a2a
+  layers::ContextParallel kind = layers::ContextParallel::ring;  // ring | a2a
 };
 
 struct DistributedConfig {
@@ -78,13 +94,13 @@ struct DistributedConfig {
   int64_t data_parallel = 1;
   int64_t zero_stage = 0;
   double bucket_mb = 25;  // gradient all-reduce buckets; 0: one reduction after the backward
-  std::string kv_exchange = "needed";  // needed | full: SDP K/V rows exchanged
+  KvExchangeMode kv_exchange = KvExchangeMode::needed;
   double timeout_seconds = 600;
 };
 
 struct PrecisionConfig {
-  std::string device = "cpu";    // cpu | cuda
-  std::string compute = "f32";   // f32 | bf16 (bf16 needs cuda)
+  Device device = Device::cpu;
+  DType compute = DType::f32;    // f32 | bf16 (bf16 needs cuda)
   double peak_tflops = 0;        // for MFU; 0: from the GPU's name (H100/H200/A100)
 };
 

@@ -22,9 +22,9 @@ double step_flops(const layers::GptConfig& m, const data::GlobalBatch& batch) {
   return 3 * forward;
 }
 
-double cuda_peak_flops(const std::string& compute) {
+double cuda_peak_flops(DType compute) {
   const std::string name = cuda::device_name();
-  const bool bf16 = compute == "bf16";
+  const bool bf16 = compute == DType::bf16;
   // Dense peaks from the vendors' data sheets (SXM parts).
   if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos ||
       name.find("GH200") != std::string::npos)

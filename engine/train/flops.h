@@ -6,6 +6,7 @@
 #include <string>
 
 #include "data/sampler.h"
+#include "engine/core/dtype.h"
 #include "layers/gpt_config.h"
 
 namespace driftless::train {
@@ -14,6 +15,6 @@ namespace driftless::train {
 double step_flops(const layers::GptConfig& model, const data::GlobalBatch& batch);
 // Peak dense FLOP/s of the current GPU in the compute dtype ("f32" without TF32, or "bf16"),
 // looked up from its name; 0 when unknown (MFU is then not reported).
-double cuda_peak_flops(const std::string& compute);
+double cuda_peak_flops(DType compute);
 
 }  // namespace driftless::train

@@ -14,7 +14,7 @@ Layout Layout::from_config(const Config& c, int64_t rank) {
   l.data_parallel = c.distributed.data_parallel;
   l.sequence_data_parallel = c.distributed.sequence_data_parallel;
   const ContextParallelConfig& cp = c.distributed.context_parallel;
-  l.cp_kind = layers::context_parallel_kind(cp.kind, cp.size);
+  l.cp_kind = cp.size > 1 ? cp.kind : ContextParallel::none;
   if (l.cp_kind != ContextParallel::none) l.context_parallel = cp.size;
   l.breadth_first = c.schedule.breadth_first;
   l.depth_first = c.schedule.depth_first;

@@ -1,7 +1,6 @@
-// Regression config, tensor-log comparison and the text/JSON reports (regress.h).
+// Tensor-log comparison and the text/JSON reports of a regression (regress.h); the config
+// is read in regress_config.cpp.
 #include "engine/train/regress.h"
-
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +10,6 @@
 #include <iomanip>
 #include <nlohmann/json.hpp>
 #include <regex>
-#include <set>
 #include <sstream>
 
 #include "engine/train/metrics_file.h"
@@ -19,175 +17,6 @@
 namespace driftless::train {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-const std::vector<std::string> kKinds = {"forward", "backward", "param_grad", "param"};
-
-std::string scalar_text(const YAML::Node& n) {
-  if (n.IsScalar()) return n.as<std::string>();
-  YAML::Emitter e;
-  e << YAML::Flow << n;
-  return e.c_str();
-}
-
-}  // namespace
-
-RegressConfig load_regress_config(const std::string& path, const std::vector<std::string>& only) {
-  DL_CHECK(fs::exists(path), "regress", "config " << path << " does not exist");
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::Exception& e) {
-    DL_FAIL("regress", path << ": invalid YAML: " << e.what());
-  }
-  std::vector<std::string> errors;
-  auto err = [&](const std::string& e) { errors.push_back(e); };
-  RegressConfig c;
-  c.tolerances["f32"] = {{"forward", 1e-5}, {"backward", 1e-5}, {"param_grad", 1e-5}, {"param", 1e-5}};
-  const std::set<std::string> top = {"run", "steps", "log_steps", "output_dir", "epsilon",
-                                     "tolerances", "tolerance_overrides", "derive_tolerances",
-                                     "layouts"};
-  for (const auto& kv : root) {
-    const std::string key = kv.first.as<std::string>();
-    if (!top.count(key)) err(key + ": unknown key");
-  }
-  const fs::path base = fs::path(path).parent_path();
-  try {
-    if (root["run"]) c.run_config = fs::absolute(base / root["run"].as<std::string>()).string();
-    else err("run: required (the run config every layout starts from)");
-    if (root["steps"]) c.steps = root["steps"].as<int64_t>();
-    if (root["log_steps"]) c.log_steps = root["log_steps"].as<std::vector<int64_t>>();
-    if (root["output_dir"]) c.output_dir = root["output_dir"].as<std::string>();
-    if (root["epsilon"]) c.epsilon = root["epsilon"].as<double>();
-  } catch (const YAML::Exception& e) {
-    err(std::string("bad value: ") + e.what());
-  }
-  if (c.steps < 1) err("steps: must be >= 1");
-  for (int64_t s : c.log_steps)
-    if (s < 0 || s >= c.steps) err("log_steps: step " + std::to_string(s) + " outside [0, steps)");
-  if (!c.run_config.empty() && !fs::exists(c.run_config)) err("run: " + c.run_config + " does not exist");
-  if (root["tolerances"]) {
-    for (const auto& dt : root["tolerances"]) {
-      const std::string dtype = dt.first.as<std::string>();
-      if (dtype != "f32" && dtype != "bf16") err("tolerances." + dtype + ": dtype must be f32 or bf16");
-      for (const auto& k : dt.second) {
-        const std::string kind = k.first.as<std::string>();
-        if (std::find(kKinds.begin(), kKinds.end(), kind) == kKinds.end()) {
-          err("tolerances." + dtype + "." + kind + ": unknown class (forward, backward, param_grad, param)");
-          continue;
-        }
-        try {
-          c.tolerances[dtype][kind] = k.second.as<double>();
-        } catch (const YAML::Exception&) {
-          err("tolerances." + dtype + "." + kind + ": expected a number");
-        }
-      }
-    }
-  }
-  if (root["tolerance_overrides"]) {
-    size_t i = 0;
-    for (const auto& o : root["tolerance_overrides"]) {
-      const std::string where = "tolerance_overrides[" + std::to_string(i++) + "]";
-      ToleranceOverride t;
-      try {
-        t.pattern = o["tensor"] ? o["tensor"].as<std::string>() : "";
-        t.tolerance = o["tolerance"] ? o["tolerance"].as<double>() : 0.0;
-        t.reason = o["reason"] ? o["reason"].as<std::string>() : "";
-        t.dtype = o["dtype"] ? o["dtype"].as<std::string>() : "";
-        for (const auto& kv : o) {
-          const std::string key = kv.first.as<std::string>();
-          if (key != "tensor" && key != "tolerance" && key != "reason" && key != "dtype")
-            err(where + "." + key + ": unknown key (tensor, tolerance, reason, dtype)");
-        }
-        std::regex check(t.pattern);
-      } catch (const std::exception& e) {
-        err(where + ": " + e.what());
-      }
-      if (t.pattern.empty() || t.tolerance <= 0 || t.reason.empty())
-        err(where + ": needs tensor (regex), tolerance > 0 and a written reason");
-      if (!t.dtype.empty() && t.dtype != "f32" && t.dtype != "bf16")
-        err(where + ".dtype: must be f32 or bf16");
-      c.tolerance_overrides.push_back(t);
-    }
-  }
-  if (root["derive_tolerances"]) {
-    for (const auto& d : root["derive_tolerances"]) {
-      const std::string dtype = d.first.as<std::string>();
-      const std::string where = "derive_tolerances." + dtype;
-      if (dtype != "f32" && dtype != "bf16") err(where + ": dtype must be f32 or bf16");
-      DerivedTolerances t;
-      t.dtype = dtype;
-      try {
-        t.layout = d.second["from"] ? d.second["from"].as<std::string>() : "";
-        t.factor = d.second["factor"] ? d.second["factor"].as<double>() : 2.0;
-      } catch (const YAML::Exception& e) {
-        err(where + ": " + e.what());
-      }
-      if (t.layout.empty() || t.factor <= 0) err(where + ": needs from (a layout) and factor > 0");
-      c.derived_tolerances.push_back(t);
-    }
-  }
-  std::set<std::string> names;
-  if (root["layouts"]) {
-    size_t i = 0;
-    for (const auto& l : root["layouts"]) {
-      const std::string where = "layouts[" + std::to_string(i++) + "]";
-      RegressLayout layout;
-      for (const auto& kv : l) {
-        const std::string key = kv.first.as<std::string>();
-        if (key == "name") layout.name = kv.second.as<std::string>();
-        else if (key == "ranks") layout.ranks = kv.second.as<int64_t>();
-        else if (key == "baseline") layout.baseline = kv.second.as<std::string>();
-        else if (key == "set")
-          for (const auto& s : kv.second)
-            layout.overrides.push_back(s.first.as<std::string>() + "=" + scalar_text(s.second));
-        else if (key == "env")
-          for (const auto& s : kv.second) layout.env[s.first.as<std::string>()] = s.second.as<std::string>();
-        else err(where + "." + key + ": unknown key (name, ranks, set, baseline, env)");
-      }
-      if (!std::regex_match(layout.name, std::regex("[A-Za-z0-9_.-]+")))
-        err(where + ".name: '" + layout.name + "' must be letters, digits, _ . -");
-      if (!names.insert(layout.name).second) err(where + ".name: '" + layout.name + "' appears twice");
-      if (layout.ranks < 1 || layout.ranks > 64) err(where + ".ranks: must be in [1, 64]");
-      c.layouts.push_back(layout);
-    }
-  }
-  if (!names.count("simple")) c.layouts.insert(c.layouts.begin(), RegressLayout{"simple", 1, {}, "none", {}});
-  for (auto& l : c.layouts)
-    if (l.name == "simple") l.baseline = "none";
-  for (const auto& l : c.layouts)
-    if (l.baseline != "none" && !names.count(l.baseline) && l.baseline != "simple")
-      err("layout " + l.name + ": baseline '" + l.baseline + "' is not a layout");
-  for (const auto& d : c.derived_tolerances)
-    if (!names.count(d.layout) || d.layout == "simple")
-      err("derive_tolerances." + d.dtype + ".from: '" + d.layout +
-          "' must be a layout with a baseline");
-  if (!only.empty()) {
-    // Keep the chosen layouts, the baselines they need and the layouts tolerances derive from.
-    std::set<std::string> keep(only.begin(), only.end());
-    for (const auto& d : c.derived_tolerances) keep.insert(d.layout);
-    for (const auto& o : only)
-      if (!names.count(o) && o != "simple") err("--only: no layout named '" + o + "'");
-    bool grew = true;
-    while (grew) {
-      grew = false;
-      for (const auto& l : c.layouts)
-        if (keep.count(l.name) && l.baseline != "none" && keep.insert(l.baseline).second) grew = true;
-    }
-    std::vector<RegressLayout> kept;
-    for (const auto& l : c.layouts)
-      if (keep.count(l.name)) kept.push_back(l);
-    c.layouts = kept;
-  }
-  if (!errors.empty()) {
-    std::ostringstream os;
-    os << errors.size() << " problem" << (errors.size() > 1 ? "s" : "") << " in " << path << ":";
-    for (const auto& e : errors) os << "\n  - " << e;
-    DL_FAIL("regress", os.str());
-  }
-  return c;
-}
 
 bool LayoutResult::pass() const {
   if (!ran) return false;

@@ -55,8 +55,12 @@ struct RegressConfig {
   std::vector<RegressLayout> layouts;  // "simple" first, added when absent
 };
 
-// Strict loading like the run config: unknown keys and bad values in one message.
+// Strict loading through the run config's schema machinery (regress_config.cpp): unknown
+// keys, wrong types and bad values with their key paths, in one message. `only` keeps those
+// layouts, the baselines they need and the layouts tolerances derive from.
 RegressConfig load_regress_config(const std::string& path, const std::vector<std::string>& only);
+// A Markdown table of every key of the regression config (`driftless regress --reference`).
+std::string regress_config_reference();
 
 struct TensorDrift {
   std::string name, kind;

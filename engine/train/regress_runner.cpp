@@ -105,7 +105,8 @@ std::vector<LayoutResult> run_regression(const RegressConfig& c, const RegressRu
     if (status != 0) errors[l.name] = "train exited with " + std::to_string(status) + ": " + last_line(dir + "/train.log");
     log << (status == 0 ? "done" : "FAILED") << " (" << std::fixed << std::setprecision(1) << secs
         << " s)" << (status == 0 ? "" : "  " + errors[l.name]) << "\n";
-    if (status == 0) dtype[l.name] = load_config(dir + "/config.yaml").precision.compute;
+    if (status == 0)
+      dtype[l.name] = dtype_name(load_config(dir + "/config.yaml").precision.compute);
   }
   auto dtype_of = [&](const RegressLayout& l) {
     // A comparison takes the tolerances of its lower precision: bf16 if either run is.

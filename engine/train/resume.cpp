@@ -48,8 +48,8 @@ bool changes_no_numbers(const std::string& key, const Config& stored, const Conf
                                               "run.tensor_logs.steps",
                                               "run.tensor_logs.kinds"};
   if (kFree.count(key)) return true;
-  return key == "training.steps" && stored.optimizer.decay == "constant" &&
-         now.optimizer.decay == "constant";
+  return key == "training.steps" && stored.optimizer.decay == optim::LrDecay::constant &&
+         now.optimizer.decay == optim::LrDecay::constant;
 }
 
 void check_resume_config(const std::string& checkpoint, const Config& stored, const Config& now,

@@ -32,7 +32,7 @@ namespace fs = std::filesystem;
 
 std::unique_ptr<data::Dataset> open_training_data(const Config& c, bool validation) {
   const DataConfig& d = c.data;
-  if (d.format == "random") {
+  if (d.format == DataFormat::random) {
     data::RandomDatasetConfig r;
     r.num_documents = d.random_documents;
     r.distribution = d.random_distribution;
@@ -46,9 +46,9 @@ std::unique_ptr<data::Dataset> open_training_data(const Config& c, bool validati
   if (path.empty()) return nullptr;
   auto ds = data::open_dataset(path);
   const bool is_memmap = dynamic_cast<const data::MemmapDataset*>(ds.get()) != nullptr;
-  DL_CHECK(is_memmap == (d.format == "memmap"), "train",
+  DL_CHECK(is_memmap == (d.format == DataFormat::memmap), "train",
            path << " is " << (is_memmap ? "a memmap .bin/.idx dataset" : "an llm.c shard dataset")
-                << " but data.format is " << d.format);
+                << " but data.format is " << config_name(d.format));
   DL_CHECK(ds->vocab_size() <= c.model.vocab_size, "train",
            path << " uses a vocabulary of " << ds->vocab_size()
                 << " tokens, more than model.vocab_size (" << c.model.vocab_size << ")");
@@ -62,7 +62,7 @@ data::SamplerConfig sampler_config(const Config& c) {
   s.sequence_length = c.batch.sequence_length;
   s.sequences = c.batch.sequences;
   s.seed = uint64_t(c.training.seed);
-  s.long_documents = data::parse_long_documents(c.data.long_documents);
+  s.long_documents = c.data.long_documents;
   s.pad_documents_to = int32_t(c.data.pad_documents_to);
   s.shuffle = c.data.shuffle;
   return s;
@@ -72,7 +72,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
     : config_(config),
       options_(options),
       layout_(Layout::from_config(config, options.rank)),
-      device_(config.precision.device == "cuda" ? Device::cuda : Device::cpu) {
+      device_(config.precision.device) {
   const int64_t world = options.data_group ? options.data_group->size() : 1;
   DL_CHECK(world == layout_.world_size(), "train",
            "world size " << world << " does not equal data_parallel (" << layout_.data_parallel
@@ -88,10 +88,8 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   DL_CHECK(layout_.sequence_ranks() == 1 || options.sdp_exchange, "train",
            "sequence_data_parallel or context_parallel.size > 1 needs an exchange between the "
            "ranks of a sequence (run under mpirun)");
-  DL_CHECK(config.precision.device == "cpu" || config.precision.device == "cuda", "train",
-           "precision.device must be cpu or cuda, got " << config.precision.device);
-  DL_CHECK(config.precision.compute == "f32" || device_ == Device::cuda, "train",
-           "precision.compute " << config.precision.compute
+  DL_CHECK(config.precision.compute == DType::f32 || device_ == Device::cuda, "train",
+           "precision.compute " << dtype_name(config.precision.compute)
                                 << " needs precision.device cuda (the CPU computes in f32)");
   DL_CHECK(device_ == Device::cpu || cuda::device_count() > 0, "train",
            "precision.device cuda, but no CUDA device is available"
@@ -108,8 +106,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
                                                                   : RunDirMode::fresh,
                                               log());
 
-  model_ = std::make_unique<layers::Gpt>(
-      config.model, device_, config.precision.compute == "bf16" ? DType::bf16 : DType::f32);
+  model_ = std::make_unique<layers::Gpt>(config.model, device_, config.precision.compute);
   model_->init(uint64_t(config.training.seed));
   if (!config.training.init_from.empty() && !options.resume)
     init_from_checkpoint(config.training.init_from, *model_);
@@ -157,7 +154,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   schedule_.min_lr = config.optimizer.min_lr;
   schedule_.warmup_steps = config.optimizer.warmup_steps;
   schedule_.total_steps = config.training.steps;
-  schedule_.decay = optim::lr_decay_from_name(config.optimizer.decay);
+  schedule_.decay = config.optimizer.decay;
   optim::validate(schedule_);
 
   if (control()) {  // names, shapes and slab offsets: what every collective relies on
@@ -256,7 +253,7 @@ StepStats Trainer::train_step(int64_t step) {
   fo.dropout_seed = random::derive(uint64_t(config_.training.seed), uint64_t(step));
   // Several forwards before their backwards: the loss must not hold a dW per forward.
   fo.recompute_loss = layout_.micro_sequences > 1 || layout_.breadth_first > 1;
-  fo.full_kv_exchange = config_.distributed.kv_exchange == "full";
+  fo.full_kv_exchange = config_.distributed.kv_exchange == KvExchangeMode::full;
   fo.kv_direct = kv_direct_;
   fo.deterministic = config_.training.deterministic;
   fo.context_parallel = layout_.cp_kind;

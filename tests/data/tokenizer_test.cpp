@@ -8,6 +8,7 @@
 
 #include "data/gpt2_tokenizer.h"
 #include "data/unicode.h"
+#include "engine/core/env.h"
 #include "engine/core/error.h"
 #include "tests/test_paths.h"
 
@@ -15,7 +16,7 @@ namespace driftless::data {
 namespace {
 
 std::string vocab_dir() {
-  if (const char* env = std::getenv("DRIFTLESS_VOCAB_DIR"); env && *env) return env;
+  if (env_set("DRIFTLESS_VOCAB_DIR")) return env_value("DRIFTLESS_VOCAB_DIR");
   return testing::source_dir() + "/.cache/gpt2-vocab";
 }
 

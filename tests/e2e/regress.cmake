@@ -29,3 +29,10 @@ add_test(NAME regress_cp_np4
                  --only cp4_a2a --only cp4_a2a_ms2 -o ${PROJECT_BINARY_DIR}/e2e/regress_cp_np4)
 set_tests_properties(regress_cp_np4 PROPERTIES LABELS "e2e;mpi" TIMEOUT 600
                      ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
+# Dropout on: masks follow each token's place in the global batch, so micro-sequence, SDP,
+# data-parallel and context-parallel layouts match `simple` (tests/e2e/regress/dropout.yaml).
+add_test(NAME regress_dropout
+         COMMAND driftless regress -c ${CMAKE_CURRENT_LIST_DIR}/regress/dropout.yaml
+                 -o ${PROJECT_BINARY_DIR}/e2e/regress_dropout)
+set_tests_properties(regress_dropout PROPERTIES LABELS "e2e;mpi" TIMEOUT 600
+                     ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")

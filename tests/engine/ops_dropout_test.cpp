@@ -1,5 +1,6 @@
-// dropout: the mask is a function of (seed, element index) only, kept elements are scaled
-// by 1/(1-p), eval mode and p = 0 are the identity, and the gradient uses the same mask.
+// dropout: the mask is a function of (seed, row id, column) only, so a row keeps its mask
+// wherever it sits in the input; kept elements are scaled by 1/(1-p), eval mode and p = 0
+// are the identity, and the gradient uses the same mask.
 #include "engine/core/random.h"
 #include "engine/ops/ops.h"
 #include "tests/engine/ops_test_util.h"
@@ -30,6 +31,31 @@ TEST(OpsDropout, MaskFromSeedAndScale) {
   EXPECT_FALSE(testing::all_close(ops::dropout(x, p, 43), y.to_vector<double>()));
 }
 
+// The rows of a batch cut into pieces (a micro-sequence, another rank's chunk, the ring's
+// two chunks) get the mask of the same rows of the whole batch when named by their ids.
+TEST(OpsDropout, MaskFollowsRowIds) {
+  const double p = 0.4;
+  Tensor whole = rnd({10, 6}, 4);
+  Tensor y = ops::dropout(whole, p, 9);
+  // Rows 7..8 then rows 1..3, as one input of 5 rows.
+  Tensor part = Tensor::empty({5, 6}, whole.dtype());
+  part.narrow(0, 0, 2).copy_(whole.narrow(0, 7, 2));
+  part.narrow(0, 2, 3).copy_(whole.narrow(0, 1, 3));
+  Tensor yp = ops::dropout(part, p, 9, {{7, 2}, {1, 3}});
+  for (int64_t j = 0; j < 6; ++j) {
+    for (int64_t r = 0; r < 2; ++r) EXPECT_EQ(yp.at({r, j}), y.at({7 + r, j})) << r << " " << j;
+    for (int64_t r = 0; r < 3; ++r) EXPECT_EQ(yp.at({2 + r, j}), y.at({1 + r, j})) << r << " " << j;
+  }
+  // By local index the same piece draws another mask.
+  EXPECT_FALSE(testing::all_close(ops::dropout(part, p, 9), yp.to_vector<double>()));
+  // The gradient takes the same mask.
+  EXPECT_TRUE(gradcheck(
+      [p](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{ops::dropout(in[0], p, 9, {{7, 2}, {1, 3}})};
+      },
+      {rnd({5, 6}, 5)}));
+}
+
 TEST(OpsDropout, IdentityWhenNotTraining) {
   Tensor x = rnd({3, 5}, 2);
   EXPECT_TRUE(testing::all_close(ops::dropout(x, 0.5, 1, false), x.to_vector<double>()));
@@ -52,6 +78,8 @@ TEST(OpsDropout, BadInput) {
   EXPECT_DL_ERROR(ops::dropout(rnd({3}, 1), 1.5, 1), "[dropout]", "1.5");
   EXPECT_DL_ERROR(ops::dropout(rnd({3}, 1), -0.1, 1), "[dropout]", "-0.1");
   EXPECT_DL_ERROR(ops::dropout(Tensor::zeros({3}, DType::bf16), 0.1, 1), "[dropout]", "bf16");
+  EXPECT_DL_ERROR(ops::dropout(rnd({4, 2}, 1), 0.1, 1, {{0, 3}}), "[dropout]", "cover 3 rows");
+  EXPECT_DL_ERROR(ops::dropout(rnd({4, 2}, 1), 0.1, 1, {{-1, 4}}), "[dropout]", "first >= 0");
 }
 
 }  // namespace

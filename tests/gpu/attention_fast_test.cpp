@@ -8,7 +8,7 @@
 // MQA, softcap, ALiBi, padding, sliding windows, head dims 64 and 128. Each CUDA call runs on
 // NaN-poisoned memory and twice: the two results must be bitwise equal. Skips without a GPU. On a
 // Hopper GPU with an sm_90a build this tests the wgmma kernels; ctest runs it a second time with
-// DL_ATTN_WGMMA=0 (attention_fast_mma_sync) for the mma.sync kernels. At D = 128 the atomic
+// DRIFTLESS_ATTN_WGMMA=0 (attention_fast_mma_sync) for the mma.sync kernels. At D = 128 the atomic
 // mode's dK/dV kernel has two warpgroups (128 keys) and the deterministic one one: the bitwise
 // check of dk and dv between the modes is what holds them to the same query steps.
 //
@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "engine/core/device_ops.h"
+#include "engine/core/env.h"
 #include "engine/core/tensor.h"
 #include "layers/attention/attention.h"
 #include "layers/attention/cuda/fast/fast_attention.h"
@@ -249,9 +250,9 @@ std::vector<Case> cases() {
     c.push_back({"noncausal" + sd, {{63, 40}, {170, 129}}, 2, 2, d, false});
   }
   c.push_back({"q4001_k4096_d64", {{4001, 4096}}, 1, 1, 64});
-  // DL_ATTN_FAST_QUICK=1: only documents up to 300 rows; =2: a handful of odd shapes (for
+  // DRIFTLESS_ATTN_FAST_QUICK=1: only documents up to 300 rows; =2: a handful of odd shapes (for
   // compute-sanitizer memcheck and racecheck runs).
-  if (const char* quick_env = std::getenv("DL_ATTN_FAST_QUICK")) {
+  if (const std::string quick_env = env_value("DRIFTLESS_ATTN_FAST_QUICK"); !quick_env.empty()) {
     const std::vector<std::string> few = {"len65_d64",   "q113_k203_d128", "packed_zero_len_d128",
                                           "padding_d64", "gqa4_d128",      "softcap30_d64",
                                           "alibi_d128",  "window_lr_d64"};

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/core/device_ops.h"
+#include "engine/core/env.h"
 #include "engine/core/tensor.h"
 #ifdef DRIFTLESS_HAVE_CUDA
 #include "engine/core/cuda/caching_allocator.h"
@@ -179,8 +180,7 @@ TEST(CoreCuda, DependentLaunchesSeeEveryEarlierWrite) {
   int device = 0, major = 0;
   DL_CUDA_CHECK(cudaGetDevice(&device));
   DL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  const char* env = std::getenv("DL_PDL");
-  EXPECT_EQ(cuda::dependent_launch_enabled(), major >= 9 && !(env && std::string(env) == "0"));
+  EXPECT_EQ(cuda::dependent_launch_enabled(), major >= 9 && env_value("DRIFTLESS_PDL") != "0");
   auto chain = [](Tensor a, Tensor b) {
     for (int i = 0; i < 40; ++i) {
       a.add_(b);
@@ -197,7 +197,7 @@ TEST(CoreCuda, DependentLaunchesSeeEveryEarlierWrite) {
   const Tensor got = chain(a.to(Device::cuda), b.to(Device::cuda));
   EXPECT_EQ(got.to_vector<float>(), want.to_vector<float>());
   // A build with sm_90a code on an sm_90 device really launches them early (the per-kernel
-  // check finds the wait compiled in); with DL_PDL=0 or older devices none is.
+  // check finds the wait compiled in); with DRIFTLESS_PDL=0 or older devices none is.
   const int64_t early = cuda::dependent_launches() - before;
   if (!cuda::dependent_launch_enabled()) {
     EXPECT_EQ(early, 0);

@@ -13,37 +13,37 @@
 #include <vector>
 
 #include "engine/core/device_ops.h"
+#include "engine/core/env.h"
 #include "engine/core/tensor.h"
 
-// Skips a test where no CUDA device can be opened. With DL_GPU_REQUIRED=1 (tests/gpu/run.sh,
+// Skips a test where no CUDA device can be opened. With DRIFTLESS_GPU_REQUIRED=1 (tests/gpu/run.sh,
 // on a machine that has a GPU) that fails instead: a CUDA driver older than the runtime, or
 // a hidden device, would otherwise turn every GPU test into a skip and the run into a pass.
-#define DL_REQUIRE_GPU()                                                                 \
-  if (::driftless::cuda::device_count() == 0) {                                          \
-    if (::driftless::testing::gpu_required())                                            \
-      GTEST_FAIL() << "DL_GPU_REQUIRED=1 but no CUDA device can be opened (is the CUDA " \
-                      "driver older than the runtime this was built with?)";             \
-    GTEST_SKIP() << "no CUDA device present";                                            \
+#define DL_REQUIRE_GPU()                                                                        \
+  if (::driftless::cuda::device_count() == 0) {                                                 \
+    if (::driftless::testing::gpu_required())                                                   \
+      GTEST_FAIL() << "DRIFTLESS_GPU_REQUIRED=1 but no CUDA device can be opened (is the CUDA " \
+                      "driver older than the runtime this was built with?)";                    \
+    GTEST_SKIP() << "no CUDA device present";                                                   \
   }
 
 namespace driftless::testing {
 
-// DL_GPU_REQUIRED=1: a missing GPU is a failure, not a skip (DL_REQUIRE_GPU).
+// DRIFTLESS_GPU_REQUIRED=1: a missing GPU is a failure, not a skip (DL_REQUIRE_GPU).
 inline bool gpu_required() {
-  const char* v = std::getenv("DL_GPU_REQUIRED");
-  return v && std::string(v) == "1";
+  return env_value("DRIFTLESS_GPU_REQUIRED") == "1";
 }
 
 // A new seed per call: a random base per process (printed once with `tag`) plus a counter.
 inline uint64_t fresh_seed(const char* tag) {
   static const uint64_t base = [tag] {
-    // DL_TEST_SEED=<printed seed> replays a failing run's inputs.
-    const char* env = std::getenv("DL_TEST_SEED");
-    const char* fixed = env && *env ? env : nullptr;
-    uint64_t s = fixed ? std::strtoull(fixed, nullptr, 10)
+    // DRIFTLESS_TEST_SEED=<printed seed> replays a failing run's inputs.
+    const std::string env = env_value("DRIFTLESS_TEST_SEED");
+    const bool fixed = !env.empty();
+    uint64_t s = fixed ? std::strtoull(env.c_str(), nullptr, 10)
                        : (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
     std::printf("[%s] random seed %llu%s\n", tag, (unsigned long long)s,
-                fixed ? " (DL_TEST_SEED)" : "");
+                fixed ? " (DRIFTLESS_TEST_SEED)" : "");
     return s;
   }();
   static uint64_t counter = 0;

@@ -465,6 +465,14 @@ TEST(OpsCuda, Dropout) {
           "dropout", tag + " transposed",
           [p](const auto& x) { return ops::dropout(ops::transpose(x[0], 0, 1), p, 99); },
           {rnd({13, 7})}, dt);
+      // Rows named by global ids (the model's layout-independent masks): the device
+      // draws the CPU's mask for the same ids.
+      check(
+          "dropout", tag + " row ids",
+          [p](const auto& x) {
+            return ops::dropout(x[0], p, 7, {{1000, 3}, {5, 6}});
+          },
+          {rnd({9, 65})}, dt);
     }
   }
 }

@@ -2,12 +2,12 @@
 # Builds driftless with CUDA and runs every GPU test (ctest label `gpu`), trains gpt2_tiny
 # for 20 steps on the GPU (bf16), and runs the GPU-vs-CPU regression
 # (configs/regress/gpu_vs_cpu.yaml: cuda f32 and bf16 against cpu f32), on a machine that
-# has a GPU; there a GPU test that cannot open the device fails (DL_GPU_REQUIRED=1) instead of
+# has a GPU; there a GPU test that cannot open the device fails (DRIFTLESS_GPU_REQUIRED=1) instead of
 # skipping. Logs go to ${OUT:-build-gpu}/gpu-tests.log, gpu-train.log, gpu-regress.log.
 # Environment: BUILD (build dir), CMAKE_ARGS (extra configure flags, e.g.
 # -DCMAKE_CUDA_ARCHITECTURES=90a to halve compile time), TARGETS (build only these targets,
 # space-separated; default all), SANITIZE=1 (also compute-sanitizer memcheck and racecheck on
-# the fast attention tests, DL_ATTN_FAST_QUICK's small and odd shapes; gpu-memcheck.log,
+# the fast attention tests, DRIFTLESS_ATTN_FAST_QUICK's small and odd shapes; gpu-memcheck.log,
 # gpu-racecheck.log; a reported error fails the run).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,11 +26,11 @@ tail -3 "$log_dir/build.log"
 status=0
 # nvidia-smi saw a GPU above: a test that cannot open one fails instead of skipping
 # (gpu_test_util.h DL_REQUIRE_GPU, test_parallel_mpi --device cuda).
-export DL_GPU_REQUIRED=1
+export DRIFTLESS_GPU_REQUIRED=1
 ctest --test-dir "$build" -L gpu --output-on-failure 2>&1 | tee "$log_dir/gpu-tests.log" || status=1
 if [ "${SANITIZE:-0}" = 1 ]; then
-  for tool in memcheck:1 racecheck:2; do  # DL_ATTN_FAST_QUICK: 1 up to 300 rows, 2 odd shapes
-    DL_ATTN_FAST_QUICK=${tool#*:} compute-sanitizer --tool "${tool%:*}" --error-exitcode 1 \
+  for tool in memcheck:1 racecheck:2; do  # DRIFTLESS_ATTN_FAST_QUICK: 1 up to 300 rows, 2 odd shapes
+    DRIFTLESS_ATTN_FAST_QUICK=${tool#*:} compute-sanitizer --tool "${tool%:*}" --error-exitcode 1 \
       "$build/tests/test_gpu" --gtest_filter='AttentionFast*' >"$log_dir/gpu-${tool%:*}.log" 2>&1 ||
       status=1
     tail -2 "$log_dir/gpu-${tool%:*}.log"

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "engine/core/env.h"
+
 namespace driftless::testing {
 
 using layers::AttentionSpec;
@@ -197,7 +199,7 @@ void expect_close(const char* name, const Tensor& t, const std::vector<double>& 
   ASSERT_EQ(tv.size(), r.size()) << name;
   for (double x : tv) ASSERT_FALSE(std::isnan(x)) << name << " has NaN; " << c.str();
   const double e = rel_error(tv, r, floor);
-  if (std::getenv("DL_ATTENTION_VERBOSE"))
+  if (env_set("DRIFTLESS_ATTENTION_VERBOSE"))
     std::printf("  %-10s %s rel error %.3g\n", name, dtype_name(t.dtype()), e);
   EXPECT_LE(e, tol) << name << "; " << c.str();
 }

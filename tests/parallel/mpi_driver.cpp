@@ -4,7 +4,7 @@
 // `mpirun -np 2 ...` and `-np 4`), plus the fault modes `--fault throw` and `--fault hang`
 // that must end the whole job non-zero with the failing rank's message. A failed check
 // throws; run_guarded turns it into MPI_Abort. With --device cuda the same checks run
-// through NCCL; DL_GPU_REQUIRED=1 makes a GPU that cannot be opened a failure, not a skip.
+// through NCCL; DRIFTLESS_GPU_REQUIRED=1 makes a GPU that cannot be opened a failure, not a skip.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "engine/core/device_ops.h"
+#include "engine/core/env.h"
 #include "parallel/kv_exchange.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/process_group.h"
@@ -543,10 +544,10 @@ int main(int argc, char** argv) {
   }
   if (device == "cuda") {
     g_device = Device::cuda;
-    // DL_GPU_REQUIRED=1 (tests/gpu/run.sh): a GPU that cannot be opened fails, not skips.
-    const char* required = std::getenv("DL_GPU_REQUIRED");
-    if (cuda::device_count() == 0 && required && std::string(required) == "1") {
-      std::printf("rank %d: DL_GPU_REQUIRED=1 but no CUDA device can be opened\n", world.rank());
+    // DRIFTLESS_GPU_REQUIRED=1 (tests/gpu/run.sh): a GPU that cannot be opened fails, not skips.
+    if (cuda::device_count() == 0 && env_value("DRIFTLESS_GPU_REQUIRED") == "1") {
+      std::printf("rank %d: DRIFTLESS_GPU_REQUIRED=1 but no CUDA device can be opened\n",
+                  world.rank());
       return 1;
     }
     if (cuda::device_count() < world.local_size()) {

@@ -10,7 +10,7 @@
 // blocks take only room this one no longer needs, and wait in their own begin). Launched
 // plainly, both instructions do nothing, so a kernel may be launched either way.
 //
-// DL_PDL=0 in the environment launches plainly (for A/B timing); so do devices before sm_90,
+// DRIFTLESS_PDL=0 in the environment launches plainly (for A/B timing); so do devices before sm_90,
 // and so does any kernel whose code was not compiled for sm_90 or later: a build for sm_80
 // only (or an sm_90a build on a newer GPU) runs JIT-compiled compute_80 code, in which
 // dependent_kernel_begin() is empty, so that code must not be launched early.

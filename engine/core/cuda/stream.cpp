@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "engine/core/cuda/check.h"
+#include "engine/core/env.h"
 
 namespace driftless::cuda {
 
@@ -45,8 +46,7 @@ void Stream::synchronize() const {
 
 bool dependent_launch_enabled() {
   static const bool enabled = [] {
-    const char* env = std::getenv("DL_PDL");
-    if (env && std::strcmp(env, "0") == 0) return false;
+    if (env_value("DRIFTLESS_PDL") == "0") return false;
     int device = 0, major = 0;
     DL_CUDA_CHECK(cudaGetDevice(&device));
     DL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));

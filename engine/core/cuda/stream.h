@@ -15,7 +15,7 @@ inline cudaStream_t compute_stream() {
 }
 
 // Whether cuda::launch (launch.cuh) launches `kernel` with programmatic dependent launch:
-// the device is sm_90 or later, DL_PDL is not 0 (both read once per process), and the
+// the device is sm_90 or later, DRIFTLESS_PDL is not 0 (both read once per process), and the
 // kernel's code was compiled from PTX for sm_90 or later, so that its
 // dependent_kernel_begin() waits (cudaFuncGetAttributes' ptxVersion, cached per kernel and
 // thread).
@@ -23,7 +23,7 @@ inline cudaStream_t compute_stream() {
 bool use_dependent_launch(const void* kernel);
 // Launches made with programmatic dependent launch so far (tests check it is in use).
 int64_t dependent_launches();
-// Whether the device and DL_PDL allow programmatic dependent launch at all.
+// Whether the device and DRIFTLESS_PDL allow programmatic dependent launch at all.
 bool dependent_launch_enabled();
 
 class Event {

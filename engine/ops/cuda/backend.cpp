@@ -93,7 +93,7 @@ Tensor unary(Unary kind, const Tensor& x, const Shape& out_shape, double s) {
       break;
   }
   launch_unary(k, x.dtype(), layout_of("elementwise", out_shape), dx, x.raw_data(), sx,
-               out.raw_data(), out.numel(), s, 0, 0);
+               out.raw_data(), out.numel(), s);
   return out;
 }
 
@@ -106,12 +106,15 @@ Tensor gelu_backward(const Tensor& g, const Tensor& x) {
   return out;
 }
 
-Tensor dropout(const Tensor& x, double p, uint64_t seed) {
+Tensor dropout(const Tensor& x, double p, uint64_t seed, const Tensor& row_ids, int64_t row_len) {
+  DL_CHECK(
+      row_ids.device() == Device::cuda && row_ids.dtype() == DType::i64 && row_ids.is_contiguous(),
+      "dropout", "row ids must be contiguous i64 on the GPU");
   Tensor out = empty_like_shape(x.shape(), x.dtype());
   auto [sx, dx] = read_strides(x, x.shape());
   const double keep_scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
-  launch_unary(UnaryKind::dropout, x.dtype(), layout_of("dropout", x.shape()), dx, x.raw_data(), sx,
-               out.raw_data(), out.numel(), keep_scale, p, seed);
+  launch_dropout(x.dtype(), layout_of("dropout", x.shape()), dx, x.raw_data(), sx, out.raw_data(),
+                 out.numel(), row_ids.data<int64_t>(), row_len, keep_scale, p, seed);
   return out;
 }
 

@@ -53,7 +53,9 @@ enum class Unary { copy, scale, add_scalar, neg, gelu };
 // x broadcast to out_shape (copy is broadcast_to); s is the scalar of scale/add_scalar.
 Tensor unary(Unary kind, const Tensor& x, const Shape& out_shape, double s = 0);
 Tensor gelu_backward(const Tensor& g, const Tensor& x);
-Tensor dropout(const Tensor& x, double p, uint64_t seed);
+// Keeps element c of row r when uniform01(seed, row_ids[r] * row_len + c) >= p (row_ids:
+// i64 on the device, one per row of x; ops.h dropout).
+Tensor dropout(const Tensor& x, double p, uint64_t seed, const Tensor& row_ids, int64_t row_len);
 
 // Sums x down to `shape` (a numpy broadcast source of x's shape), times factor.
 Tensor sum_to(const Tensor& x, const Shape& shape, double factor = 1.0);

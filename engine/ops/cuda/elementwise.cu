@@ -49,8 +49,7 @@ __global__ void binary_kernel(Layout layout, const T* a, Strides sa, const T* b,
 }
 
 template <class T, UnaryKind K, int M>
-__global__ void unary_kernel(Layout layout, const T* x, Strides sx, T* out, int64_t n, double s,
-                             double p, uint64_t seed) {
+__global__ void unary_kernel(Layout layout, const T* x, Strides sx, T* out, int64_t n, double s) {
   cuda::dependent_kernel_begin();
   using A = acc_t<T>;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
@@ -64,14 +63,28 @@ __global__ void unary_kernel(Layout layout, const T* x, Strides sx, T* out, int6
       out[i] = from_acc<T>(double(to_acc(v)) + s);
     } else if constexpr (K == UnaryKind::neg) {
       out[i] = from_acc<T>(-to_acc(v));
-    } else if constexpr (K == UnaryKind::gelu) {
+    } else {  // gelu
       const A w = to_acc(v);
       out[i] = from_acc<T>(A(0.5) * w *
                            (A(1) + tanh_acc(A(kSqrt2OverPi) * (w + A(kGeluCoeff) * w * w * w))));
-    } else {  // dropout; s is the keep scale 1 / (1 - p)
-      const bool keep = random::uniform01(seed, uint64_t(i)) >= p;
-      out[i] = keep ? from_acc<T>(double(to_acc(v)) * s) : from_acc<T>(0.0);
     }
+  }
+}
+
+// The counter of element i is its row's global id times row_len plus its column, as in the
+// CPU body (dropout.cpp), so both draw the same mask.
+template <class T, int M>
+__global__ void dropout_kernel(Layout layout, const T* x, Strides sx, T* out, int64_t n,
+                               const int64_t* row_ids, int64_t row_len, double keep_scale, double p,
+                               uint64_t seed) {
+  cuda::dependent_kernel_begin();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const T v = x[operand_offset<M>(layout, sx, i)];
+    const uint64_t counter =
+        uint64_t(row_ids[i / row_len]) * uint64_t(row_len) + uint64_t(i % row_len);
+    const bool keep = random::uniform01(seed, counter) >= p;
+    out[i] = keep ? from_acc<T>(double(to_acc(v)) * keep_scale) : from_acc<T>(0.0);
   }
 }
 
@@ -105,7 +118,7 @@ void launch_binary(BinaryKind kind, DType dtype, const Layout& layout, bool dens
 }
 
 void launch_unary(UnaryKind kind, DType dtype, const Layout& layout, bool dense, const void* x,
-                  const Strides& sx, void* out, int64_t n, double s, double p, uint64_t seed) {
+                  const Strides& sx, void* out, int64_t n, double s) {
   if (n == 0) return;
   const int mode = index_mode(dense, layout, {&sx}, n);
   dispatch_float("elementwise", dtype, [&](auto z) {
@@ -114,7 +127,7 @@ void launch_unary(UnaryKind kind, DType dtype, const Layout& layout, bool dense,
       constexpr int M = decltype(m)::value;
       auto go = [&](auto kernel) {
         cuda::launch(kernel, grid_for(n, 256), 256, 0, layout, static_cast<const T*>(x), sx,
-                     static_cast<T*>(out), n, s, p, seed);
+                     static_cast<T*>(out), n, s);
       };
       switch (kind) {
         case UnaryKind::copy:
@@ -127,9 +140,23 @@ void launch_unary(UnaryKind kind, DType dtype, const Layout& layout, bool dense,
           return go(unary_kernel<T, UnaryKind::neg, M>);
         case UnaryKind::gelu:
           return go(unary_kernel<T, UnaryKind::gelu, M>);
-        case UnaryKind::dropout:
-          return go(unary_kernel<T, UnaryKind::dropout, M>);
       }
+    });
+  });
+  DL_CUDA_LAUNCH_CHECK();
+}
+
+void launch_dropout(DType dtype, const Layout& layout, bool dense, const void* x, const Strides& sx,
+                    void* out, int64_t n, const int64_t* row_ids, int64_t row_len,
+                    double keep_scale, double p, uint64_t seed) {
+  if (n == 0) return;
+  const int mode = index_mode(dense, layout, {&sx}, n);
+  dispatch_float("dropout", dtype, [&](auto z) {
+    using T = decltype(z);
+    with_index_mode(mode, [&](auto m) {
+      constexpr int M = decltype(m)::value;
+      cuda::launch(dropout_kernel<T, M>, grid_for(n, 256), 256, 0, layout, static_cast<const T*>(x),
+                   sx, static_cast<T*>(out), n, row_ids, row_len, keep_scale, p, seed);
     });
   });
   DL_CUDA_LAUNCH_CHECK();
@@ -206,12 +233,11 @@ void launch_scale_inplace(DType dtype, void* p, int64_t n, double factor) {
     layout.shape[0] = n;
     if constexpr (std::is_same_v<T, bf16_t>) {
       cuda::launch(unary_kernel<T, UnaryKind::scale, kDense>, grid_for(n, 256), 256, 0, layout,
-                   static_cast<const T*>(p), Strides{}, static_cast<T*>(p), n, factor, 0, 0);
+                   static_cast<const T*>(p), Strides{}, static_cast<T*>(p), n, factor);
     } else {
       // T(v * T(factor)) in T, not in double: that is what `p[i] *= f` does on the host.
       cuda::launch(unary_kernel<T, UnaryKind::scale, kDense>, grid_for(n, 256), 256, 0, layout,
-                   static_cast<const T*>(p), Strides{}, static_cast<T*>(p), n, double(T(factor)), 0,
-                   0);
+                   static_cast<const T*>(p), Strides{}, static_cast<T*>(p), n, double(T(factor)));
     }
   });
   DL_CUDA_LAUNCH_CHECK();

@@ -22,15 +22,20 @@ struct Strides {
 };
 
 enum class BinaryKind : int { add, sub, mul, gelu_backward };  // gelu_backward: a = g, b = x
-enum class UnaryKind : int { copy, scale, add_scalar, neg, gelu, dropout };
+enum class UnaryKind : int { copy, scale, add_scalar, neg, gelu };
 
 // out[i] = kind(a[off_a(i)], b[off_b(i)]) for the n row-major elements of `out`, which
 // is contiguous; `dense` says both operands are contiguous in out's shape (off = i).
 void launch_binary(BinaryKind kind, DType dtype, const Layout& out, bool dense, const void* a,
                    const Strides& sa, const void* b, const Strides& sb, void* out_ptr, int64_t n);
-// s: the scalar of scale / add_scalar; p, seed: dropout (keep when uniform01(seed, i) >= p).
+// s: the scalar of scale / add_scalar.
 void launch_unary(UnaryKind kind, DType dtype, const Layout& out, bool dense, const void* x,
-                  const Strides& sx, void* out_ptr, int64_t n, double s, double p, uint64_t seed);
+                  const Strides& sx, void* out_ptr, int64_t n, double s);
+// Dropout: out[i] = x[off(i)] * keep_scale when uniform01(seed, row_ids[i / row_len] *
+// row_len + i % row_len) >= p, else 0; row_ids is device memory, one id per row of out.
+void launch_dropout(DType dtype, const Layout& out, bool dense, const void* x, const Strides& sx,
+                    void* out_ptr, int64_t n, const int64_t* row_ids, int64_t row_len,
+                    double keep_scale, double p, uint64_t seed);
 
 // out[o] = factor * sum_r x[kept_offset(o) + red_offset(r)]: kept dims index the
 // contiguous output, reduced dims are summed in a fixed order (deterministic, no atomics).

@@ -9,7 +9,9 @@ against the code.
   with its subcommand);
 - README.md stays short (at most 200 lines) and shows the two commands `make demo` and
   `make test`;
-- docs/configs.md's config reference is what `driftless config --reference` prints.
+- docs/configs.md's config reference is what `driftless config --reference` prints, and
+  docs/regression.md's regression config reference what `driftless regress --reference`
+  prints.
 
 Usage: check_docs.py SOURCE_DIR DRIFTLESS_BINARY [--update-config-reference]
 """
@@ -18,8 +20,15 @@ import re
 import subprocess
 import sys
 
-REFERENCE_BEGIN = "<!-- config-reference: begin (driftless config --reference) -->"
-REFERENCE_END = "<!-- config-reference: end -->"
+# (page, command, begin marker, end marker) of each generated key reference.
+REFERENCES = [
+    ("docs/configs.md", ["config", "--reference"],
+     "<!-- config-reference: begin (driftless config --reference) -->",
+     "<!-- config-reference: end -->"),
+    ("docs/regression.md", ["regress", "--reference"],
+     "<!-- regress-reference: begin (driftless regress --reference) -->",
+     "<!-- regress-reference: end -->"),
+]
 FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
 LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 COMMAND = re.compile(r"(?:^|[\s/;&|(`])driftless\s+([a-z][a-z0-9-]*)(?:\s+([a-z][a-z0-9-]*))?")
@@ -140,24 +149,25 @@ def check_readme(root, errors):
 
 
 def check_config_reference(root, binary, errors, update):
-    page = root / "docs" / "configs.md"
-    text = page.read_text()
-    if REFERENCE_BEGIN not in text or REFERENCE_END not in text:
-        errors.append(f"docs/configs.md lacks the markers {REFERENCE_BEGIN} ... {REFERENCE_END}")
-        return
-    table = subprocess.run([binary, "config", "--reference"], check=True, stdout=subprocess.PIPE,
-                           text=True).stdout.strip()
-    head, rest = text.split(REFERENCE_BEGIN, 1)
-    current, tail = rest.split(REFERENCE_END, 1)
-    if current.strip() == table:
-        return
-    if update:
-        page.write_text(f"{head}{REFERENCE_BEGIN}\n{table}\n{REFERENCE_END}{tail}")
-        print("docs/configs.md: config reference updated")
-        return
-    errors.append("docs/configs.md: the config reference differs from `driftless config "
-                  "--reference`; regenerate it with `python3 tests/e2e/scripts/check_docs.py . "
-                  "build/apps/driftless --update-config-reference`")
+    for name, command, begin, end in REFERENCES:
+        page = root / name
+        text = page.read_text()
+        if begin not in text or end not in text:
+            errors.append(f"{name} lacks the markers {begin} ... {end}")
+            continue
+        table = subprocess.run([binary] + command, check=True, stdout=subprocess.PIPE,
+                               text=True).stdout.strip()
+        head, rest = text.split(begin, 1)
+        current, tail = rest.split(end, 1)
+        if current.strip() == table:
+            continue
+        if update:
+            page.write_text(f"{head}{begin}\n{table}\n{end}{tail}")
+            print(f"{name}: key reference updated")
+            continue
+        errors.append(f"{name}: the key reference differs from `driftless {' '.join(command)}`; "
+                      "regenerate it with `python3 tests/e2e/scripts/check_docs.py . "
+                      "build/apps/driftless --update-config-reference`")
 
 
 def main():

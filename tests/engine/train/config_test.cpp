@@ -27,7 +27,7 @@ TEST(Config, DefaultsAndValues) {
   EXPECT_EQ(c.model.n_embd, 64);
   EXPECT_EQ(c.model.kv_heads(), 4);
   EXPECT_EQ(c.batch.sequences, 4);
-  EXPECT_EQ(c.optimizer.decay, "cosine");
+  EXPECT_EQ(c.optimizer.decay, optim::LrDecay::cosine);
   EXPECT_TRUE(c.run.tensor_logs.steps.empty());
 }
 
@@ -57,7 +57,7 @@ TEST(Config, ContextParallelRules) {
   Config c = parse_config_text(
       "distributed: {context_parallel: {size: 2, kind: a2a}}\nmodel: {n_head: 4, n_embd: 64}\n");
   EXPECT_EQ(c.distributed.context_parallel.size, 2);
-  EXPECT_EQ(c.distributed.context_parallel.kind, "a2a");
+  EXPECT_EQ(c.distributed.context_parallel.kind, layers::ContextParallel::a2a);
   std::string err = error_of([] {
     parse_config_text(
         "distributed: {context_parallel: {size: 3, kind: ring}, sequence_data_parallel: 2}\n"
@@ -129,7 +129,20 @@ TEST(Config, DumpRoundTrips) {
   Config d = parse_config_text(config_to_yaml(c));
   EXPECT_EQ(config_to_yaml(c), config_to_yaml(d));
   EXPECT_EQ(d.model.n_layer, 5);
-  EXPECT_EQ(d.optimizer.decay, "linear");
+  EXPECT_EQ(d.optimizer.decay, optim::LrDecay::linear);
+  // Enums are dumped by name and refused by name, with the allowed ones listed.
+  EXPECT_NE(config_to_yaml(d).find("decay: linear"), std::string::npos);
+  EXPECT_NE(
+      config_reference().find("| `distributed.kv_exchange` | string | `needed` | needed, full |"),
+      std::string::npos);
+  const std::string err = error_of([] {
+    parse_config_text("", {"distributed.context_parallel.kind=none", "precision.compute=f64"});
+  });
+  EXPECT_NE(err.find("distributed.context_parallel.kind: 'none' is not one of: ring, a2a"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("precision.compute: 'f64' is not one of: f32, bf16"), std::string::npos)
+      << err;
   EXPECT_EQ(d.run.tensor_logs.steps, (std::vector<int64_t>{0, 3}));
   EXPECT_NE(config_reference().find("| `model.n_layer` | int | `12` |"), std::string::npos);
 }

@@ -100,7 +100,7 @@ TEST(TrainerReferenceInput, DISABLED_Write) {
                    {"min_lr", o.min_lr},
                    {"warmup_steps", o.warmup_steps},
                    {"total_steps", c.training.steps},
-                   {"decay", o.decay},
+                   {"decay", config_name(o.decay)},
                    {"rule",
                     "step < warmup: max_lr (step + 1) / warmup; then min_lr + (max_lr - min_lr) "
                     "(1 + cos(pi (step - warmup) / (total - warmup))) / 2"}};

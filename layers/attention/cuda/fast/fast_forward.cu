@@ -288,7 +288,7 @@ void fill_f32(float* x, int64_t n, float value) {
 bool use_wgmma() {
   static const bool on = [] {
 #ifdef DRIFTLESS_SM90A
-    const char* env = std::getenv("DL_ATTN_WGMMA");
+    const char* env = std::getenv("DRIFTLESS_ATTN_WGMMA");
     if (env != nullptr && std::string(env) == "0") return false;
     int dev = 0, major = 0, minor = 0;
     DL_CUDA_CHECK(cudaGetDevice(&dev));
