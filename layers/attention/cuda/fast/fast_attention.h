@@ -41,7 +41,7 @@ struct Tile {
 bool supported(const Problem& p, const Mod& mod);
 
 // True when the kernels run their products on Hopper's wgmma (wgmma.cuh): built for sm_90a
-// (DRIFTLESS_SM90A), the current device is compute 9.0, and DL_ATTN_WGMMA is not "0" (the
+// (DRIFTLESS_SM90A), the current device is compute 9.0, and DRIFTLESS_ATTN_WGMMA is not "0" (the
 // switch that times or tests the mma.sync kernels on the same GPU). Read once per process.
 bool use_wgmma();
 
