@@ -1,8 +1,11 @@
 // Work items of the persistent sm_90a attention kernels and their varlen bookkeeping. An item
 // is (query tile of the host schedule, head); the host schedule lists tiles heaviest first
 // (schedule.cpp), and item w is tile w / H, head w % H, so the heads of one tile, which share
-// a K/V head under GQA, run side by side. CTA b takes items b, b + grid, b + 2 grid, ...:
-// every role of a CTA walks the same sequence without talking to the others.
+// a K/V head under GQA, run side by side. The items come in bands of `grid`, one item a CTA
+// per band, the bands walked in a snake: CTA b takes item b of even bands and item
+// grid - 1 - b of odd ones, so the CTA that took a band's heaviest item takes the next
+// band's lightest (round-robin gave CTA 0 the heaviest of every band). Every role of a CTA
+// walks the same sequence without talking to the others.
 #pragma once
 #include <cstdint>
 
@@ -13,7 +16,10 @@ namespace driftless::layers::gpu::fast::sm90 {
 struct StaticScheduler {
   int n_items;
   __device__ __forceinline__ int first() const { return int(blockIdx.x); }
-  __device__ __forceinline__ int next(int w) const { return w + int(gridDim.x); }
+  __device__ __forceinline__ int next(int w) const {
+    const int grid = int(gridDim.x), band = w / grid + 1, b = int(blockIdx.x);
+    return band * grid + ((band & 1) ? grid - 1 - b : b);
+  }
   __device__ __forceinline__ bool valid(int w) const { return w < n_items; }
 };
 
