@@ -18,6 +18,7 @@
 #include "engine/train/grad_buckets.h"
 #include "engine/train/layout.h"
 #include "engine/train/run_directory.h"
+#include "layers/attention/routes/fault_route.h"
 #include "layers/gpt.h"
 #include "parallel/communicator.h"
 
@@ -34,8 +35,8 @@ struct TrainerOptions {
   // All ranks on host tensors (MPI): agreement on the config and the stop step, cheap next
   // to NCCL's device round trips. nullptr: data_group.
   parallel::Communicator* control = nullptr;
-  layers::KvExchange* sdp_exchange = nullptr;   // ranks sharing a sequence
-  const layers::ModelFaults* faults = nullptr;  // test-only fault injection
+  layers::KvExchange* sdp_exchange = nullptr;  // ranks sharing a sequence
+  const layers::TestFaults* faults = nullptr;  // test-only fault injection (nullptr: none)
   // A signal number (SIGINT, SIGTERM) set by a handler on any rank: every rank finishes the
   // step, they agree on it, write one checkpoint and stop (status 128 + the signal).
   const std::atomic<int>* stop = nullptr;
@@ -112,8 +113,8 @@ class Trainer {
   std::unique_ptr<optim::AdamW> optimizer_;
   optim::LrSchedule schedule_;
   int64_t next_step_ = 0;
-  bool kv_direct_ = false;  // attention reads K/V from the QKV product, no K/V buffers
-  Tensor zero_buffer_;      // ZeRO-1: (P * n) padded slab for the collectives
+  std::unique_ptr<layers::AttentionRoute> route_;  // the layout's (attention_route)
+  Tensor zero_buffer_;                        // ZeRO-1: (P * n) padded slab for the collectives
   std::unique_ptr<GradientBuckets> buckets_;  // with more than one rank (all-reduce or ZeRO-1)
   double peak_flops_ = 0;                     // per GPU, for MFU; 0: unknown
 };
