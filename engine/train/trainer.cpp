@@ -229,31 +229,8 @@ double Trainer::all_reduce_scalar(double v) const {
   return t.item();
 }
 
-StepStats Trainer::train_step(int64_t step) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const data::GlobalBatch batch = sampler_->batch(step);
-  DL_CHECK(batch.loss_tokens > 0, "train", "global batch " << step << " has no loss tokens");
-  const double loss_scale = 1.0 / double(batch.loss_tokens);
-  const bool logging =
-      std::find(config_.run.tensor_logs.steps.begin(), config_.run.tensor_logs.steps.end(), step) !=
-      config_.run.tensor_logs.steps.end();
-  std::unique_ptr<TensorLogger> logger;
-  if (logging)
-    logger = std::make_unique<TensorLogger>(config_.batch.sequences, config_.batch.sequence_length,
-                                            config_.run.tensor_logs.kinds);
-  layers::ForwardOptions fo;
-  fo.sink = logger.get();
-  fo.route = route_.get();
-  fo.training = true;
-  fo.dropout_seed = random::derive(uint64_t(config_.training.seed), uint64_t(step));
-  // Several forwards before their backwards: the loss must not hold a dW per forward.
-  fo.recompute_loss = layout_.micro_sequences > 1 || layout_.breadth_first > 1;
-  fo.deterministic = config_.training.deterministic;
-
-  PlanOptions po;
-  po.pad_documents_to = int32_t(config_.data.pad_documents_to);
-  po.reverse_micro_sequences = options_.faults && options_.faults->reverse_micro_sequences;
-  const StepPlan plan = plan_step(layout_, batch, po);
+double Trainer::run_plan(const StepPlan& plan, const layers::ForwardOptions& fo,
+                         double loss_scale) {
   model_->slab().zero_grads();
   std::vector<Tensor> loss_parts;  // read after the backward: no host sync inside the step
   for (const PlannedGroup& group : plan.groups) {
@@ -275,6 +252,11 @@ StepStats Trainer::train_step(int64_t step) {
   }
   double loss_sum = 0;
   for (const Tensor& l : loss_parts) loss_sum += l.item();
+  return loss_sum;
+}
+
+StepStats Trainer::reduce_and_update(int64_t step, double loss_sum, const data::GlobalBatch& batch,
+                                     TensorLogger* logger) {
   const Tensor& grads = model_->slab().grads();
   // Gradients to update with: the whole reduced slab, or this rank's ZeRO-1 shard of it.
   Tensor update_grads;
@@ -336,6 +318,36 @@ StepStats Trainer::train_step(int64_t step) {
     });
     if (is_root()) logger->save(config_.run.output_dir + "/tensor_logs", step);
   }
+  return st;
+}
+
+StepStats Trainer::train_step(int64_t step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const data::GlobalBatch batch = sampler_->batch(step);
+  DL_CHECK(batch.loss_tokens > 0, "train", "global batch " << step << " has no loss tokens");
+  const double loss_scale = 1.0 / double(batch.loss_tokens);
+  const bool logging =
+      std::find(config_.run.tensor_logs.steps.begin(), config_.run.tensor_logs.steps.end(), step) !=
+      config_.run.tensor_logs.steps.end();
+  std::unique_ptr<TensorLogger> logger;
+  if (logging)
+    logger = std::make_unique<TensorLogger>(config_.batch.sequences, config_.batch.sequence_length,
+                                            config_.run.tensor_logs.kinds);
+  layers::ForwardOptions fo;
+  fo.sink = logger.get();
+  fo.route = route_.get();
+  fo.training = true;
+  fo.dropout_seed = random::derive(uint64_t(config_.training.seed), uint64_t(step));
+  // Several forwards before their backwards: the loss must not hold a dW per forward.
+  fo.recompute_loss = layout_.micro_sequences > 1 || layout_.breadth_first > 1;
+  fo.deterministic = config_.training.deterministic;
+
+  PlanOptions po;
+  po.pad_documents_to = int32_t(config_.data.pad_documents_to);
+  po.reverse_micro_sequences = options_.faults && options_.faults->reverse_micro_sequences;
+  const StepPlan plan = plan_step(layout_, batch, po);
+  const double loss_sum = run_plan(plan, fo, loss_scale);
+  StepStats st = reduce_and_update(step, loss_sum, batch, logger.get());
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   next_step_ = step + 1;
   return st;

@@ -18,6 +18,8 @@
 #include "engine/train/grad_buckets.h"
 #include "engine/train/layout.h"
 #include "engine/train/run_directory.h"
+#include "engine/train/step_plan.h"
+#include "engine/train/tensor_log.h"
 #include "layers/attention/routes/fault_route.h"
 #include "layers/gpt.h"
 #include "parallel/communicator.h"
@@ -97,6 +99,14 @@ class Trainer {
   bool zero1() const { return zero_buffer_.defined(); }
   // ZeRO-1: all-gather a slab (params or grads) from every rank's shard of it.
   void all_gather_slab(const Tensor& slab, const Tensor& own_shard);
+  // The forwards and backwards of the step's plan; returns the sum of its losses (read
+  // after the last backward: no host sync inside the step).
+  double run_plan(const StepPlan& plan, const layers::ForwardOptions& fo, double loss_scale);
+  // The gradients reduced over the data group, their norm and clipping, the AdamW update
+  // (ZeRO-1: of this rank's shard, then the parameters gathered), and the tensor logs of
+  // gradients and parameters.
+  StepStats reduce_and_update(int64_t step, double loss_sum, const data::GlobalBatch& batch,
+                              TensorLogger* logger);
   std::ostream& log() const;
   void all_reduce(const Tensor& t) const;
   // Sum of v over the data group (v itself on one rank).

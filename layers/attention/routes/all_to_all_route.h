@@ -1,9 +1,6 @@
-// The all-to-all route (route.h): Ulysses context parallelism. One all_to_all turns this
-// rank's rows of all heads into all rows of this rank's heads (tokens_to_heads,
-// context_parallel.h), attention runs over the whole micro-sequence for those heads with a
-// K/V buffer of this rank's heads (no collective on the buffer), and the inverse all_to_all
-// brings the output back. Each slice entry carries its whole micro-sequence
-// (SliceInput::whole).
+// The all-to-all route (route.h; ARCHITECTURE.md "Context parallelism", a2a): all_to_all
+// from this rank's rows of all heads to all rows of this rank's heads, attention over the
+// whole micro-sequence (SliceInput::whole) with a K/V buffer of those heads, and back.
 #pragma once
 #include <vector>
 

@@ -1,8 +1,6 @@
-// The buffer route (route.h): K/V through the per-layer K/V buffers (ARCHITECTURE.md "K/V
-// buffers"), all-gathered over the ranks that share a sequence (sequence-data parallelism;
-// the single-rank exchange: micro-sequences on one rank, generation's K/V cache). Each
-// sequence writes its rows at [sequence_k_past, sequence_k_end) and attends its extent
-// [first_document_begin, sequence_k_end); then one attention call covers the whole slice.
+// The buffer route (route.h; ARCHITECTURE.md "K/V buffers"): each sequence writes its K/V
+// rows into the per-layer buffers and attends its extent, all-gathered over the ranks that
+// share a sequence (SDP); on one rank, micro-sequences and generation's K/V cache.
 #pragma once
 #include <vector>
 

@@ -1,9 +1,7 @@
-// The attention route: how one layer's attention gets the keys and values of its slice
-// (ARCHITECTURE.md "Attention routes"). The model projects QKV, hands it to the route and
+// The attention route: how a layer's attention gets the keys and values of its slice
+// (ARCHITECTURE.md "Attention routes"). The model projects QKV, the route attends, the model
 // projects what comes back; which K/V the queries see, through which buffer and over which
-// ranks, is the route's alone. One file per route: local_route (no buffer), buffer_route
-// (K/V buffers, exchanged over the SDP ranks), ring_route, all_to_all_route; fault_route
-// wraps another to plant test faults.
+// ranks, is the route's alone.
 #pragma once
 #include <cstdint>
 #include <functional>
