@@ -1,7 +1,8 @@
-// Context parallelism (layers/attention/context_parallel.h) at model level, P ranks as P
-// threads of one process over an in-process exchange: for ring and a2a, with micro-sequences,
-// GQA and softcap, the rank-order sum of every rank's parameter gradients and losses equals
-// the single-rank run's. And the LSE merge against one attention call over the union of keys.
+// Context parallelism (the ring and all-to-all routes, layers/attention/routes/) at model level, P
+// ranks as P threads of one process over an in-process exchange: for ring and a2a, with
+// micro-sequences, GQA and softcap, the rank-order sum of every rank's parameter gradients and
+// losses equals the single-rank run's. And the LSE merge against one attention call over the union
+// of keys.
 #include "layers/attention/context_parallel.h"
 
 #include <gtest/gtest.h>

@@ -1,12 +1,134 @@
 // The all-to-all route (all_to_all_route.h).
 #include "layers/attention/routes/all_to_all_route.h"
 
+#include "engine/autograd/autograd.h"
 #include "engine/ops/ops.h"
 #include "layers/attention/attention.h"
-#include "layers/attention/context_parallel.h"
 #include "layers/attention/routes/buffer_route.h"
 
 namespace driftless::layers {
+
+namespace {
+constexpr const char* kOp = "context_parallel";
+}  // namespace
+
+namespace {
+
+// Column groups of x (T, C): group g is [offset_g, offset_g + width_g), cut into P blocks.
+struct ColumnGroups {
+  std::vector<int64_t> offset, width;
+  int64_t block_width(int64_t P) const {
+    int64_t w = 0;
+    for (int64_t x : width) w += x / P;
+    return w;
+  }
+};
+
+// Calls f(p, col, at, b) for every block: columns [col, col + b) of x (T, C) are columns
+// [at, at + b) of slice p of the blocked layout (P, T, w), which holds block p of every group
+// side by side.
+template <class F>
+void for_each_block(const ColumnGroups& g, int64_t P, const F& f) {
+  for (int64_t p = 0; p < P; ++p) {
+    int64_t at = 0;
+    for (size_t i = 0; i < g.offset.size(); ++i) {
+      const int64_t b = g.width[i] / P;
+      f(p, g.offset[i] + p * b, at, b);
+      at += b;
+    }
+  }
+}
+
+// x (T, C) -> (P, T, w).
+Tensor blocks_of(const Tensor& x, const ColumnGroups& g, int64_t P) {
+  Tensor out = Tensor::empty({P, x.size(0), g.block_width(P)}, x.dtype(), x.device());
+  for_each_block(g, P, [&](int64_t p, int64_t col, int64_t at, int64_t b) {
+    out.select(0, p).narrow(1, at, b).copy_(x.narrow(1, col, b));
+  });
+  return out;
+}
+
+// The inverse of blocks_of: (P, T, w) -> (T, C).
+Tensor columns_of(const Tensor& blocks, const ColumnGroups& g, int64_t C) {
+  Tensor out = Tensor::empty({blocks.size(1), C}, blocks.dtype(), blocks.device());
+  for_each_block(g, blocks.size(0), [&](int64_t p, int64_t col, int64_t at, int64_t b) {
+    out.narrow(1, col, b).copy_(blocks.select(0, p).narrow(1, at, b));
+  });
+  return out;
+}
+
+// x (T, C) of n sequences' local rows -> (n L, w) with L = P T / n: all-to-all of the
+// column blocks, then the rows of every sequence in rank order.
+Tensor to_heads(const Tensor& x, const ColumnGroups& g, int64_t n, KvExchange& ex) {
+  const int64_t P = ex.ranks(), T = x.size(0), w = g.block_width(P);
+  Tensor in = blocks_of(x, g, P);  // (P, T, w)
+  Tensor got = Tensor::empty({P, n, T / n, w}, x.dtype(), x.device());
+  ex.all_to_all(got, in);  // slice p: rank p's rows of my heads
+  return got.permute({1, 0, 2, 3}).contiguous().view({P * T, w});
+}
+
+// The inverse of to_heads: (n L, w) -> (T, C).
+Tensor to_tokens(const Tensor& y, const ColumnGroups& g, int64_t n, int64_t C, KvExchange& ex) {
+  const int64_t P = ex.ranks(), T = y.size(0) / P, w = y.size(1);
+  Tensor in = y.view({n, P, T / n, w}).permute({1, 0, 2, 3}).contiguous();  // (P, n, T/n, w)
+  Tensor got = Tensor::empty({P, T, w}, y.dtype(), y.device());
+  ex.all_to_all(got, in);
+  return columns_of(got, g, C);
+}
+
+void check_a2a(const Tensor& x, int64_t n) {
+  DL_CHECK(x.defined() && x.dim() == 2 && n >= 1 && x.size(0) % n == 0, kOp,
+           "a2a input must be (T, C) with T divisible by the "
+               << n << " sequences, got " << (x.defined() ? shape_str(x.shape()) : "undefined"));
+}
+
+// One autograd node for a pair of mutually inverse layouts.
+Tensor layout_node(const char* name, const Tensor& x, Tensor y,
+                   std::function<Tensor(const Tensor&)> backward) {
+  autograd::Context ctx;
+  return autograd::record(name, {x}, y, std::move(ctx),
+                          [backward](autograd::Context&, const std::vector<Tensor>& g) {
+                            autograd::NoGradGuard no_grad;
+                            return std::vector<Tensor>{backward(g[0].contiguous())};
+                          });
+}
+
+ColumnGroups qkv_groups(int64_t H, int64_t Hkv, int64_t D) {
+  return {{0, H * D, (H + Hkv) * D}, {H * D, Hkv * D, Hkv * D}};
+}
+
+}  // namespace
+
+Tensor tokens_to_heads(const Tensor& qkv, int64_t n, int64_t H, int64_t Hkv, KvExchange& ex) {
+  check_a2a(qkv, n);
+  const int64_t P = ex.ranks(), C = qkv.size(1);
+  DL_CHECK(H % P == 0 && Hkv % P == 0 && C % (H + 2 * Hkv) == 0, kOp,
+           "a2a needs n_head (" << H << ") and n_kv_head (" << Hkv << ") divisible by " << P
+                                << " ranks and qkv columns (" << C << ") = (H + 2 H_kv) D");
+  const ColumnGroups g = qkv_groups(H, Hkv, C / (H + 2 * Hkv));
+  Tensor y;
+  {
+    autograd::NoGradGuard no_grad;
+    y = to_heads(qkv, g, n, ex);
+  }
+  KvExchange* e = &ex;
+  return layout_node("a2a_tokens_to_heads", qkv, y,
+                     [g, n, C, e](const Tensor& dy) { return to_tokens(dy, g, n, C, *e); });
+}
+
+Tensor heads_to_tokens(const Tensor& y, int64_t n, KvExchange& ex) {
+  check_a2a(y, n);
+  const int64_t P = ex.ranks(), C = y.size(1) * P;
+  const ColumnGroups g{{0}, {C}};
+  Tensor x;
+  {
+    autograd::NoGradGuard no_grad;
+    x = to_tokens(y.contiguous(), g, n, C, ex);
+  }
+  KvExchange* e = &ex;
+  return layout_node("a2a_heads_to_tokens", y, x,
+                     [g, n, e](const Tensor& dx) { return to_heads(dx, g, n, *e); });
+}
 
 KvExchange& AllToAllRoute::exchange() const {
   static KvExchange single_rank;

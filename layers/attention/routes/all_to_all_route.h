@@ -9,6 +9,15 @@
 
 namespace driftless::layers {
 
+// qkv (T, (H + 2 H_kv) D): n sequences' local rows, T / n = L / P each (this rank's chunk of
+// every micro-sequence, SDP's split) -> (n L, (H + 2 H_kv) D / P): each sequence's L rows in
+// order with this rank's heads, q heads [r H/P, (r+1) H/P) then k and v heads
+// [r H_kv/P, (r+1) H_kv/P). One all-to-all; one autograd node (backward: the inverse).
+Tensor tokens_to_heads(const Tensor& qkv, int64_t sequences, int64_t heads, int64_t kv_heads,
+                       KvExchange& ex);
+// y (n L, H D / P) -> (T, H D): the attention output back to this rank's rows, all heads.
+Tensor heads_to_tokens(const Tensor& y, int64_t sequences, KvExchange& ex);
+
 class AllToAllRoute : public AttentionRoute {
  public:
   explicit AllToAllRoute(KvExchange* exchange = nullptr) : exchange_(exchange) {}
