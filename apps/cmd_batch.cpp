@@ -1,6 +1,7 @@
-// `driftless batch`: prints the ModelInput of every micro-sequence of a step as JSON, as
-// each rank would see it (how a user sees what the model sees). Flags are named after the
-// run-config keys they will read from `--config` (data.path, batch.sequence_length, ...).
+// `driftless batch`: prints each rank's step plan as JSON: the forwards in order with the
+// ModelInput of every sequence, and the backward order (train/step_plan.h, the plan the
+// trainer walks: how a user sees what the model sees). Flags are named after the run-config
+// keys they will read from `--config` (data.path, batch.sequence_length, ...).
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -11,7 +12,7 @@
 #include "engine/core/error.h"
 #include "engine/train/config.h"
 #include "engine/train/layout.h"
-#include "parallel/process_group.h"
+#include "engine/train/step_plan.h"
 
 namespace driftless::apps {
 namespace {
@@ -23,6 +24,8 @@ struct BatchOptions {
   std::string long_documents = "split";  // data.long_documents
   data::SamplerConfig sampler;
   int32_t micro_sequences = 1;   // schedule.micro_sequences
+  int32_t depth_first = 1;       // schedule.depth_first
+  int32_t breadth_first = 1;     // schedule.breadth_first
   int32_t sdp = 1;               // distributed.sequence_data_parallel
   int32_t cp = 1;                // distributed.context_parallel.size
   std::string cp_kind = "ring";  // distributed.context_parallel.kind
@@ -54,6 +57,8 @@ void apply_config(BatchOptions& o, const CLI::App& sub) {
   if (unset("--seq-len")) o.sampler.sequence_length = c.batch.sequence_length;
   if (unset("--batch")) o.sampler.sequences = c.batch.sequences;
   if (unset("--micro-sequences")) o.micro_sequences = int32_t(c.schedule.micro_sequences);
+  if (unset("--depth-first")) o.depth_first = int32_t(c.schedule.depth_first);
+  if (unset("--breadth-first")) o.breadth_first = int32_t(c.schedule.breadth_first);
   if (unset("--sdp")) o.sdp = int32_t(c.distributed.sequence_data_parallel);
   if (unset("--context-parallel")) o.cp = int32_t(c.distributed.context_parallel.size);
   if (unset("--cp-kind")) o.cp_kind = train::config_name(c.distributed.context_parallel.kind);
@@ -69,8 +74,11 @@ int run_batch(const BatchOptions& o) {
                                           : data::open_dataset(o.dataset);
   data::SamplerConfig sc = o.sampler;
   sc.long_documents = data::parse_long_documents(o.long_documents);
-  DL_CHECK(o.sdp >= 1 && o.cp >= 1 && o.data_parallel >= 1 && o.micro_sequences >= 1, "batch",
-           "expected --sdp, --context-parallel, --data-parallel and --micro-sequences >= 1");
+  DL_CHECK(o.sdp >= 1 && o.cp >= 1 && o.data_parallel >= 1 && o.micro_sequences >= 1 &&
+               o.depth_first >= 1 && o.breadth_first >= 1,
+           "batch",
+           "expected --sdp, --context-parallel, --data-parallel, --micro-sequences, "
+           "--depth-first and --breadth-first >= 1");
   DL_CHECK(o.sdp == 1 || o.cp == 1, "batch",
            "expected one of --sdp and --context-parallel, got " << o.sdp << " and " << o.cp);
   // The ranks sharing a sequence, and which slices each holds (engine/train/layout.h).
@@ -90,6 +98,8 @@ int run_batch(const BatchOptions& o) {
   out["sequence_length"] = sc.sequence_length;
   out["sequences"] = sc.sequences;
   out["micro_sequences"] = o.micro_sequences;
+  out["depth_first"] = o.depth_first;
+  out["breadth_first"] = o.breadth_first;
   out["sequence_data_parallel"] = o.sdp;
   out["context_parallel"] = {{"size", o.cp}, {"kind", o.cp_kind}};
   out["data_parallel"] = o.data_parallel;
@@ -98,35 +108,35 @@ int run_batch(const BatchOptions& o) {
   // Rank numbering is parallel/process_group.h's: the sdp ranks of a sequence are adjacent.
   for (int32_t rank = 0; rank < world; ++rank) {
     if (o.rank >= 0 && rank != o.rank) continue;
-    const parallel::RankCoords c = parallel::rank_coords(rank, {o.data_parallel, P});
-    const int32_t sdp_rank = c.sdp_rank, group = c.batch_rank;
+    train::Layout layout;
+    layout.data_parallel = o.data_parallel;
+    layout.sequence_data_parallel = o.sdp;
+    layout.context_parallel = kind == train::ContextParallel::none ? 1 : o.cp;
+    layout.cp_kind = kind;
+    layout.depth_first = o.depth_first;
+    layout.breadth_first = o.breadth_first;
+    layout.micro_sequences = o.micro_sequences;
+    layout.rank = rank;
+    const int32_t group = int32_t(layout.data_rank());
     nlohmann::json r;
     r["rank"] = rank;
-    r["sdp_rank"] = sdp_rank;
+    r["sdp_rank"] = layout.sdp_rank();
     r["batch_data_rank"] = group;
     r["sequences"] = nlohmann::json::array();
     for (int64_t b = group * per_group; b < (group + 1) * per_group; ++b) {
       const data::PackedSequence& seq = batch.sequences[size_t(b)];
       nlohmann::json js;
+      js["batch_sequence"] = b;  // index in the global batch, as the plan names it
       js["sequence"] = seq.index;
       js["epoch"] = seq.epoch;
       js["document_lengths"] = seq.document_lengths;
       js["source_documents"] = seq.source_documents;
       js["source_offsets"] = seq.source_offsets;
-      js["micro_sequences"] = nlohmann::json::array();
-      for (int32_t i = 0; i < o.micro_sequences; ++i) {
-        const auto inputs =
-            train::rank_inputs(seq, i, o.micro_sequences, sdp_rank, P, kind, sc.pad_documents_to);
-        if (inputs.size() == 1) {
-          js["micro_sequences"].push_back(data::to_json(inputs[0]));
-        } else {  // the ring: chunks r and 2P-1-r of the micro-sequence
-          nlohmann::json chunks = nlohmann::json::array();
-          for (const auto& in : inputs) chunks.push_back(data::to_json(in));
-          js["micro_sequences"].push_back({{"ring_chunks", chunks}});
-        }
-      }
       r["sequences"].push_back(js);
     }
+    train::PlanOptions po;
+    po.pad_documents_to = sc.pad_documents_to;
+    r["plan"] = train::to_json(train::plan_step(layout, batch, po));
     out["ranks"].push_back(r);
   }
   std::cout << out.dump(o.compact ? -1 : 1) << "\n";
@@ -134,7 +144,9 @@ int run_batch(const BatchOptions& o) {
 }
 
 Registrar reg(
-    {"batch", "Print the ModelInput of every micro-sequence of a step as JSON", [](CLI::App& sub) {
+    {"batch",
+     "Print each rank's step plan (forwards with their ModelInputs, backward order) as JSON",
+     [](CLI::App& sub) {
        auto o = std::make_shared<BatchOptions>();
        sub.add_option("--config", o->config, "Run config (YAML); flags override its keys");
        sub.add_option("--set", o->overrides, "Config override key.path=value");
@@ -152,14 +164,19 @@ Registrar reg(
            ->capture_default_str();
        sub.add_option("--micro-sequences", o->micro_sequences, "schedule.micro_sequences")
            ->capture_default_str();
+       sub.add_option("--depth-first", o->depth_first, "schedule.depth_first")
+           ->capture_default_str();
+       sub.add_option("--breadth-first", o->breadth_first, "schedule.breadth_first")
+           ->capture_default_str();
        sub.add_option("--sdp", o->sdp, "distributed.sequence_data_parallel")->capture_default_str();
        sub.add_option("--context-parallel", o->cp,
                       "distributed.context_parallel.size (instead of --sdp): ranks sharing a "
                       "sequence by context parallelism")
            ->capture_default_str();
        sub.add_option("--cp-kind", o->cp_kind,
-                      "distributed.context_parallel.kind: ring (each micro-sequence entry lists "
-                      "ring_chunks, chunks r and 2P-1-r of 2P) or a2a (SDP's contiguous chunk)")
+                      "distributed.context_parallel.kind: ring (a forward lists two inputs per "
+                      "sequence, chunks r and 2P-1-r of 2P, sharing a slot) or a2a (SDP's "
+                      "contiguous chunk, with the whole micro-sequence)")
            ->check(CLI::IsMember({"ring", "a2a"}))
            ->capture_default_str();
        sub.add_option("--data-parallel", o->data_parallel,

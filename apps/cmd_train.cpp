@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "apps/command.h"
@@ -34,11 +35,11 @@ struct TrainArgs {
 
 // Test-only fault injection (regression must catch these): DRIFTLESS_TEST_FAULT is a
 // comma list of layer=N, cu_seqlens_k, drop_kv_grad, skip_kv_reduce_scatter,
-// reverse_micro_sequences.
-layers::ModelFaults faults_from_env() {
-  layers::ModelFaults f;
+// reverse_micro_sequences. Unset: none (the trainer builds no fault route).
+std::optional<layers::TestFaults> faults_from_env() {
   const std::string env = env_value("DRIFTLESS_TEST_FAULT");
-  if (env.empty()) return f;
+  if (env.empty()) return std::nullopt;
+  layers::TestFaults f;
   std::stringstream ss(env);
   for (std::string item; std::getline(ss, item, ',');) {
     if (item.rfind("layer=", 0) == 0)
@@ -66,8 +67,8 @@ int run_train(const TrainArgs& a) {
     options.allow_changes = a.allow_changes;
     options.stop = &g_stop;
     options.progress = !a.quiet;
-    const layers::ModelFaults faults = faults_from_env();
-    options.faults = &faults;
+    const std::optional<layers::TestFaults> faults = faults_from_env();
+    options.faults = faults ? &*faults : nullptr;
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
     train::Trainer trainer(config, options);

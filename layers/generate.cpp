@@ -39,11 +39,13 @@ data::ModelInput generation_input(std::span<const int32_t> tokens, int64_t q0,
   return in;
 }
 
-std::vector<float> forward_cached(Gpt& model, std::span<const int32_t> tokens, int64_t q0) {
+std::vector<float> forward_cached(Gpt& model, BufferRoute& cache, std::span<const int32_t> tokens,
+                                  int64_t q0) {
   autograd::NoGradGuard no_grad;
   const data::ModelInput in = generation_input(tokens, q0, q0 + int64_t(tokens.size()));
   ForwardOptions o;
   o.training = false;
+  o.route = &cache;
   Tensor logits = model.logits({{&in, 0, 0}}, o);  // (T_q, V)
   return logits.narrow(0, logits.size(0) - 1, 1).to_vector<float>();
 }
@@ -68,8 +70,7 @@ Tensor packed_logits(Gpt& model, const std::vector<std::vector<int32_t>>& docume
   const data::ModelInput in = data::make_model_input(seq, data::SliceSpec{}, 0);
   autograd::NoGradGuard no_grad;
   ForwardOptions o;
-  o.training = false;
-  o.kv_direct = true;  // one whole sequence: K/V straight from the QKV product, no buffers
+  o.training = false;  // one whole sequence: the local route, K/V straight from QKV
   return model.logits({{&in, 0, 0}}, o).to(Device::cpu, DType::f32);
 }
 
@@ -114,16 +115,18 @@ std::vector<int32_t> generate(Gpt& model, std::span<const int32_t> prompt_tokens
     DL_CHECK(t >= 0 && t < model.config().vocab_size, "generate",
              "prompt token " << t << " outside the vocabulary of " << model.config().vocab_size);
   const int64_t total = std::min(n_positions, n + std::max<int64_t>(max_new_tokens, 0));
-  model.prepare_buffers(1, total);
+  BufferRoute cache;
+  model.prepare_route(cache, 1, total);
 
   std::vector<int32_t> out;
-  std::vector<float> logits = forward_cached(model, prompt_tokens, 0);  // prefill [0, n)
+  std::vector<float> logits = forward_cached(model, cache, prompt_tokens, 0);  // prefill [0, n)
   for (int64_t pos = n; pos < total; ++pos) {
     const int32_t next = choose_token(logits, top_k, temperature, seed, uint64_t(pos));
     if (next == end_of_text) break;
     out.push_back(next);
     if (on_token) on_token(next);
-    if (pos + 1 < total) logits = forward_cached(model, std::span<const int32_t>(&next, 1), pos);
+    if (pos + 1 < total)
+      logits = forward_cached(model, cache, std::span<const int32_t>(&next, 1), pos);
   }
   return out;
 }

@@ -1,13 +1,14 @@
-// Autoregressive generation with the model's per-layer K/V buffers as the cache (ARCHITECTURE.md
-// "K/V buffers": the same buffer serves generation). The prompt is prefilled in one call over
-// [0, n); each new token then runs alone as the slice [pos, pos + 1) and attends over the
-// buffer's [0, pos + 1): the past is never recomputed.
+// Autoregressive generation with a buffer route's per-layer K/V buffers as the cache
+// (ARCHITECTURE.md "K/V buffers": the same buffer serves generation). The prompt is prefilled in
+// one call over [0, n); each new token then runs alone as the slice [pos, pos + 1) and attends over
+// the buffer's [0, pos + 1): the past is never recomputed.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <span>
 #include <vector>
 
+#include "layers/attention/routes/buffer_route.h"
 #include "layers/gpt.h"
 
 namespace driftless::layers {
@@ -18,9 +19,11 @@ data::ModelInput generation_input(std::span<const int32_t> tokens, int64_t q0,
                                   int64_t sequence_length);
 
 // Runs `tokens` as rows [q0, q0 + tokens.size()) of cache slot 0 (writing their K/V into the
-// buffers, which must hold at least q0 + tokens.size() positions; rows [0, q0) must already be
-// there) and returns the logits of the last row: (V). No autograd graph is built.
-std::vector<float> forward_cached(Gpt& model, std::span<const int32_t> tokens, int64_t q0);
+// cache's buffers, prepared with model.prepare_route for at least q0 + tokens.size()
+// positions; rows [0, q0) must already be there) and returns the logits of the last row:
+// (V). No autograd graph is built.
+std::vector<float> forward_cached(Gpt& model, BufferRoute& cache, std::span<const int32_t> tokens,
+                                  int64_t q0);
 
 // The logits of `documents` packed into one sequence, exactly as training sees a packed
 // batch (data::make_model_input): positions restart at every document and each document

@@ -63,7 +63,7 @@ class Communicator {
   virtual void broadcast(const Tensor& t, int root) = 0;
   virtual void barrier() = 0;
 
-  // ---- context parallelism (layers/attention/context_parallel.h) ----
+  // ---- context parallelism (layers/attention/routes/ring_route.h, all_to_all_route.h) ----
   // in (P·n), out (P·n), same dtype: chunk p of in goes to rank p, chunk p of out comes
   // from rank p (Ulysses: tokens ↔ heads). out and in must not overlap.
   virtual void all_to_all(const Tensor& out, const Tensor& in) = 0;

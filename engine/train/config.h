@@ -80,9 +80,9 @@ struct TrainingConfig {
   std::string init_from;  // checkpoint whose weights start the run ("": seeded init)
 };
 
-// Context parallelism (layers/attention/context_parallel.h): size ranks share each
-// sequence; ring passes K/V chunks around them (load-balanced causal split), a2a (Ulysses)
-// trades tokens for heads with all-to-all.
+// Context parallelism (layers/attention/routes/: ring_route, all_to_all_route): size ranks
+// share each sequence; ring passes K/V chunks around them (load-balanced causal split), a2a
+// (Ulysses) trades tokens for heads with all-to-all.
 struct ContextParallelConfig {
   int64_t size = 1;
   layers::ContextParallel kind = layers::ContextParallel::ring;  // ring | a2a

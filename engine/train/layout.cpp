@@ -5,6 +5,10 @@
 #include <sstream>
 
 #include "engine/core/error.h"
+#include "layers/attention/routes/all_to_all_route.h"
+#include "layers/attention/routes/buffer_route.h"
+#include "layers/attention/routes/local_route.h"
+#include "layers/attention/routes/ring_route.h"
 #include "parallel/process_group.h"
 
 namespace driftless::train {
@@ -65,6 +69,30 @@ std::vector<data::ModelInput> rank_inputs(const data::PackedSequence& sequence, 
     out.push_back(data::make_model_input(sequence, {i, m, position, P}, pad_documents_to));
   }
   return out;
+}
+
+std::unique_ptr<layers::AttentionRoute> attention_route(const Layout& l,
+                                                        layers::KvExchange* exchange,
+                                                        bool full_kv_exchange,
+                                                        const layers::TestFaults* faults) {
+  auto make = [&](layers::KvExchange* ex, bool buffers) -> std::unique_ptr<layers::AttentionRoute> {
+    switch (l.cp_kind) {
+      case ContextParallel::ring:
+        return std::make_unique<layers::RingRoute>(ex);
+      case ContextParallel::a2a:
+        return std::make_unique<layers::AllToAllRoute>(ex);
+      case ContextParallel::none:
+        break;
+    }
+    // Whole sequences whose K/V nobody else reads: no buffer (bf16 K/V and f32 gradients
+    // would be 1.8 GB for GPT-2 124M at 16 x 1024), the same bits.
+    if (!buffers && l.micro_sequences == 1 && l.sequence_ranks() == 1)
+      return std::make_unique<layers::LocalRoute>();
+    return std::make_unique<layers::BufferRoute>(ex, full_kv_exchange);
+  };
+  if (!faults) return make(exchange, false);
+  return std::make_unique<layers::FaultRoute>(
+      *faults, exchange, [&](layers::KvExchange* ex) { return make(ex, true); });
 }
 
 std::vector<std::vector<std::vector<int64_t>>> micro_batches(const Layout& l, int64_t B) {

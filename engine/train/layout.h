@@ -4,12 +4,15 @@
 // batch, cut into depth_first groups of breadth_first micro-batches.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "data/sampler.h"
 #include "engine/train/config.h"
 #include "layers/attention/context_parallel.h"
+#include "layers/attention/routes/fault_route.h"
+#include "layers/attention/routes/route.h"
 
 namespace driftless::train {
 
@@ -40,6 +43,16 @@ struct Layout {
 std::vector<data::ModelInput> rank_inputs(const data::PackedSequence& sequence, int32_t i,
                                           int32_t m, int32_t position, int32_t P,
                                           ContextParallel kind, int32_t pad_documents_to);
+
+// The attention route of the layout (layers/attention/routes/): one micro-sequence on one
+// rank reads K/V straight from QKV (local); SDP and micro-sequences go through the K/V
+// buffers over `exchange` (the ranks sharing a sequence; full_kv_exchange: whole chunks);
+// context parallelism takes the ring or the all-to-all. faults (tests only) wrap the route
+// and keep the K/V buffers, where they live.
+std::unique_ptr<layers::AttentionRoute> attention_route(const Layout& layout,
+                                                        layers::KvExchange* exchange,
+                                                        bool full_kv_exchange,
+                                                        const layers::TestFaults* faults = nullptr);
 
 // groups[g][mb] = global sequence indices of micro-batch mb of depth-first group g on this
 // rank. Throws when the batch does not divide.

@@ -24,6 +24,7 @@
 #include "engine/train/progress.h"
 #include "engine/train/rank_agreement.h"
 #include "engine/train/resume.h"
+#include "engine/train/step_plan.h"
 #include "engine/train/tensor_log.h"
 
 namespace driftless::train {
@@ -79,9 +80,8 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
                          << ") x the ranks sharing a sequence (sequence_data_parallel "
                          << layout_.sequence_data_parallel << " x context_parallel.size "
                          << layout_.context_parallel << ")");
-  const layers::ModelFaults* f = options.faults;
-  DL_CHECK(layout_.cp_kind == ContextParallel::none || !f ||
-               !(f->cu_seqlens_k_from_begin || f->drop_kv_grad_slice || f->skip_kv_reduce_scatter),
+  DL_CHECK(layout_.cp_kind == ContextParallel::none || !options.faults ||
+               !options.faults->any_route_fault(),
            "train",
            "DRIFTLESS_TEST_FAULT cu_seqlens_k, drop_kv_grad and skip_kv_reduce_scatter live in "
            "the SDP K/V path; context parallelism has none of them (use sequence_data_parallel)");
@@ -110,17 +110,10 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   model_->init(uint64_t(config.training.seed));
   if (!config.training.init_from.empty() && !options.resume)
     init_from_checkpoint(config.training.init_from, *model_);
-  // One micro-sequence on one rank: every slice is whole sequences whose K/V nobody else
-  // reads, so attention takes them straight from the QKV product (ForwardOptions::kv_direct)
-  // and the K/V buffers (bf16 K/V and f32 gradients: 1.8 GB for GPT-2 124M at 16 x 1024)
-  // are not allocated. Fault-injection runs keep the buffers (their faults live there).
-  kv_direct_ =
-      layout_.micro_sequences == 1 && layout_.sequence_ranks() == 1 && options.faults == nullptr;
+  route_ = attention_route(layout_, options.sdp_exchange,
+                           config.distributed.kv_exchange == KvExchangeMode::full, options.faults);
   const int64_t slots = config.batch.sequences / layout_.data_parallel / layout_.depth_first;
-  // Context parallel a2a keeps only this rank's K/V heads (of every row).
-  if (!kv_direct_)
-    model_->prepare_buffers(slots, config.batch.sequence_length,
-                            layout_.cp_kind == ContextParallel::a2a ? layout_.context_parallel : 1);
+  model_->prepare_route(*route_, slots, config.batch.sequence_length);
 
   std::vector<optim::ParamRange> ranges;
   for (const auto& p : model_->slab().parameters())
@@ -233,85 +226,34 @@ double Trainer::all_reduce_scalar(double v) const {
   return t.item();
 }
 
-StepStats Trainer::train_step(int64_t step) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const data::GlobalBatch batch = sampler_->batch(step);
-  DL_CHECK(batch.loss_tokens > 0, "train", "global batch " << step << " has no loss tokens");
-  const double loss_scale = 1.0 / double(batch.loss_tokens);
-  const bool logging =
-      std::find(config_.run.tensor_logs.steps.begin(), config_.run.tensor_logs.steps.end(), step) !=
-      config_.run.tensor_logs.steps.end();
-  std::unique_ptr<TensorLogger> logger;
-  if (logging)
-    logger = std::make_unique<TensorLogger>(config_.batch.sequences, config_.batch.sequence_length,
-                                            config_.run.tensor_logs.kinds);
-  layers::ForwardOptions fo;
-  fo.sink = logger.get();
-  fo.exchange = options_.sdp_exchange;
-  fo.faults = options_.faults;
-  fo.training = true;
-  fo.dropout_seed = random::derive(uint64_t(config_.training.seed), uint64_t(step));
-  // Several forwards before their backwards: the loss must not hold a dW per forward.
-  fo.recompute_loss = layout_.micro_sequences > 1 || layout_.breadth_first > 1;
-  fo.full_kv_exchange = config_.distributed.kv_exchange == KvExchangeMode::full;
-  fo.kv_direct = kv_direct_;
-  fo.deterministic = config_.training.deterministic;
-  fo.context_parallel = layout_.cp_kind;
-
-  const int64_t m = layout_.micro_sequences;
-  const int32_t pad = int32_t(config_.data.pad_documents_to);
+double Trainer::run_plan(const StepPlan& plan, const layers::ForwardOptions& fo,
+                         double loss_scale) {
   model_->slab().zero_grads();
   std::vector<Tensor> loss_parts;  // read after the backward: no host sync inside the step
-  const auto groups = micro_batches(layout_, config_.batch.sequences);
-  for (const auto& group : groups) {
-    model_->zero_kv_grads();
-    // inputs[mb][i][j]: ModelInput of sequence j of micro-batch mb, micro-sequence i (ring:
-    // entries 2j and 2j + 1); wholes: a2a's whole micro-sequences, one per sequence.
-    std::vector<std::vector<std::vector<data::ModelInput>>> inputs(group.size());
-    std::vector<std::vector<std::vector<data::ModelInput>>> wholes(group.size());
-    std::vector<std::vector<Tensor>> losses(group.size());
-    int64_t slot = 0;
-    for (size_t mb = 0; mb < group.size(); ++mb) {
-      inputs[mb].resize(size_t(m));
-      wholes[mb].resize(size_t(m));
-      const bool reverse = options_.faults && options_.faults->reverse_micro_sequences;
-      for (int64_t step_i = 0; step_i < m; ++step_i) {
-        const int64_t i = reverse ? m - 1 - step_i : step_i;
-        auto& in = inputs[mb][size_t(i)];
-        auto& whole = wholes[mb][size_t(i)];
-        for (int64_t s : group[mb]) {
-          const data::PackedSequence& seq = batch.sequences[size_t(s)];
-          for (auto& x : rank_inputs(seq, int32_t(i), int32_t(m), int32_t(layout_.sdp_rank()),
-                                     int32_t(layout_.sequence_ranks()), layout_.cp_kind, pad))
-            in.push_back(std::move(x));
-          if (layout_.cp_kind == ContextParallel::a2a)
-            whole.push_back(data::make_model_input(seq, {int32_t(i), int32_t(m), 0, 1}, pad));
-        }
-        const size_t per = in.size() / group[mb].size();  // inputs per sequence
-        std::vector<layers::SliceInput> slice;
-        for (size_t j = 0; j < group[mb].size(); ++j)
-          for (size_t c = 0; c < per; ++c)
-            slice.push_back({&in[j * per + c], slot + int64_t(j), group[mb][j],
-                             whole.empty() ? nullptr : &whole[j]});
-        losses[mb].push_back(model_->loss(slice, loss_scale, fo));
-      }
-      slot += int64_t(group[mb].size());
-    }
-    // Backward: micro-batches and micro-sequences in reverse order (the K/V gradient rule).
+  for (const PlannedGroup& group : plan.groups) {
+    route_->zero_grads();
+    std::vector<Tensor> losses;
+    for (const PlannedForward& f : group.forward)
+      losses.push_back(model_->loss(f.slice(), loss_scale, fo));
     // The step's very last backward pass completes the parameter gradients: its leaf hook
     // starts the bucketed data-parallel reduction while the backward goes on.
-    const bool last_group = &group == &groups.back();
+    const bool last_group = &group == &plan.groups.back();
     if (last_group && buckets_) buckets_->start_step();
-    for (size_t mb = group.size(); mb-- > 0;)
-      for (int64_t i = m; i-- > 0;) {
-        loss_parts.push_back(losses[mb][size_t(i)].detach());
-        const bool last = last_group && mb == 0 && i == 0;
-        autograd::backward(losses[mb][size_t(i)], Tensor(),
-                           last && buckets_ ? buckets_->hook() : autograd::LeafDoneHook());
-      }
+    for (size_t n = 0; n < group.backward.size(); ++n) {
+      const Tensor& loss = losses[size_t(group.backward[n])];
+      loss_parts.push_back(loss.detach());
+      const bool last = last_group && n + 1 == group.backward.size();
+      autograd::backward(loss, Tensor(),
+                         last && buckets_ ? buckets_->hook() : autograd::LeafDoneHook());
+    }
   }
   double loss_sum = 0;
   for (const Tensor& l : loss_parts) loss_sum += l.item();
+  return loss_sum;
+}
+
+StepStats Trainer::reduce_and_update(int64_t step, double loss_sum, const data::GlobalBatch& batch,
+                                     TensorLogger* logger) {
   const Tensor& grads = model_->slab().grads();
   // Gradients to update with: the whole reduced slab, or this rank's ZeRO-1 shard of it.
   Tensor update_grads;
@@ -373,6 +315,36 @@ StepStats Trainer::train_step(int64_t step) {
     });
     if (is_root()) logger->save(config_.run.output_dir + "/tensor_logs", step);
   }
+  return st;
+}
+
+StepStats Trainer::train_step(int64_t step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const data::GlobalBatch batch = sampler_->batch(step);
+  DL_CHECK(batch.loss_tokens > 0, "train", "global batch " << step << " has no loss tokens");
+  const double loss_scale = 1.0 / double(batch.loss_tokens);
+  const bool logging =
+      std::find(config_.run.tensor_logs.steps.begin(), config_.run.tensor_logs.steps.end(), step) !=
+      config_.run.tensor_logs.steps.end();
+  std::unique_ptr<TensorLogger> logger;
+  if (logging)
+    logger = std::make_unique<TensorLogger>(config_.batch.sequences, config_.batch.sequence_length,
+                                            config_.run.tensor_logs.kinds);
+  layers::ForwardOptions fo;
+  fo.sink = logger.get();
+  fo.route = route_.get();
+  fo.training = true;
+  fo.dropout_seed = random::derive(uint64_t(config_.training.seed), uint64_t(step));
+  // Several forwards before their backwards: the loss must not hold a dW per forward.
+  fo.recompute_loss = layout_.micro_sequences > 1 || layout_.breadth_first > 1;
+  fo.deterministic = config_.training.deterministic;
+
+  PlanOptions po;
+  po.pad_documents_to = int32_t(config_.data.pad_documents_to);
+  po.reverse_micro_sequences = options_.faults && options_.faults->reverse_micro_sequences;
+  const StepPlan plan = plan_step(layout_, batch, po);
+  const double loss_sum = run_plan(plan, fo, loss_scale);
+  StepStats st = reduce_and_update(step, loss_sum, batch, logger.get());
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   next_step_ = step + 1;
   return st;
@@ -396,8 +368,7 @@ double Trainer::evaluate() {
       data::ModelInput in = data::make_model_input(batch.sequences[size_t(s)], {0, 1, 0, 1},
                                                    int32_t(config_.data.pad_documents_to));
       layers::ForwardOptions fo;
-      fo.training = false;
-      fo.kv_direct = true;  // whole sequences, no exchange: no buffer needed
+      fo.training = false;  // whole sequences, no exchange: the local route, no buffer
       loss += model_->loss({{&in, 0, s}}, 1.0, fo).item();
     }
   }

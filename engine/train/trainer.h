@@ -18,6 +18,9 @@
 #include "engine/train/grad_buckets.h"
 #include "engine/train/layout.h"
 #include "engine/train/run_directory.h"
+#include "engine/train/step_plan.h"
+#include "engine/train/tensor_log.h"
+#include "layers/attention/routes/fault_route.h"
 #include "layers/gpt.h"
 #include "parallel/communicator.h"
 
@@ -34,8 +37,8 @@ struct TrainerOptions {
   // All ranks on host tensors (MPI): agreement on the config and the stop step, cheap next
   // to NCCL's device round trips. nullptr: data_group.
   parallel::Communicator* control = nullptr;
-  layers::KvExchange* sdp_exchange = nullptr;   // ranks sharing a sequence
-  const layers::ModelFaults* faults = nullptr;  // test-only fault injection
+  layers::KvExchange* sdp_exchange = nullptr;  // ranks sharing a sequence
+  const layers::TestFaults* faults = nullptr;  // test-only fault injection (nullptr: none)
   // A signal number (SIGINT, SIGTERM) set by a handler on any rank: every rank finishes the
   // step, they agree on it, write one checkpoint and stop (status 128 + the signal).
   const std::atomic<int>* stop = nullptr;
@@ -96,6 +99,14 @@ class Trainer {
   bool zero1() const { return zero_buffer_.defined(); }
   // ZeRO-1: all-gather a slab (params or grads) from every rank's shard of it.
   void all_gather_slab(const Tensor& slab, const Tensor& own_shard);
+  // The forwards and backwards of the step's plan; returns the sum of its losses (read
+  // after the last backward: no host sync inside the step).
+  double run_plan(const StepPlan& plan, const layers::ForwardOptions& fo, double loss_scale);
+  // The gradients reduced over the data group, their norm and clipping, the AdamW update
+  // (ZeRO-1: of this rank's shard, then the parameters gathered), and the tensor logs of
+  // gradients and parameters.
+  StepStats reduce_and_update(int64_t step, double loss_sum, const data::GlobalBatch& batch,
+                              TensorLogger* logger);
   std::ostream& log() const;
   void all_reduce(const Tensor& t) const;
   // Sum of v over the data group (v itself on one rank).
@@ -112,8 +123,8 @@ class Trainer {
   std::unique_ptr<optim::AdamW> optimizer_;
   optim::LrSchedule schedule_;
   int64_t next_step_ = 0;
-  bool kv_direct_ = false;  // attention reads K/V from the QKV product, no K/V buffers
-  Tensor zero_buffer_;      // ZeRO-1: (P * n) padded slab for the collectives
+  std::unique_ptr<layers::AttentionRoute> route_;  // the layout's (attention_route)
+  Tensor zero_buffer_;                        // ZeRO-1: (P * n) padded slab for the collectives
   std::unique_ptr<GradientBuckets> buckets_;  // with more than one rank (all-reduce or ZeRO-1)
   double peak_flops_ = 0;                     // per GPU, for MFU; 0: unknown
 };

@@ -10,8 +10,8 @@
 namespace driftless::layers {
 
 // How K/V are exchanged between the P ranks sharing a sequence (SDP; context parallelism
-// uses its all_to_all and ring_shift, context_parallel.h). A micro-sequence's
-// span of L rows is cut into P chunks of L/P rows; rank r owns chunk r. The single-rank
+// uses its all_to_all and ring_shift, routes/all_to_all_route.h and ring_route.h). A
+// micro-sequence's span of L rows is cut into P chunks of L/P rows; rank r owns chunk r. The single-rank
 // exchange (P = 1) does nothing; parallel/ provides the collective one.
 class KvExchange {
  public:
@@ -32,7 +32,7 @@ class KvExchange {
   // caller: the same sums as reduce_scatter(span, rows) on a span holding them.
   virtual void reduce_scatter_packed(const Tensor& packed) {}
 
-  // ---- context parallelism over the same ranks (context_parallel.h) ----
+  // ---- context parallelism over the same ranks (routes/ring_route.h, all_to_all_route.h) ----
   // in (P·n), out (P·n): chunk p of in goes to rank p, chunk p of out comes from rank p.
   virtual void all_to_all(const Tensor& out, const Tensor& in) {
     out.view({out.numel()}).copy_(in.contiguous().view({in.numel()}));  // one rank: a copy

@@ -1,5 +1,5 @@
 // Merging attention results computed over disjoint key sets of the same query rows (ring
-// context parallelism, context_parallel.h): with out_i and lse_i of each part,
+// context parallelism, routes/ring_route.h): with out_i and lse_i of each part,
 // lse = log Σ exp(lse_i) and out = Σ exp(lse_i − lse) · out_i. Rows that see no key in a
 // part have lse −inf there and weight 0; a row that sees none at all keeps out 0, lse −inf.
 #pragma once

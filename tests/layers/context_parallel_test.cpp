@@ -1,19 +1,26 @@
-// Context parallelism (layers/attention/context_parallel.h) at model level, P ranks as P
-// threads of one process over an in-process exchange: for ring and a2a, with micro-sequences,
-// GQA and softcap, the rank-order sum of every rank's parameter gradients and losses equals
-// the single-rank run's. And the LSE merge against one attention call over the union of keys.
+// Context parallelism (the ring and all-to-all routes, layers/attention/routes/) at model level, P
+// ranks as P threads of one process over an in-process exchange: for ring and a2a, with
+// micro-sequences, GQA and softcap, the rank-order sum of every rank's parameter gradients and
+// losses equals the single-rank run's. And the LSE merge against one attention call over the union
+// of keys.
+#include "layers/attention/context_parallel.h"
+
 #include <gtest/gtest.h>
 
 #include <barrier>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <thread>
 
 #include "data/sampler.h"
 #include "engine/autograd/autograd.h"
 #include "layers/attention/attention.h"
 #include "layers/attention/lse_merge.h"
+#include "layers/attention/routes/all_to_all_route.h"
+#include "layers/attention/routes/buffer_route.h"
+#include "layers/attention/routes/ring_route.h"
 #include "layers/gpt.h"
 #include "tests/layers/gpt_test_util.h"
 
@@ -89,14 +96,20 @@ RankResult run_rank(const GptConfig& cfg, const std::vector<data::PackedSequence
   model.init(11);
   const int64_t S = int64_t(seqs[0].tokens.size());
   const int32_t P = ex ? int32_t(ex->ranks()) : 1, r = ex ? int32_t(ex->rank()) : 0;
-  model.prepare_buffers(int64_t(seqs.size()), S, kind == ContextParallel::a2a ? P : 1);
+  std::unique_ptr<AttentionRoute> route;
+  if (kind == ContextParallel::ring)
+    route = std::make_unique<RingRoute>(ex);
+  else if (kind == ContextParallel::a2a)
+    route = std::make_unique<AllToAllRoute>(ex);
+  else
+    route = std::make_unique<BufferRoute>(ex);
+  model.prepare_route(*route, int64_t(seqs.size()), S);
   model.slab().zero_grads();
-  model.zero_kv_grads();
+  route->zero_grads();
   int64_t tokens = 0;
   for (const auto& s : seqs) tokens += s.loss_tokens();
   ForwardOptions o;
-  o.exchange = ex;
-  o.context_parallel = kind;
+  o.route = route.get();
   std::vector<std::vector<data::ModelInput>> inputs(static_cast<size_t>(m)),
       wholes(static_cast<size_t>(m));
   std::vector<Tensor> losses;
@@ -233,7 +246,6 @@ TEST(ContextParallel, BadInputsAreClearErrors) {
             std::string::npos);
   // The ring: a sliding window, ALiBi, or chunks that are not r and 2P-1-r.
   Gpt model(tiny_config());
-  model.prepare_buffers(1, 48);
   const auto seq = batch()[0];
   // One rank: chunks 0 and 1 of 2.
   const data::ModelInput a = data::make_model_input(seq, {0, 1, 0, 2}, 0),
@@ -261,7 +273,11 @@ TEST(ContextParallel, BadInputsAreClearErrors) {
               ring_attention(q, k, k, {{{&a, &b}, 0}}, buffer, one, base);
             }).find("no position-dependent modifier"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { model.prepare_buffers(1, 48, 3); }).find("head groups"),
+  struct ThreeRanks final : KvExchange {
+    int64_t ranks() const override { return 3; }
+  } three;
+  AllToAllRoute a2a(&three);
+  EXPECT_NE(error_of([&] { model.prepare_route(a2a, 1, 48); }).find("head groups"),
             std::string::npos);
   Tensor acc = Tensor::zeros({4, 2, 3}), lse = Tensor::zeros({2, 4});
   EXPECT_NE(error_of([&] {

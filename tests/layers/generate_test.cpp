@@ -42,10 +42,12 @@ std::vector<float> uncached_last_logits(const Gpt& weights, const std::vector<in
     fresh.slab().params().copy_(weights.slab().params());
   }
   const int64_t n = int64_t(seq.size());
-  fresh.prepare_buffers(1, n);
+  BufferRoute route;
+  fresh.prepare_route(route, 1, n);
   const data::ModelInput in = generation_input(seq, 0, n);
   ForwardOptions o;
   o.training = false;
+  o.route = &route;
   Tensor logits = fresh.logits({{&in, 0, 0}}, o);  // (n, V)
   EXPECT_TRUE(logits.requires_grad());
   return logits.narrow(0, n - 1, 1).to_vector<float>();
@@ -90,16 +92,17 @@ TEST(Generate, CachedLogitsEqualRecomputedLogitsAtEveryPosition) {
                               25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35};
   for (auto& t : seq) t = (t * 13 + 7) % 41;
   const int64_t n_prompt = 4;
-  model.prepare_buffers(1, int64_t(seq.size()));
+  BufferRoute cache;
+  model.prepare_route(cache, 1, int64_t(seq.size()));
   std::vector<float> cached =
-      forward_cached(model, std::span<const int32_t>(seq.data(), size_t(n_prompt)), 0);
+      forward_cached(model, cache, std::span<const int32_t>(seq.data(), size_t(n_prompt)), 0);
   for (size_t pos = size_t(n_prompt);; ++pos) {
     const std::vector<int32_t> prefix(seq.begin(), seq.begin() + int64_t(pos));
     const std::vector<float> ref = uncached_last_logits(model, prefix);
     ASSERT_EQ(cached.size(), ref.size());
     EXPECT_LE(max_rel(cached, ref), 1e-5) << "sequence length " << pos;
     if (pos == seq.size()) break;
-    cached = forward_cached(model, std::span<const int32_t>(&seq[pos], 1), int64_t(pos));
+    cached = forward_cached(model, cache, std::span<const int32_t>(&seq[pos], 1), int64_t(pos));
   }
 }
 

@@ -16,6 +16,7 @@
 #include "engine/core/random.h"
 #include "engine/core/safetensors.h"
 #include "engine/optim/adamw.h"
+#include "layers/attention/routes/buffer_route.h"
 #include "layers/gpt.h"
 #include "tests/layers/gpt_test_util.h"
 #include "tests/test_paths.h"
@@ -189,11 +190,13 @@ int64_t loss_tokens(const ReferenceCase& c) {
 double step_loss(Gpt& model, const ReferenceCase& c, int m) {
   const int64_t S = int64_t(c.sequences[0].tokens.size());
   model.slab().zero_grads();
-  model.prepare_buffers(int64_t(c.sequences.size()), S);
-  model.zero_kv_grads();
+  BufferRoute route;
+  model.prepare_route(route, int64_t(c.sequences.size()), S);
+  route.zero_grads();
   std::vector<std::vector<data::ModelInput>> inputs(static_cast<size_t>(m));
   std::vector<Tensor> losses;
   ForwardOptions o;
+  o.route = &route;
   for (int i = 0; i < m; ++i) {
     std::vector<SliceInput> slice;
     for (const auto& s : c.sequences)
@@ -273,10 +276,13 @@ TEST_F(GptReference, LossLogitsAndGradientsMatchPyTorch) {
     inputs.push_back(data::make_model_input(s, {0, 1, 0, 1}, 0));
   std::vector<SliceInput> slice;
   for (size_t b = 0; b < inputs.size(); ++b) slice.push_back({&inputs[b], int64_t(b), int64_t(b)});
-  model->prepare_buffers(int64_t(inputs.size()), int64_t(case_.sequences[0].tokens.size()));
+  BufferRoute route;
+  model->prepare_route(route, int64_t(inputs.size()), int64_t(case_.sequences[0].tokens.size()));
   Tensor logits = [&] {
     autograd::NoGradGuard no_grad;
-    return model->logits(slice, ForwardOptions{});
+    ForwardOptions o;
+    o.route = &route;
+    return model->logits(slice, o);
   }();
   const double logits_err = rms_rel(logits, golden_->get("logits"));
   std::cout << "logits rms_rel " << logits_err << "\n";

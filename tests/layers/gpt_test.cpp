@@ -9,6 +9,9 @@
 
 #include "data/sampler.h"
 #include "engine/autograd/autograd.h"
+#include "layers/attention/routes/buffer_route.h"
+#include "layers/attention/routes/fault_route.h"
+#include "layers/attention/routes/local_route.h"
 #include "tests/layers/gpt_test_util.h"
 
 namespace driftless::layers {
@@ -22,20 +25,21 @@ GptConfig tiny_config() {
 }
 
 // Gradient slab after a full step over `seqs` cut into m micro-sequences.
+// route: the buffer route's (over one rank) unless given.
 std::vector<float> gradients(Gpt& model, const std::vector<data::PackedSequence>& seqs, int m,
-                             const ModelFaults* faults = nullptr, bool reversed_slots = false,
-                             bool kv_direct = false) {
+                             AttentionRoute* route = nullptr, bool reversed_slots = false) {
   const int64_t S = int64_t(seqs[0].tokens.size());
+  BufferRoute buffers;
+  if (!route) route = &buffers;
   model.slab().zero_grads();
-  model.prepare_buffers(int64_t(seqs.size()), S);
-  model.zero_kv_grads();
+  model.prepare_route(*route, int64_t(seqs.size()), S);
+  route->zero_grads();
   int64_t tokens = 0;
   for (const auto& s : seqs) tokens += s.loss_tokens();
   std::vector<std::vector<data::ModelInput>> inputs(static_cast<size_t>(m));
   std::vector<Tensor> losses;
   ForwardOptions o;
-  o.faults = faults;
-  o.kv_direct = kv_direct;
+  o.route = route;
   for (int i = 0; i < m; ++i) {
     std::vector<SliceInput> slice;
     for (size_t b = 0; b < seqs.size(); ++b)
@@ -89,18 +93,23 @@ TEST(Gpt, WholeSequencesInAdjacentSlotsMatchThePerSequencePath) {
   EXPECT_GT(norm, 0.0);
 }
 
-// Whole sequences on one rank may read K/V straight from the QKV product (kv_direct, the
-// trainer's choice without micro-sequences): the same bits as through the K/V buffer, and
-// micro-sequences (which need the buffer) take the buffer path whatever the flag says.
-TEST(Gpt, DirectKvGivesTheBufferPathsBits) {
+// Whole sequences on one rank may read K/V straight from the QKV product (the local route,
+// the trainer's choice without micro-sequences): the same bits as through the K/V buffer.
+// Micro-sequences need the buffer: the local route refuses them.
+TEST(Gpt, LocalRouteGivesTheBufferRoutesBits) {
   Gpt model(tiny_config());
   model.init(6);
   auto seqs =
       std::vector<data::PackedSequence>{packed({5, 0, 11, 3, 13}, 37, 10), packed({32}, 37, 11)};
-  EXPECT_EQ(gradients(model, seqs, 1, nullptr, false, /*kv_direct=*/true),
-            gradients(model, seqs, 1));
-  EXPECT_EQ(gradients(model, seqs, 4, nullptr, false, /*kv_direct=*/true),
-            gradients(model, seqs, 4));
+  LocalRoute local;
+  EXPECT_EQ(gradients(model, seqs, 1, &local), gradients(model, seqs, 1));
+  try {
+    gradients(model, seqs, 4, &local);
+    FAIL() << "the local route took micro-sequences";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected whole sequences"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Gpt, DroppedKvGradientSliceIsCaught) {
@@ -108,10 +117,15 @@ TEST(Gpt, DroppedKvGradientSliceIsCaught) {
   model.init(3);
   auto seqs = std::vector<data::PackedSequence>{packed({5, 0, 11, 3, 13}, 37, 4)};
   auto simple = gradients(model, seqs, 1);
-  ModelFaults f;
+  TestFaults f;
   f.layer = 1;
   f.drop_kv_grad_slice = true;
-  EXPECT_GT(rms_rel(gradients(model, seqs, 4, &f), simple), 1e-3);
+  FaultRoute faulty(f, nullptr, [](KvExchange* ex) { return std::make_unique<BufferRoute>(ex); });
+  EXPECT_GT(rms_rel(gradients(model, seqs, 4, &faulty), simple), 1e-3);
+  // The fault is in layer 1 only: the route it wraps gives the plain gradients elsewhere.
+  TestFaults none;
+  FaultRoute clean(none, nullptr, [](KvExchange* ex) { return std::make_unique<BufferRoute>(ex); });
+  EXPECT_EQ(gradients(model, seqs, 4, &clean), gradients(model, seqs, 4));
 }
 
 TEST(Gpt, PositionBeyondTableIsAClearError) {

@@ -1,11 +1,17 @@
 // The batch layout (engine/train/layout.h): which ModelInputs a rank holds under SDP, ring
 // and a2a context parallelism, and that the ranks of a sequence together hold every query row
 // of every micro-sequence exactly once.
+#include "engine/train/layout.h"
+
 #include <gtest/gtest.h>
 
 #include <set>
 
-#include "engine/train/layout.h"
+#include "layers/attention/routes/all_to_all_route.h"
+#include "layers/attention/routes/buffer_route.h"
+#include "layers/attention/routes/fault_route.h"
+#include "layers/attention/routes/local_route.h"
+#include "layers/attention/routes/ring_route.h"
 
 namespace driftless::train {
 namespace {
@@ -50,6 +56,32 @@ TEST(Layout, RingHoldsChunksRAndTheirMirror) {
   EXPECT_EQ(in[0].sequence_k_past, 24);       // chunk 0 of micro-sequence 1
   EXPECT_EQ(in[1].sequence_k_past, 24 + 20);  // chunk 5
   EXPECT_EQ(in[1].first_document_begin, 0);   // the document began in micro-sequence 0
+}
+
+template <class T>
+bool is_a(const std::unique_ptr<layers::AttentionRoute>& r) {
+  return dynamic_cast<T*>(r.get()) != nullptr;
+}
+
+// The one place a layout picks its attention route.
+TEST(Layout, AttentionRouteFollowsTheLayout) {
+  auto route = [](int64_t sdp, int64_t m, ContextParallel kind,
+                  const layers::TestFaults* faults = nullptr) {
+    Layout l;
+    l.sequence_data_parallel = kind == ContextParallel::none ? sdp : 1;
+    l.context_parallel = kind == ContextParallel::none ? 1 : sdp;
+    l.cp_kind = kind;
+    l.micro_sequences = m;
+    return attention_route(l, nullptr, false, faults);
+  };
+  EXPECT_TRUE(is_a<layers::LocalRoute>(route(1, 1, ContextParallel::none)));
+  EXPECT_TRUE(is_a<layers::BufferRoute>(route(1, 2, ContextParallel::none)));
+  EXPECT_TRUE(is_a<layers::BufferRoute>(route(2, 1, ContextParallel::none)));
+  EXPECT_TRUE(is_a<layers::RingRoute>(route(2, 1, ContextParallel::ring)));
+  EXPECT_TRUE(is_a<layers::AllToAllRoute>(route(2, 2, ContextParallel::a2a)));
+  // Test faults wrap the route, which keeps its K/V buffers even for whole sequences.
+  const layers::TestFaults faults;
+  EXPECT_TRUE(is_a<layers::FaultRoute>(route(1, 1, ContextParallel::none, &faults)));
 }
 
 }  // namespace

@@ -157,8 +157,7 @@ TEST(Trainer, EvaluateIsTheTokenMeanLossOfTheValidationBatches) {
       const data::PackedSequence& seq = batch.sequences[s];
       const data::ModelInput in = data::make_model_input(seq, {0, 1, 0, 1}, 0);
       layers::ForwardOptions fo;
-      fo.training = false;
-      fo.kv_direct = true;
+      fo.training = false;  // whole sequences: the local route
       const Tensor logits = t.model().logits({{&in, 0, int64_t(s)}}, fo);  // (S, V)
       const int64_t V = logits.size(1);
       const std::vector<float> l = logits.to_vector<float>();

@@ -1,0 +1,288 @@
+// The ring route (ring_route.h).
+#include "layers/attention/routes/ring_route.h"
+
+#include <algorithm>
+#include <functional>
+#include <utility>
+
+#include "engine/autograd/autograd.h"
+#include "engine/ops/ops.h"
+#include "layers/attention/attention.h"
+#include "layers/attention/context_parallel.h"
+#include "layers/attention/lse_merge.h"
+#include "layers/attention/routes/buffer_route.h"
+
+namespace driftless::layers {
+
+namespace {
+constexpr const char* kOp = "context_parallel";
+}  // namespace
+
+namespace {
+
+// One attention call of a query chunk: its rows against buffer rows [k_begin, k_begin +
+// k_rows) of its sequence. diag: the chunk against its own rows, causal per document;
+// otherwise its first document's rows against earlier keys of that document (all visible).
+struct RingPart {
+  int64_t step = 0;               // ring step that brings the keys (0: own chunks, or the past)
+  int64_t chunk = 0;              // accumulator: 2 j + c for chunk c of sequence j
+  int64_t q_row = 0, q_rows = 0;  // local rows of q
+  int64_t slot = 0, k_begin = 0, k_rows = 0;
+  AttentionSpec spec;
+};
+
+struct RingPlan {
+  int64_t P = 1, r = 0, Lc = 0;
+  std::vector<int64_t> slot, begin;  // per sequence: buffer slot, micro-sequence start
+  std::vector<RingPart> parts;       // in merge order: diag first, then by step
+};
+
+RingPlan plan_ring(const std::vector<RingSequence>& seqs, const KvExchange& ex,
+                   const AttentionSpec& base, int64_t T) {
+  RingPlan plan;
+  plan.P = ex.ranks();
+  plan.r = ex.rank();
+  const int64_t P = plan.P, r = plan.r, n = int64_t(seqs.size());
+  DL_CHECK(n >= 1 && T % (2 * n) == 0, kOp,
+           "ring: " << T << " local rows do not split into 2 chunks of " << n << " sequences");
+  plan.Lc = T / (2 * n);
+  const int64_t Lc = plan.Lc;
+  const auto ids = ring_chunks(r, P);
+  for (int64_t j = 0; j < n; ++j) {
+    const RingSequence& s = seqs[size_t(j)];
+    DL_CHECK(s.chunk[0] && s.chunk[1], kOp, "ring: sequence " << j << " lacks a chunk");
+    const int64_t L = s.chunk[0]->sequence_length / s.chunk[0]->micro_sequences;
+    const int64_t m0 = int64_t(s.chunk[0]->micro_sequence) * L;
+    DL_CHECK(L == 2 * P * Lc, kOp,
+             "ring: micro-sequence of " << L << " rows is not 2 x " << P << " chunks of " << Lc);
+    plan.slot.push_back(s.slot);
+    plan.begin.push_back(m0);
+    for (int64_t c = 0; c < 2; ++c) {
+      const data::ModelInput& a = *s.chunk[c];
+      const int64_t a0 = m0 + ids[c] * Lc;
+      DL_CHECK(a.sequence_k_past == a0 && a.num_queries() == Lc && !a.padded(), kOp,
+               "ring: sequence " << j << " chunk " << ids[c] << " must be rows [" << a0 << ", "
+                                 << a0 + Lc << ") without padding, got [" << a.sequence_k_past
+                                 << ", " << a.sequence_k_end << ")");
+      RingPart diag;
+      diag.chunk = 2 * j + c;
+      diag.q_row = j * 2 * Lc + c * Lc;
+      diag.q_rows = Lc;
+      diag.slot = s.slot;
+      diag.k_begin = a0;
+      diag.k_rows = Lc;
+      diag.spec = base;
+      diag.spec.causal = true;
+      diag.spec.cu_seqlens_q = Tensor::from_vector(a.cu_seqlens_q);
+      diag.spec.cu_seqlens_k = Tensor::from_vector(a.cu_seqlens_q);
+      diag.spec.max_seqlen_q = diag.spec.max_seqlen_k = std::max<int64_t>(a.max_seqlen_q, 1);
+      plan.parts.push_back(diag);
+    }
+  }
+  // Earlier keys of each chunk's first document, in the order the ring brings them.
+  std::vector<RingPart> full;
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t c = 0; c < 2; ++c) {
+      const data::ModelInput& a = *seqs[size_t(j)].chunk[c];
+      const int64_t m0 = plan.begin[size_t(j)], a0 = a.sequence_k_past;
+      const int64_t start = a.first_document_begin, first_rows = a.cu_seqlens_q.at(1);
+      if (start >= a0 || first_rows == 0) continue;
+      auto add = [&](int64_t step, int64_t k0, int64_t k1) {
+        RingPart p;
+        p.step = step;
+        p.chunk = 2 * j + c;
+        p.q_row = j * 2 * Lc + c * Lc;
+        p.q_rows = first_rows;
+        p.slot = seqs[size_t(j)].slot;
+        p.k_begin = k0;
+        p.k_rows = k1 - k0;
+        // One document; every key precedes every query: not causal.
+        p.spec = AttentionSpec::from_lengths({first_rows}, {p.k_rows}, false);
+        p.spec.score_mod = base.score_mod;
+        p.spec.softmax_scale = base.softmax_scale;
+        p.spec.deterministic = base.deterministic;
+        full.push_back(p);
+      };
+      if (start < m0) add(0, start, m0);  // earlier micro-sequences: already in the buffer
+      for (int64_t b = 0; m0 + b * Lc < a0; ++b) {
+        const int64_t b0 = m0 + b * Lc, b1 = b0 + Lc;
+        if (start >= b1) continue;
+        add((r - ring_owner(b, P) + P) % P, std::max(start, b0), b1);
+      }
+    }
+  std::stable_sort(full.begin(), full.end(),
+                   [](const RingPart& x, const RingPart& y) { return x.step < y.step; });
+  plan.parts.insert(plan.parts.end(), full.begin(), full.end());
+  return plan;
+}
+
+// (rows, H_kv, D) K or V (c = 0, 1) of buffer rows [begin, begin + rows) of a slot.
+Tensor kv_rows(const Tensor& buf, int64_t slot, int64_t begin, int64_t rows, int64_t c) {
+  return buf.select(0, slot).narrow(0, begin, rows).select(1, c);
+}
+
+// Writes the ring's packed chunks (per sequence: chunk src then chunk 2P-1-src) into the buffer.
+void store_chunks(const Tensor& kv, const Tensor& packed, const RingPlan& plan, int64_t src) {
+  const int64_t Lc = plan.Lc, P = plan.P;
+  const auto ids = ring_chunks(src, P);
+  for (size_t j = 0; j < plan.slot.size(); ++j) {
+    for (int64_t c = 0; c < 2; ++c)
+      kv.select(0, plan.slot[j])
+          .narrow(0, plan.begin[j] + ids[c] * Lc, Lc)
+          .copy_(packed.narrow(0, int64_t(j) * 2 * Lc + c * Lc, Lc));
+  }
+}
+
+struct RingSaved {
+  RingPlan plan;
+  std::vector<Tensor> lse;  // per chunk (H, Lc) f32
+};
+
+}  // namespace
+
+Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                      const std::vector<RingSequence>& sequences, KvBuffer& buffer, KvExchange& ex,
+                      const AttentionSpec& base) {
+  DL_CHECK(q.dim() == 3 && k.dim() == 3 && v.shape() == k.shape() && k.size(0) == q.size(0), kOp,
+           "ring: q (T, H, D), k and v (T, H_kv, D) expected, got " << shape_str(q.shape()) << ", "
+                                                                    << shape_str(k.shape()) << ", "
+                                                                    << shape_str(v.shape()));
+  DL_CHECK(base.score_mod.kind != ScoreModKind::alibi &&
+               base.score_mod.kind != ScoreModKind::relative_position && !base.bias.defined(),
+           kOp, "ring attention takes no position-dependent modifier or bias");
+  DL_CHECK(base.window_left < 0 && base.window_right < 0, kOp,
+           "ring attention takes no sliding window (its calls over earlier keys see them all)");
+  const Tensor& kv = buffer.kv();
+  DL_CHECK(kv.defined() && kv.size(3) == k.size(1) && kv.size(4) == k.size(2), kOp,
+           "ring: the K/V buffer must be allocated for " << k.size(1) << " heads of " << k.size(2));
+  const int64_t T = q.size(0), H = q.size(1), D = q.size(2);
+  auto saved = std::make_shared<RingSaved>();
+  saved->plan = plan_ring(sequences, ex, base, T);
+  const RingPlan& plan = saved->plan;
+  for (size_t j = 0; j < plan.slot.size(); ++j)  // before any collective is posted
+    DL_CHECK(plan.slot[j] >= 0 && plan.slot[j] < kv.size(0) &&
+                 plan.begin[j] + 2 * plan.P * plan.Lc <= kv.size(1),
+             kOp,
+             "ring: sequence " << j << " (slot " << plan.slot[j] << ", rows from " << plan.begin[j]
+                               << ") does not fit the K/V buffer " << shape_str(kv.shape()));
+  const int64_t P = plan.P, Lc = plan.Lc, chunks = int64_t(2 * sequences.size());
+  std::vector<Tensor> acc(static_cast<size_t>(chunks));  // (Lc, H, D) f32
+  saved->lse.resize(size_t(chunks));
+  {
+    autograd::NoGradGuard no_grad;
+    Tensor cur = Tensor::empty({T, 2, k.size(1), D}, kv.dtype(), kv.device());
+    cur.select(1, 0).copy_(k);
+    cur.select(1, 1).copy_(v);
+    Tensor next = P > 1 ? Tensor::empty(cur.shape(), cur.dtype(), cur.device()) : Tensor();
+    size_t at = 0;
+    for (int64_t s = 0; s < P; ++s) {
+      std::unique_ptr<KvExchange::Pending> pending;
+      if (s + 1 < P) pending = ex.ring_shift(cur, next);
+      store_chunks(kv, cur, plan, (plan.r - s + P) % P);
+      for (; at < plan.parts.size() && plan.parts[at].step == s; ++at) {
+        const RingPart& p = plan.parts[at];
+        const AttentionOutputs o = attention_forward(
+            q.narrow(0, p.q_row, p.q_rows), kv_rows(kv, p.slot, p.k_begin, p.k_rows, 0),
+            kv_rows(kv, p.slot, p.k_begin, p.k_rows, 1), p.spec);
+        Tensor& a = acc[size_t(p.chunk)];
+        if (!a.defined()) {  // the diagonal call: every row of the chunk
+          a = o.out.to(DType::f32).contiguous();
+          saved->lse[size_t(p.chunk)] = o.lse.to(DType::f32).contiguous();
+        } else {
+          lse_merge(a, saved->lse[size_t(p.chunk)], o.out, o.lse.to(DType::f32));
+        }
+      }
+      if (pending) {
+        pending->wait();
+        std::swap(cur, next);
+      }
+    }
+    DL_CHECK(at == plan.parts.size(), kOp, "internal: ring parts out of step order");
+  }
+  Tensor out = Tensor::empty({T, H, D}, q.dtype(), q.device());
+  for (int64_t c = 0; c < chunks; ++c) out.narrow(0, c * Lc, Lc).copy_(acc[size_t(c)]);
+  autograd::Context ctx;
+  ctx.save_for_backward({q, out.detach()});
+  KvBuffer* buf = &buffer;
+  KvExchange* e = &ex;
+  const DType kdt = k.dtype();
+  return autograd::record(
+      "ring_attention", {q, k, v}, out, std::move(ctx),
+      [saved, buf, e, kdt](autograd::Context& c,
+                           const std::vector<Tensor>& g) -> std::vector<Tensor> {
+        autograd::NoGradGuard no_grad;
+        const Tensor& q = c.saved_tensors()[0];
+        const Tensor& out = c.saved_tensors()[1];
+        const Tensor dout = g[0].contiguous();
+        const RingPlan& plan = saved->plan;
+        const Tensor& kv = buf->kv();
+        const Tensor& grad = buf->grad_to_accumulate();  // f32, zeroed each step
+        const int64_t P = plan.P, Lc = plan.Lc, n = int64_t(plan.slot.size());
+        Tensor dq = Tensor::zeros(q.shape(), DType::f32, q.device());
+        for (const RingPart& p : plan.parts) {
+          const Tensor lse = saved->lse[size_t(p.chunk)].narrow(1, 0, p.q_rows).contiguous();
+          const AttentionGrads gr = attention_backward(
+              q.narrow(0, p.q_row, p.q_rows), kv_rows(kv, p.slot, p.k_begin, p.k_rows, 0),
+              kv_rows(kv, p.slot, p.k_begin, p.k_rows, 1), p.spec, out.narrow(0, p.q_row, p.q_rows),
+              lse, dout.narrow(0, p.q_row, p.q_rows));
+          dq.narrow(0, p.q_row, p.q_rows).add_(gr.dq.to(DType::f32));
+          kv_rows(grad, p.slot, p.k_begin, p.k_rows, 0).add_(gr.dk.to(DType::f32));
+          kv_rows(grad, p.slot, p.k_begin, p.k_rows, 1).add_(gr.dv.to(DType::f32));
+        }
+        // Every later micro-sequence has added its part: the micro-sequence's K/V gradient
+        // rows are complete on each rank; rank p receives the sum of its chunks p, 2P-1-p.
+        const Shape row{kv.size(2), kv.size(3), kv.size(4)};  // (2, H_kv, D)
+        Tensor packed =
+            Tensor::empty({P, n * 2 * Lc, row[0], row[1], row[2]}, DType::f32, grad.device());
+        for (int64_t r = 0; r < P; ++r)
+          for (int64_t j = 0; j < n; ++j) {
+            const auto ids = ring_chunks(r, P);
+            for (int64_t c2 = 0; c2 < 2; ++c2)
+              packed.select(0, r)
+                  .narrow(0, j * 2 * Lc + c2 * Lc, Lc)
+                  .copy_(grad.select(0, plan.slot[size_t(j)])
+                             .narrow(0, plan.begin[size_t(j)] + ids[c2] * Lc, Lc));
+          }
+        e->reduce_scatter_packed(packed);
+        const Tensor mine = packed.select(0, plan.r);  // (T, 2, H_kv, D)
+        return {dq.to(q.dtype()), mine.select(1, 0).to(kdt).contiguous(),
+                mine.select(1, 1).to(kdt).contiguous()};
+      });
+}
+
+void RingRoute::prepare(const AttentionShape& shape, int64_t slots, int64_t sequence_length,
+                        DType dtype, Device device) {
+  prepare_buffers(buffers_, shape, shape.kv_heads, slots, sequence_length, dtype, device);
+}
+
+void RingRoute::zero_grads() {
+  for (auto& b : buffers_) b.zero_grad();
+}
+
+int64_t RingRoute::buffer_bytes() const {
+  int64_t n = 0;
+  for (const auto& b : buffers_) n += b.bytes();
+  return n;
+}
+
+Tensor RingRoute::attend(const RouteCall& call, const Tensor& qkv) {
+  static KvExchange single_rank;
+  KvExchange& ex = exchange_ ? *exchange_ : single_rank;
+  const AttentionShape& a = call.shape;
+  const std::vector<SliceInput>& slice = *call.slice;
+  DL_CHECK(slice.size() % 2 == 0, "ring route", "the slice must list two chunks per sequence");
+  std::vector<RingSequence> seqs;
+  for (size_t j = 0; j < slice.size(); j += 2) {
+    DL_CHECK(slice[j].slot == slice[j + 1].slot, "ring route",
+             "the two chunks of a sequence must share a K/V slot");
+    seqs.push_back({{slice[j].input, slice[j + 1].input}, slice[j].slot});
+  }
+  const QkvParts p = split_qkv(qkv, a.heads, a.kv_heads, a.head_dim);
+  AttentionSpec base;
+  base.score_mod = call.score_mod(0, a.heads);
+  base.deterministic = call.deterministic;
+  Tensor y = ring_attention(p.q, p.k, p.v, seqs, buffer_of(buffers_, call.layer), ex, base);
+  return ops::reshape(y, {qkv.size(0), a.heads * a.head_dim});
+}
+
+}  // namespace driftless::layers
