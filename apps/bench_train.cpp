@@ -13,7 +13,7 @@
 
 #include "apps/distributed_run.h"
 #include "engine/core/device_ops.h"
-#include "engine/train/flops.h"
+#include "train/flops.h"
 
 namespace driftless::apps {
 namespace {

@@ -10,9 +10,9 @@
 #include "data/random_dataset.h"
 #include "data/sampler.h"
 #include "engine/core/error.h"
-#include "engine/train/config.h"
-#include "engine/train/layout.h"
-#include "engine/train/step_plan.h"
+#include "train/config.h"
+#include "train/layout.h"
+#include "train/step_plan.h"
 
 namespace driftless::apps {
 namespace {
@@ -81,7 +81,7 @@ int run_batch(const BatchOptions& o) {
            "--depth-first and --breadth-first >= 1");
   DL_CHECK(o.sdp == 1 || o.cp == 1, "batch",
            "expected one of --sdp and --context-parallel, got " << o.sdp << " and " << o.cp);
-  // The ranks sharing a sequence, and which slices each holds (engine/train/layout.h).
+  // The ranks sharing a sequence, and which slices each holds (train/layout.h).
   const int32_t P = o.sdp * o.cp, world = P * o.data_parallel;
   const train::ContextParallel kind = layers::context_parallel_kind(o.cp_kind, o.cp);
   DL_CHECK(sc.sequences % o.data_parallel == 0, "batch",

@@ -16,7 +16,7 @@
 #include "apps/bench_train.h"
 #include "apps/command.h"
 #include "engine/core/device_ops.h"
-#include "engine/train/trainer.h"
+#include "train/trainer.h"
 #include "layers/attention/attention.h"
 #ifdef DRIFTLESS_HAVE_CUDA
 #include <cuda_runtime.h>

@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "apps/command.h"
-#include "engine/train/config.h"
+#include "train/config.h"
 
 namespace driftless::apps {
 namespace {

@@ -6,9 +6,9 @@
 
 #include "apps/command.h"
 #include "data/tokenizer.h"
-#include "engine/train/checkpoint.h"
-#include "engine/train/config.h"
-#include "engine/train/trainer.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/trainer.h"
 #include "layers/hf_gpt2.h"
 
 namespace driftless::apps {

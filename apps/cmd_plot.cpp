@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "apps/command.h"
-#include "engine/train/metrics_plot.h"
+#include "train/metrics_plot.h"
 
 namespace driftless::apps {
 namespace {

@@ -7,7 +7,7 @@
 #include <iostream>
 
 #include "apps/command.h"
-#include "engine/train/regress_runner.h"
+#include "train/regress_runner.h"
 
 namespace driftless::apps {
 namespace {

@@ -10,9 +10,9 @@
 #include "data/tokenizer.h"
 #include "engine/core/error.h"
 #include "engine/core/safetensors.h"
-#include "engine/train/checkpoint.h"
-#include "engine/train/config.h"
-#include "engine/train/trainer.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/trainer.h"
 #include "layers/generate.h"
 
 namespace driftless::apps {

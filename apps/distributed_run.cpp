@@ -1,7 +1,7 @@
 // run_distributed (distributed_run.h).
 #include "apps/distributed_run.h"
 
-#include "engine/train/rank_agreement.h"
+#include "train/rank_agreement.h"
 #include "parallel/kv_exchange.h"
 #include "parallel/process_group.h"
 

@@ -4,8 +4,8 @@
 #pragma once
 #include <functional>
 
-#include "engine/train/config.h"
-#include "engine/train/trainer.h"
+#include "train/config.h"
+#include "train/trainer.h"
 
 namespace driftless::apps {
 

@@ -1,5 +1,5 @@
 // The shape of a GPT-2 model. Also the `model:` section of a run config
-// (engine/train/config.h uses this struct directly: one place per concept).
+// (train/config.h uses this struct directly: one place per concept).
 #pragma once
 #include <cstdint>
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "engine/core/device_ops.h"
-#include "engine/train/trainer.h"
+#include "train/trainer.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace driftless::train {

@@ -2,7 +2,7 @@
 """PyTorch side of `driftless bench train`: GPT-2 training steps of the same model
 and batch in PyTorch eager and with torch.compile, bf16 autocast with fp32 master weights,
 fused AdamW, flash SDPA, tied head; tokens/s (median step after warm-up), MFU (6N + attention
-FLOPs per token, the convention of engine/train/flops.h) and peak memory. With --driftless
+FLOPs per token, the convention of train/flops.h) and peak memory. With --driftless
 FILE (the output of `driftless bench train`; its last JSON line is read) it prints the
 driftless / torch ratios.
 

@@ -108,7 +108,7 @@ def bench(a, compile_, loss_chunk):
         secs.append(time.perf_counter() - t0)
     med = statistics.median(secs)
     tokens = a.seq
-    # 6N of the matrix products plus causal attention, as bench_gpt2.py and engine/train/flops.h
+    # 6N of the matrix products plus causal attention, as bench_gpt2.py and train/flops.h
     matmul_params = L * 12 * C * C + VOCAB * C
     flops = 3 * (2 * matmul_params * tokens + L * 4 * C * tokens * (tokens + 1) / 2)
     return {"impl": "torch.compile" if compile_ else "torch eager", "model": a.model,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the committed reference files of tests/layers/gpt_reference_test.cpp and
-# tests/engine/train/trainer_reference_test.cpp:
+# tests/train/trainer_reference_test.cpp:
 #   golden/gpt2_tiny_input.safetensors      weights + packed batch, written by our C++ side
 #   golden/gpt2_tiny_golden.safetensors     PyTorch (float64) logits, loss, gradients, losses
 #   golden/trainer_tiny_input.safetensors   those weights + the trainer's batches (C++ side)

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Plain-PyTorch reference of the trainer for tests/engine/train/trainer_reference_test.cpp
+"""Plain-PyTorch reference of the trainer for tests/train/trainer_reference_test.cpp
 (CONTRIBUTING.md tier 3, "against something real").
 
 Reads the weights, the global batch of every step and the optimizer settings written by our

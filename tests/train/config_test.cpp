@@ -1,0 +1,167 @@
+// The strict config: defaults, includes, overrides, every problem reported with its YAML
+// path in one message, round trip through the dumped YAML, and the shipped configs load.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "engine/core/error.h"
+#include "train/config.h"
+#include "tests/test_paths.h"
+
+namespace driftless::train {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, DefaultsAndValues) {
+  Config c = parse_config_text("model: {n_layer: 2, n_head: 4, n_embd: 64}\nbatch: {sequences: 4}\n");
+  EXPECT_EQ(c.model.n_layer, 2);
+  EXPECT_EQ(c.model.n_embd, 64);
+  EXPECT_EQ(c.model.kv_heads(), 4);
+  EXPECT_EQ(c.batch.sequences, 4);
+  EXPECT_EQ(c.optimizer.decay, optim::LrDecay::cosine);
+  EXPECT_TRUE(c.run.tensor_logs.steps.empty());
+}
+
+TEST(Config, AllProblemsInOneMessageWithPaths) {
+  std::string err = error_of([] {
+    parse_config_text(
+        "model: {n_layr: 2, n_head: -1, dropout: lots}\n"
+        "optimizer: {decay: exponential}\n"
+        "training: {steps: 1.5, deterministic: maybe}\n"
+        "run: {tensor_logs: {kinds: [forward, everything]}}\n"
+        "bogus: 1\n");
+  });
+  EXPECT_NE(err.find("[config] 8 problems"), std::string::npos) << err;
+  EXPECT_NE(err.find("model.n_layr: unknown key (did you mean model.n_layer?)"), std::string::npos) << err;
+  EXPECT_NE(err.find("model.n_head: value -1 out of range [1, 1024]"), std::string::npos) << err;
+  EXPECT_NE(err.find("model.dropout: expected a number, got 'lots'"), std::string::npos) << err;
+  EXPECT_NE(err.find("optimizer.decay: 'exponential' is not one of: cosine, linear, constant"), std::string::npos) << err;
+  EXPECT_NE(err.find("training.steps: expected an integer, got '1.5'"), std::string::npos) << err;
+  EXPECT_NE(err.find("training.deterministic: expected true or false"), std::string::npos) << err;
+  EXPECT_NE(err.find("run.tensor_logs.kinds: 'everything' is not one of"), std::string::npos) << err;
+  EXPECT_NE(err.find("bogus: unknown key"), std::string::npos) << err;
+}
+
+// Context parallelism: both layouts parse; what each cannot take is refused up
+// front with the reason.
+TEST(Config, ContextParallelRules) {
+  Config c = parse_config_text(
+      "distributed: {context_parallel: {size: 2, kind: a2a}}\nmodel: {n_head: 4, n_embd: 64}\n");
+  EXPECT_EQ(c.distributed.context_parallel.size, 2);
+  EXPECT_EQ(c.distributed.context_parallel.kind, layers::ContextParallel::a2a);
+  std::string err = error_of([] {
+    parse_config_text(
+        "distributed: {context_parallel: {size: 3, kind: ring}, sequence_data_parallel: 2}\n"
+        "batch: {sequence_length: 64}\nmodel: {alibi: true}\ndata: {pad_documents_to: 8}\n");
+  });
+  EXPECT_NE(err.find("both share sequences; choose one"), std::string::npos) << err;
+  EXPECT_NE(err.find("must divide into 2 x distributed.context_parallel.size (6) chunks"),
+            std::string::npos) << err;
+  EXPECT_NE(err.find("ring does not take data.pad_documents_to"), std::string::npos) << err;
+  EXPECT_NE(err.find("ring does not take model.alibi"), std::string::npos) << err;
+  err = error_of([] {
+    parse_config_text("distributed: {context_parallel: {size: 4, kind: a2a}}\n"
+                      "model: {n_head: 4, n_kv_head: 2, n_embd: 64}\n");
+  });
+  EXPECT_NE(err.find("a2a needs model.n_head (4) and the key/value heads (2) divisible by its size (4)"),
+            std::string::npos) << err;
+  err = error_of([] { parse_config_text("distributed: {context_parallel: {kind: zigzag}}\n"); });
+  EXPECT_NE(err.find("'zigzag' is not one of: ring, a2a"), std::string::npos) << err;
+}
+
+TEST(Config, CrossFieldRules) {
+  std::string err = error_of([] {
+    parse_config_text("model: {n_embd: 100, n_head: 3}\nbatch: {sequence_length: 100, sequences: 3}\n"
+                      "schedule: {micro_sequences: 3}\n");
+  });
+  EXPECT_NE(err.find("model.n_embd (100) must be divisible by model.n_head (3)"), std::string::npos) << err;
+  EXPECT_NE(err.find("must be divisible by schedule.micro_sequences (3)"), std::string::npos) << err;
+  err = error_of([] { parse_config_text("training: {steps: 5}\n"); });
+  EXPECT_NE(err.find("optimizer.warmup_steps (10) must not exceed training.steps (5)"), std::string::npos) << err;
+  err = error_of([] { parse_config_text("model: 3\n"); });
+  EXPECT_NE(err.find("model: expected a mapping of keys"), std::string::npos) << err;
+}
+
+TEST(Config, NaNIsRefusedInEveryFloatKey) {
+  // Ranges alone let NaN through (every comparison with it is false): grad_clip and softcap
+  // were read as "off", and lr failed with the min_lr rule instead of its own.
+  for (const char* key : {"optimizer.grad_clip", "model.softcap", "optimizer.lr",
+                          "distributed.bucket_mb", "precision.peak_tflops"}) {
+    const std::string err = error_of([&] { parse_config_text("", {std::string(key) + "=.nan"}); });
+    EXPECT_NE(err.find(std::string(key) + ": expected a number, got NaN"), std::string::npos)
+        << err;
+    EXPECT_EQ(err.find("min_lr"), std::string::npos) << err;
+  }
+  const std::string err = error_of([] { parse_config_text("", {"optimizer.lr=.inf"}); });
+  EXPECT_NE(err.find("optimizer.lr: value inf out of range [0, 10]"), std::string::npos) << err;
+}
+
+TEST(Config, OverridesAndIncludes) {
+  std::string dir = driftless::testing::scratch_dir();
+  std::ofstream(dir + "/base.yaml") << "model: {n_layer: 6, n_head: 4, n_embd: 128}\noptimizer: {lr: 0.001}\n";
+  std::ofstream(dir + "/run.yaml") << "include: base.yaml\nmodel: {n_layer: 3}\n";
+  Config c = load_config(dir + "/run.yaml", {"model.n_embd=256", "training.steps=7", "optimizer.warmup_steps=2",
+                                             "run.tensor_logs.steps=[1, 2]"});
+  EXPECT_EQ(c.model.n_layer, 3);  // own key beats the include
+  EXPECT_EQ(c.model.n_head, 4);   // from the include
+  EXPECT_EQ(c.model.n_embd, 256);  // override beats both
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.001);
+  EXPECT_EQ(c.training.steps, 7);
+  EXPECT_EQ(c.run.tensor_logs.steps, (std::vector<int64_t>{1, 2}));
+  std::string err = error_of([&] { load_config(dir + "/run.yaml", {"model.n_layer"}); });
+  EXPECT_NE(err.find("must look like key.path=value"), std::string::npos) << err;
+  err = error_of([&] { load_config(dir + "/missing.yaml"); });
+  EXPECT_NE(err.find("does not exist"), std::string::npos) << err;
+}
+
+TEST(Config, DumpRoundTrips) {
+  Config c = parse_config_text("model: {n_layer: 5}\nrun: {tensor_logs: {steps: [0, 3]}}\n",
+                               {"optimizer.decay=linear"});
+  Config d = parse_config_text(config_to_yaml(c));
+  EXPECT_EQ(config_to_yaml(c), config_to_yaml(d));
+  EXPECT_EQ(d.model.n_layer, 5);
+  EXPECT_EQ(d.optimizer.decay, optim::LrDecay::linear);
+  // Enums are dumped by name and refused by name, with the allowed ones listed.
+  EXPECT_NE(config_to_yaml(d).find("decay: linear"), std::string::npos);
+  EXPECT_NE(
+      config_reference().find("| `distributed.kv_exchange` | string | `needed` | needed, full |"),
+      std::string::npos);
+  const std::string err = error_of([] {
+    parse_config_text("", {"distributed.context_parallel.kind=none", "precision.compute=f64"});
+  });
+  EXPECT_NE(err.find("distributed.context_parallel.kind: 'none' is not one of: ring, a2a"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("precision.compute: 'f64' is not one of: f32, bf16"), std::string::npos)
+      << err;
+  EXPECT_EQ(d.run.tensor_logs.steps, (std::vector<int64_t>{0, 3}));
+  EXPECT_NE(config_reference().find("| `model.n_layer` | int | `12` |"), std::string::npos);
+}
+
+TEST(Config, ShippedConfigsLoad) {
+  namespace fs = std::filesystem;
+  int n = 0;
+  for (const char* sub : {"models", "runs", "regress"}) {
+    fs::path dir = fs::path(driftless::testing::source_dir()) / "configs" / sub;
+    if (!fs::exists(dir)) continue;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (e.path().extension() != ".yaml") continue;
+      if (sub == std::string("regress")) continue;  // regress configs have their own schema
+      EXPECT_NO_THROW(load_config(e.path().string())) << e.path();
+      ++n;
+    }
+  }
+  EXPECT_GE(n, 4);
+}
+
+}  // namespace
+}  // namespace driftless::train

@@ -1,0 +1,127 @@
+// The step plan (train/step_plan.h): the order the trainer runs forwards and
+// backwards in, the K/V slots of a depth-first group, and the slices of ring and a2a ranks.
+#include "train/step_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+namespace driftless::train {
+namespace {
+
+data::GlobalBatch batch_of(int64_t sequences) {
+  data::GlobalBatch b;
+  for (int64_t s = 0; s < sequences; ++s) {
+    data::PackedSequence seq;
+    seq.document_lengths = {5, 0, 11, 3, 13, 16};  // 48 tokens
+    for (int32_t l : seq.document_lengths)
+      for (int32_t j = 0; j < l; ++j) {
+        seq.tokens.push_back(int32_t((j + s) % 7));
+        seq.labels.push_back(j + 1 < l ? (j + 1) % 7 : -1);
+      }
+    b.sequences.push_back(seq);
+  }
+  return b;
+}
+
+Layout layout(int64_t df, int64_t bf, int64_t m, int64_t dp = 1, int64_t rank = 0) {
+  Layout l;
+  l.depth_first = df;
+  l.breadth_first = bf;
+  l.micro_sequences = m;
+  l.data_parallel = dp;
+  l.rank = rank;
+  return l;
+}
+
+TEST(StepPlan, ForwardInOrderBackwardReversedSlotsPerGroup) {
+  const StepPlan plan = plan_step(layout(2, 2, 3), batch_of(8));
+  ASSERT_EQ(plan.groups.size(), 2u);
+  std::set<int64_t> seen;
+  for (size_t g = 0; g < 2; ++g) {
+    const PlannedGroup& group = plan.groups[g];
+    ASSERT_EQ(group.forward.size(), 6u);  // 2 micro-batches x 3 micro-sequences
+    for (size_t f = 0; f < 6; ++f) {
+      const PlannedForward& fw = group.forward[f];
+      EXPECT_EQ(fw.micro_batch, int64_t(f / 3));
+      EXPECT_EQ(fw.micro_sequence, int64_t(f % 3));
+      ASSERT_EQ(fw.inputs.size(), 2u);  // 8 sequences / 2 groups / 2 micro-batches
+      for (size_t j = 0; j < 2; ++j) {
+        const PlannedInput& in = fw.inputs[j];
+        // Slots count the group's sequences from 0: micro-batch 1 takes the next ones.
+        EXPECT_EQ(in.slot, fw.micro_batch * 2 + int64_t(j));
+        EXPECT_EQ(in.global_sequence, int64_t(g) * 4 + in.slot);
+        EXPECT_EQ(in.input.micro_sequence, fw.micro_sequence);
+        EXPECT_FALSE(in.whole.has_value());
+        if (fw.micro_sequence == 0) seen.insert(in.global_sequence);
+      }
+      const auto slice = fw.slice();
+      ASSERT_EQ(slice.size(), 2u);
+      EXPECT_EQ(slice[1].input, &fw.inputs[1].input);
+      EXPECT_EQ(slice[1].slot, fw.inputs[1].slot);
+    }
+    EXPECT_EQ(group.backward, (std::vector<int64_t>{5, 4, 3, 2, 1, 0}));
+  }
+  EXPECT_EQ(seen.size(), 8u);
+}
+
+TEST(StepPlan, DataRanksTakeTheirBlockOfSequences) {
+  const StepPlan plan = plan_step(layout(1, 1, 1, 2, 1), batch_of(8));
+  ASSERT_EQ(plan.groups.size(), 1u);
+  ASSERT_EQ(plan.groups[0].forward.size(), 1u);
+  std::vector<int64_t> sequences;
+  for (const auto& in : plan.groups[0].forward[0].inputs) sequences.push_back(in.global_sequence);
+  EXPECT_EQ(sequences, (std::vector<int64_t>{4, 5, 6, 7}));
+}
+
+TEST(StepPlan, ReversedMicroSequencesFaultRunsForwardLastToFirst) {
+  PlanOptions o;
+  o.reverse_micro_sequences = true;
+  const StepPlan plan = plan_step(layout(1, 1, 4), batch_of(2), o);
+  const PlannedGroup& g = plan.groups[0];
+  std::vector<int64_t> order;
+  for (const auto& f : g.forward) order.push_back(f.micro_sequence);
+  EXPECT_EQ(order, (std::vector<int64_t>{3, 2, 1, 0}));
+  // The backward still goes from the last micro-sequence to the first.
+  for (size_t n = 0; n < g.backward.size(); ++n)
+    EXPECT_EQ(g.forward[size_t(g.backward[n])].micro_sequence, int64_t(3 - n));
+}
+
+TEST(StepPlan, RingListsTwoChunksPerSequenceAndA2aTheWholeMicroSequence) {
+  Layout ring = layout(1, 1, 2, 1, 1);
+  ring.context_parallel = 2;
+  ring.cp_kind = ContextParallel::ring;
+  const StepPlan rp = plan_step(ring, batch_of(2));
+  for (const auto& f : rp.groups[0].forward) {
+    ASSERT_EQ(f.inputs.size(), 4u);
+    for (size_t j = 0; j < 2; ++j) {
+      EXPECT_EQ(f.inputs[2 * j].slot, f.inputs[2 * j + 1].slot);
+      // Rank 1 of 2: chunks 1 and 2 of the 4 chunks (6 rows) of a 24-row micro-sequence.
+      const int64_t L = 24, c = L / 4, base = f.micro_sequence * L;
+      EXPECT_EQ(f.inputs[2 * j].input.sequence_k_past, base + 1 * c);
+      EXPECT_EQ(f.inputs[2 * j + 1].input.sequence_k_past, base + 2 * c);
+    }
+  }
+  Layout a2a = layout(1, 1, 2, 1, 1);
+  a2a.context_parallel = 2;
+  a2a.cp_kind = ContextParallel::a2a;
+  const StepPlan ap = plan_step(a2a, batch_of(2));
+  for (const auto& f : ap.groups[0].forward) {
+    ASSERT_EQ(f.inputs.size(), 2u);
+    for (const auto& in : f.inputs) {
+      ASSERT_TRUE(in.whole.has_value());
+      EXPECT_EQ(in.whole->sequence_k_past, f.micro_sequence * 24);
+      EXPECT_EQ(in.whole->num_queries(), 24);
+      EXPECT_EQ(in.input.sequence_k_past, f.micro_sequence * 24 + 12);
+    }
+    EXPECT_EQ(f.slice()[0].whole, &*f.inputs[0].whole);
+  }
+}
+
+TEST(StepPlan, BatchThatDoesNotDivideIsRefused) {
+  EXPECT_THROW(plan_step(layout(3, 1, 1), batch_of(8)), Error);
+}
+
+}  // namespace
+}  // namespace driftless::train

@@ -1,0 +1,239 @@
+// Strict YAML loading of the run config: includes, overrides, type and range checks,
+// cross-field rules, and dumping (see config.h). All problems go into one message.
+#include "train/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "engine/core/error.h"
+#include "train/config_schema.h"
+
+namespace driftless::train {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Deep merge: keys of `over` replace those of `base`; maps merge recursively.
+YAML::Node merge(const YAML::Node& base, const YAML::Node& over) {
+  if (!base.IsMap() || !over.IsMap()) return YAML::Clone(over);
+  YAML::Node out = YAML::Clone(base);
+  for (const auto& kv : over) {
+    std::string key = kv.first.as<std::string>();
+    out[key] = out[key] ? merge(out[key], kv.second) : YAML::Clone(kv.second);
+  }
+  return out;
+}
+
+YAML::Node load_with_includes(const YAML::Node& root, const fs::path& base_dir, int depth) {
+  DL_CHECK(depth < 16, "config", "include nesting deeper than 16 (a cycle?)");
+  if (!root.IsMap() || !root["include"]) return root;
+  YAML::Node inc = root["include"];
+  std::vector<std::string> files;
+  if (inc.IsScalar()) files.push_back(inc.as<std::string>());
+  else if (inc.IsSequence())
+    for (const auto& f : inc) files.push_back(f.as<std::string>());
+  else DL_FAIL("config", "include: expected a file name or a list of file names");
+  YAML::Node merged(YAML::NodeType::Map);
+  for (const auto& f : files) {
+    fs::path p = base_dir / f;
+    DL_CHECK(fs::exists(p), "config", "include: file " << p.string() << " does not exist");
+    YAML::Node sub;
+    try {
+      sub = YAML::LoadFile(p.string());
+    } catch (const YAML::Exception& e) {
+      DL_FAIL("config", p.string() << ": " << e.what());
+    }
+    merged = merge(merged, load_with_includes(sub, p.parent_path(), depth + 1));
+  }
+  YAML::Node own = YAML::Clone(root);
+  own.remove("include");
+  return merge(merged, own);
+}
+
+void apply_override(YAML::Node& root, const std::string& spec) {
+  auto eq = spec.find('=');
+  DL_CHECK(eq != std::string::npos && eq > 0, "config",
+           "override '" << spec << "' must look like key.path=value");
+  std::string path = spec.substr(0, eq), value = spec.substr(eq + 1);
+  std::vector<std::string> parts;
+  std::stringstream ss(path);
+  for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+  YAML::Node parsed;
+  try {
+    parsed = YAML::Load(value);
+  } catch (const YAML::Exception&) {
+    parsed = YAML::Node(value);
+  }
+  // yaml-cpp node assignment aliases; walk with fresh handles.
+  std::function<void(YAML::Node, size_t)> set = [&](YAML::Node node, size_t i) {
+    if (i + 1 == parts.size()) {
+      node[parts[i]] = parsed;
+      return;
+    }
+    if (!node[parts[i]] || !node[parts[i]].IsMap()) node[parts[i]] = YAML::Node(YAML::NodeType::Map);
+    set(node[parts[i]], i + 1);
+  };
+  set(root, 0);
+}
+
+void cross_check(const Config& c, std::vector<std::string>& errors) {
+  auto need = [&](bool ok, const std::string& msg) {
+    if (!ok) errors.push_back(msg);
+  };
+  const auto& m = c.model;
+  need(m.n_embd % m.n_head == 0, "model.n_embd (" + std::to_string(m.n_embd) +
+                                     ") must be divisible by model.n_head (" +
+                                     std::to_string(m.n_head) + ")");
+  need(m.n_head % m.kv_heads() == 0, "model.n_head (" + std::to_string(m.n_head) +
+                                         ") must be divisible by model.n_kv_head (" +
+                                         std::to_string(m.kv_heads()) + ")");
+  const int64_t S = c.batch.sequence_length, ms = c.schedule.micro_sequences;
+  const int64_t sdp = c.distributed.sequence_data_parallel;
+  need(S % ms == 0, "batch.sequence_length (" + std::to_string(S) +
+                        ") must be divisible by schedule.micro_sequences (" +
+                        std::to_string(ms) + ")");
+  need((S / ms) % sdp == 0, "a micro-sequence (" + std::to_string(S / ms) +
+                                " tokens) must divide over distributed.sequence_data_parallel (" +
+                                std::to_string(sdp) + ")");
+  const ContextParallelConfig& cp = c.distributed.context_parallel;
+  if (cp.size > 1) {
+    const std::string P = std::to_string(cp.size);
+    need(sdp == 1, "distributed.context_parallel.size (" + P +
+                       ") and distributed.sequence_data_parallel (" + std::to_string(sdp) +
+                       ") both share sequences; choose one");
+    if (cp.kind == layers::ContextParallel::ring) {
+      need((S / ms) % (2 * cp.size) == 0,
+           "a micro-sequence (" + std::to_string(S / ms) +
+               " tokens) must divide into 2 x distributed.context_parallel.size (" +
+               std::to_string(2 * cp.size) + ") chunks for the ring");
+      need(c.data.pad_documents_to <= 1,
+           "distributed.context_parallel.kind ring does not take data.pad_documents_to yet; use "
+           "kind a2a or sequence_data_parallel");
+      need(!m.alibi, "distributed.context_parallel.kind ring does not take model.alibi (its "
+                     "partial attention calls lose the token distance); use kind a2a");
+    } else {
+      need((S / ms) % cp.size == 0, "a micro-sequence (" + std::to_string(S / ms) +
+                                        " tokens) must divide over distributed.context_parallel.size (" +
+                                        P + ")");
+      need(m.n_head % cp.size == 0 && m.kv_heads() % cp.size == 0,
+           "distributed.context_parallel.kind a2a needs model.n_head (" + std::to_string(m.n_head) +
+               ") and the key/value heads (" + std::to_string(m.kv_heads()) +
+               ") divisible by its size (" + P + ")");
+    }
+  }
+  const int64_t split = c.distributed.data_parallel * c.schedule.breadth_first *
+                        c.schedule.depth_first;
+  need(c.batch.sequences % split == 0,
+       "batch.sequences (" + std::to_string(c.batch.sequences) +
+           ") must be divisible by data_parallel x breadth_first x depth_first (" +
+           std::to_string(split) + ")");
+  need(c.data.format == DataFormat::random || !c.data.path.empty(),
+       "data.path is required for data.format " + config_name(c.data.format));
+  need(c.precision.compute == DType::f32 || c.precision.device == Device::cuda,
+       "precision.compute bf16 needs precision.device cuda");
+  need(c.optimizer.min_lr <= c.optimizer.lr, "optimizer.min_lr must not exceed optimizer.lr");
+  need(c.optimizer.warmup_steps <= c.training.steps,
+       "optimizer.warmup_steps (" + std::to_string(c.optimizer.warmup_steps) +
+           ") must not exceed training.steps (" + std::to_string(c.training.steps) + ")");
+  need(c.data.pad_documents_to <= 1 || S % c.data.pad_documents_to == 0,
+       "data.pad_documents_to must divide batch.sequence_length");
+  need(c.data.random_mean_length <= c.data.random_max_length,
+       "data.random_mean_length must not exceed data.random_max_length");
+}
+
+}  // namespace
+
+static Config parse_config_node(const YAML::Node& root_in, const std::vector<std::string>& overrides,
+                         const std::string& base_dir) {
+  YAML::Node root = load_with_includes(root_in.IsNull() ? YAML::Node(YAML::NodeType::Map) : root_in,
+                                       base_dir, 0);
+  DL_CHECK(root.IsMap(), "config", "the top level must be a mapping of sections");
+  for (const auto& o : overrides) apply_override(root, o);
+  Config config;
+  std::vector<std::string> errors;
+  read_schema(
+      root, [&](const FieldVisitor& v) { visit_schema(config, v); }, errors);
+  if (errors.empty()) cross_check(config, errors);
+  if (!errors.empty()) {
+    std::ostringstream os;
+    os << errors.size() << " problem" << (errors.size() > 1 ? "s" : "") << " in the config:";
+    for (const auto& e : errors) os << "\n  - " << e;
+    DL_FAIL("config", os.str());
+  }
+  return config;
+}
+
+Config parse_config_text(const std::string& yaml, const std::vector<std::string>& overrides,
+                         const std::string& base_dir) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    DL_FAIL("config", "invalid YAML: " << e.what());
+  }
+  return parse_config_node(root, overrides, base_dir);
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  DL_CHECK(fs::exists(path), "config", "file " << path << " does not exist");
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    DL_FAIL("config", path << ": invalid YAML: " << e.what());
+  }
+  try {
+    return parse_config_node(root, overrides, fs::path(path).parent_path().string());
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + "\n  (in " + path + ")");
+  }
+}
+
+std::string config_to_yaml(const Config& config_in) {
+  Config config = config_in;
+  YAML::Node root(YAML::NodeType::Map);
+  visit_schema(config, [&](const Field& f, FieldRef ref) {
+    std::vector<std::string> parts;
+    std::stringstream ss(f.path);
+    for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+    YAML::Node value = field_node(ref);
+    std::function<void(YAML::Node, size_t)> set = [&](YAML::Node n, size_t i) {
+      if (i + 1 == parts.size()) {
+        n[parts[i]] = value;
+        return;
+      }
+      if (!n[parts[i]]) n[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      set(n[parts[i]], i + 1);
+    };
+    set(root, 0);
+  });
+  YAML::Emitter out;
+  out << root;
+  return std::string(out.c_str()) + "\n";
+}
+
+std::vector<std::pair<std::string, std::string>> config_entries(const Config& config_in) {
+  Config config = config_in;
+  std::vector<std::pair<std::string, std::string>> out;
+  visit_schema(config, [&](const Field& f, FieldRef ref) {
+    YAML::Emitter e;
+    e << YAML::Flow << field_node(ref);
+    out.emplace_back(f.path, e.c_str());
+  });
+  return out;
+}
+
+std::string config_reference() {
+  Config defaults;
+  return schema_reference([&](const FieldVisitor& v) { visit_schema(defaults, v); });
+}
+
+}  // namespace driftless::train

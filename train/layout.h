@@ -1,0 +1,62 @@
+// The batch layout of a run: dp × depth-first × breadth-first × micro-sequences(m) × sdp
+// (ARCHITECTURE.md "Data flow"). Rank R of dp·sdp ranks is sdp rank R % sdp of batch-data rank
+// R / sdp; batch-data rank d takes a contiguous block of B / dp sequences of the global
+// batch, cut into depth_first groups of breadth_first micro-batches.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/sampler.h"
+#include "train/config.h"
+#include "layers/attention/context_parallel.h"
+#include "layers/attention/routes/fault_route.h"
+#include "layers/attention/routes/route.h"
+
+namespace driftless::train {
+
+using layers::ContextParallel;
+
+struct Layout {
+  int64_t data_parallel = 1, sequence_data_parallel = 1;
+  // Context parallelism: context_parallel ranks share each sequence (sdp is then 1).
+  int64_t context_parallel = 1;
+  ContextParallel cp_kind = ContextParallel::none;
+  int64_t breadth_first = 1, depth_first = 1, micro_sequences = 1;
+  int64_t rank = 0;  // world rank
+  // Ranks sharing one sequence (SDP or context parallel): process_group.h's sdp group.
+  int64_t sequence_ranks() const { return sequence_data_parallel * context_parallel; }
+  // Rank coordinates as parallel/process_group.h numbers ranks; sdp_rank() is the position
+  // within the ranks sharing a sequence.
+  int64_t sdp_rank() const;
+  int64_t data_rank() const;
+  int64_t world_size() const { return data_parallel * sequence_ranks(); }
+  static Layout from_config(const Config& c, int64_t rank);
+  std::string describe() const;
+};
+
+// The ModelInputs of one sequence's micro-sequence i (of m) on the rank at `position` among
+// the P ranks sharing the sequence (ARCHITECTURE.md "Who holds which tokens", context_parallel.h):
+// SDP and a2a hold one contiguous chunk of P, the ring chunks position and 2P-1-position of
+// 2P. (a2a also attends the whole micro-sequence: SliceSpec {i, m, 0, 1}.)
+std::vector<data::ModelInput> rank_inputs(const data::PackedSequence& sequence, int32_t i,
+                                          int32_t m, int32_t position, int32_t P,
+                                          ContextParallel kind, int32_t pad_documents_to);
+
+// The attention route of the layout (layers/attention/routes/): one micro-sequence on one
+// rank reads K/V straight from QKV (local); SDP and micro-sequences go through the K/V
+// buffers over `exchange` (the ranks sharing a sequence; full_kv_exchange: whole chunks);
+// context parallelism takes the ring or the all-to-all. faults (tests only) wrap the route
+// and keep the K/V buffers, where they live.
+std::unique_ptr<layers::AttentionRoute> attention_route(const Layout& layout,
+                                                        layers::KvExchange* exchange,
+                                                        bool full_kv_exchange,
+                                                        const layers::TestFaults* faults = nullptr);
+
+// groups[g][mb] = global sequence indices of micro-batch mb of depth-first group g on this
+// rank. Throws when the batch does not divide.
+std::vector<std::vector<std::vector<int64_t>>> micro_batches(const Layout& layout,
+                                                             int64_t sequences);
+
+}  // namespace driftless::train

@@ -1,0 +1,74 @@
+// The step plan (step_plan.h).
+#include "train/step_plan.h"
+
+#include <nlohmann/json.hpp>
+
+namespace driftless::train {
+
+std::vector<layers::SliceInput> PlannedForward::slice() const {
+  std::vector<layers::SliceInput> s;
+  for (const PlannedInput& p : inputs)
+    s.push_back({&p.input, p.slot, p.global_sequence, p.whole ? &*p.whole : nullptr});
+  return s;
+}
+
+StepPlan plan_step(const Layout& layout, const data::GlobalBatch& batch,
+                   const PlanOptions& options) {
+  const int64_t m = layout.micro_sequences;
+  const int32_t pad = options.pad_documents_to;
+  StepPlan plan;
+  for (const auto& group : micro_batches(layout, int64_t(batch.sequences.size()))) {
+    PlannedGroup& g = plan.groups.emplace_back();
+    // forward index of (micro-batch, micro-sequence)
+    std::vector<std::vector<int64_t>> index(group.size(), std::vector<int64_t>(size_t(m)));
+    int64_t slot = 0;
+    for (size_t mb = 0; mb < group.size(); ++mb) {
+      for (int64_t step_i = 0; step_i < m; ++step_i) {
+        const int64_t i = options.reverse_micro_sequences ? m - 1 - step_i : step_i;
+        PlannedForward f;
+        f.micro_batch = int64_t(mb);
+        f.micro_sequence = i;
+        for (size_t j = 0; j < group[mb].size(); ++j) {
+          const int64_t s = group[mb][j];
+          const data::PackedSequence& seq = batch.sequences[size_t(s)];
+          std::optional<data::ModelInput> whole;
+          if (layout.cp_kind == ContextParallel::a2a)
+            whole = data::make_model_input(seq, {int32_t(i), int32_t(m), 0, 1}, pad);
+          for (auto& x : rank_inputs(seq, int32_t(i), int32_t(m), int32_t(layout.sdp_rank()),
+                                     int32_t(layout.sequence_ranks()), layout.cp_kind, pad))
+            f.inputs.push_back({std::move(x), slot + int64_t(j), s, whole});
+        }
+        index[mb][size_t(i)] = int64_t(g.forward.size());
+        g.forward.push_back(std::move(f));
+      }
+      slot += int64_t(group[mb].size());
+    }
+    for (size_t mb = group.size(); mb-- > 0;)
+      for (int64_t i = m; i-- > 0;) g.backward.push_back(index[mb][size_t(i)]);
+  }
+  return plan;
+}
+
+nlohmann::json to_json(const StepPlan& plan) {
+  nlohmann::json groups = nlohmann::json::array();
+  for (const PlannedGroup& g : plan.groups) {
+    nlohmann::json forward = nlohmann::json::array();
+    for (const PlannedForward& f : g.forward) {
+      nlohmann::json inputs = nlohmann::json::array();
+      for (const PlannedInput& p : f.inputs) {
+        nlohmann::json in = {{"batch_sequence", p.global_sequence},
+                             {"slot", p.slot},
+                             {"input", data::to_json(p.input)}};
+        if (p.whole) in["whole"] = data::to_json(*p.whole);
+        inputs.push_back(in);
+      }
+      forward.push_back({{"micro_batch", f.micro_batch},
+                         {"micro_sequence", f.micro_sequence},
+                         {"inputs", inputs}});
+    }
+    groups.push_back({{"forward", forward}, {"backward", g.backward}});
+  }
+  return {{"depth_first_groups", groups}};
+}
+
+}  // namespace driftless::train

@@ -1,0 +1,64 @@
+// The step plan: the forward and backward order of one training step as data
+// (ARCHITECTURE.md "Data flow of one training step"). plan_step cuts this rank's share of
+// the global batch by the layout (depth-first groups of breadth-first micro-batches,
+// micro-sequences, the slices of the ranks sharing a sequence); Trainer::train_step walks
+// it and `driftless batch` prints it.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <vector>
+
+#include "data/model_input.h"
+#include "data/sampler.h"
+#include "train/layout.h"
+#include "layers/attention/routes/route.h"
+
+namespace driftless::train {
+
+// One sequence's entry in a forward: its ModelInput on this rank and its K/V slot.
+struct PlannedInput {
+  data::ModelInput input;
+  int64_t slot = 0;             // K/V buffer sequence of the depth-first group
+  int64_t global_sequence = 0;  // index in the global batch
+  // a2a: the whole micro-sequence this rank attends for its heads (SliceSpec {i, m, 0, 1}).
+  std::optional<data::ModelInput> whole;
+};
+
+// One forward of the model: micro-sequence `micro_sequence` of micro-batch `micro_batch`.
+struct PlannedForward {
+  int64_t micro_batch = 0;  // within its depth-first group
+  int64_t micro_sequence = 0;
+  // The slice in the model's order: one entry per sequence (the ring: two, chunks r and
+  // 2P-1-r, sharing a slot).
+  std::vector<PlannedInput> inputs;
+  // The model's view of `inputs` (pointers into this forward: valid while it lives).
+  std::vector<layers::SliceInput> slice() const;
+};
+
+// A depth-first group: the K/V gradient buffers start from zero, then every forward in
+// order, then the backwards of their losses in `backward` order.
+struct PlannedGroup {
+  std::vector<PlannedForward> forward;
+  std::vector<int64_t> backward;  // indices into forward
+};
+
+struct StepPlan {
+  std::vector<PlannedGroup> groups;
+};
+
+struct PlanOptions {
+  int32_t pad_documents_to = 0;  // data.pad_documents_to
+  // Test fault (TestFaults): micro-sequences run forward last to first.
+  bool reverse_micro_sequences = false;
+};
+
+// This rank's (layout.rank) plan of the step of `batch`. Backward: micro-batches and
+// micro-sequences in reverse order, so a micro-sequence's K/V gradient slice is complete
+// (every later micro-sequence has added to it) when its backward runs.
+StepPlan plan_step(const Layout& layout, const data::GlobalBatch& batch,
+                   const PlanOptions& options = {});
+
+nlohmann::json to_json(const StepPlan& plan);
+
+}  // namespace driftless::train
