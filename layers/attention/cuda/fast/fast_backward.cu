@@ -13,10 +13,8 @@
 // The products run as mma.sync per warp, or (W, sm_90a) as wgmma per warpgroup of 4 warps,
 // whose accumulator rows per warp are the same 16, in two software-pipelined halves per step.
 // dS = P * (dP - delta) * d value / d score; the softmax scale is applied once at the end.
-// On the mma.sync kernels dQ = dS K takes dS as a bf16 head plus tail (two products): dS of
-// a row sums to ~0, so dQ is a cancelling sum and one bf16 rounding of dS puts its error at
-// ~2x the CPU's. The wgmma kernels round dS once, as the plain bf16 reference the tests'
-// bound is made from does (within that bound; a quarter fewer dQ products).
+// dQ = dS K takes dS as a bf16 head plus tail (two products): dS of a row sums to ~0, so
+// dQ is a cancelling sum and one bf16 rounding of dS alone put its error at ~2x the CPU's.
 // The non-deterministic backward (a dq_acc given, wgmma only) runs delta_kernel, then
 // dkv_kernel<..., kDq = true>, which also computes dQ = dS K of every step and adds it to
 // dq_acc with vector atomic adds, over k_tiles_by_head's schedule, then dq_from_acc_kernel;

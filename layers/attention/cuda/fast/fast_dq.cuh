@@ -180,9 +180,7 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, (W && D == 64) ? 2 : 1)
                         kd);
           wg_commit();
         }
-        // dS as one bf16 rounding on wgmma, as the atomic dQ takes it (the tests' bound holds
-        // with room); the mma.sync kernel below keeps the head + tail.
-        uint32_t a[2][KH][4];
+        uint32_t a[2][KH][4], a_lo[2][KH][4];  // dS as bf16 head + tail (see above)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
           wg_wait<1>();
@@ -190,11 +188,14 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, (W && D == 64) ? 2 : 1)
           wg_hold(dp[hf]);
           ds(s[hf], dp[hf], hf * (kBK / 2));
 #pragma unroll
-          for (int kk = 0; kk < KH; ++kk) c_to_a(a[hf][kk], dp[hf][2 * kk], dp[hf][2 * kk + 1]);
+          for (int kk = 0; kk < KH; ++kk)
+            c_to_a_split(a[hf][kk], a_lo[hf][kk], dp[hf][2 * kk], dp[hf][2 * kk + 1]);
           wg_fence();
 #pragma unroll
-          for (int kk = 0; kk < KH; ++kk)
+          for (int kk = 0; kk < KH; ++kk) {
             wgmma_rs<1>(acc, a[hf][kk], wg_desc_n<D>(k_s, hf * KH + kk));
+            wgmma_rs<1>(acc, a_lo[hf][kk], wg_desc_n<D>(k_s, hf * KH + kk));
+          }
           wg_commit();
         }
         wg_wait<0>();
