@@ -6,10 +6,10 @@
 
 #include "apps/command.h"
 #include "data/tokenizer.h"
+#include "layers/hf_gpt2.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/trainer.h"
-#include "layers/hf_gpt2.h"
 
 namespace driftless::apps {
 namespace {

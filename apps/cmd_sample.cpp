@@ -10,10 +10,10 @@
 #include "data/tokenizer.h"
 #include "engine/core/error.h"
 #include "engine/core/safetensors.h"
+#include "layers/generate.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/trainer.h"
-#include "layers/generate.h"
 
 namespace driftless::apps {
 namespace {

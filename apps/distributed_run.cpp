@@ -1,9 +1,9 @@
 // run_distributed (distributed_run.h).
 #include "apps/distributed_run.h"
 
-#include "train/rank_agreement.h"
 #include "parallel/kv_exchange.h"
 #include "parallel/process_group.h"
+#include "train/rank_agreement.h"
 
 namespace driftless::apps {
 

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "data/sampler.h"
-#include "train/config.h"
 #include "layers/attention/context_parallel.h"
 #include "layers/attention/routes/fault_route.h"
 #include "layers/attention/routes/route.h"
+#include "train/config.h"
 
 namespace driftless::train {
 

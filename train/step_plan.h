@@ -11,8 +11,8 @@
 
 #include "data/model_input.h"
 #include "data/sampler.h"
-#include "train/layout.h"
 #include "layers/attention/routes/route.h"
+#include "train/layout.h"
 
 namespace driftless::train {
 

@@ -14,15 +14,15 @@
 #include "data/sampler.h"
 #include "engine/optim/adamw.h"
 #include "engine/optim/schedule.h"
+#include "layers/attention/routes/fault_route.h"
+#include "layers/gpt.h"
+#include "parallel/communicator.h"
 #include "train/config.h"
 #include "train/grad_buckets.h"
 #include "train/layout.h"
 #include "train/run_directory.h"
 #include "train/step_plan.h"
 #include "train/tensor_log.h"
-#include "layers/attention/routes/fault_route.h"
-#include "layers/gpt.h"
-#include "parallel/communicator.h"
 
 namespace driftless::train {
 

@@ -11,8 +11,8 @@ namespace driftless::layers {
 
 // How K/V are exchanged between the P ranks sharing a sequence (SDP; context parallelism
 // uses its all_to_all and ring_shift, routes/all_to_all_route.h and ring_route.h). A
-// micro-sequence's span of L rows is cut into P chunks of L/P rows; rank r owns chunk r. The single-rank
-// exchange (P = 1) does nothing; parallel/ provides the collective one.
+// micro-sequence's span of L rows is cut into P chunks of L/P rows; rank r owns chunk r. The
+// single-rank exchange (P = 1) does nothing; parallel/ provides the collective one.
 class KvExchange {
  public:
   virtual ~KvExchange() = default;

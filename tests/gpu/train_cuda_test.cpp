@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "engine/core/device_ops.h"
-#include "train/trainer.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "train/trainer.h"
 
 namespace driftless::train {
 namespace {

@@ -11,8 +11,8 @@
 
 #include "engine/core/error.h"
 #include "engine/core/safetensors.h"
-#include "tests/train/tiny_run.h"
 #include "tests/test_paths.h"
+#include "tests/train/tiny_run.h"
 
 namespace driftless::train {
 namespace {

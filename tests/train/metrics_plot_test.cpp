@@ -14,8 +14,8 @@
 #include <sstream>
 
 #include "engine/core/error.h"
-#include "train/regress.h"
 #include "tests/test_paths.h"
+#include "train/regress.h"
 
 namespace driftless::train {
 namespace {

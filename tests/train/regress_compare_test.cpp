@@ -8,8 +8,8 @@
 #include <map>
 #include <string>
 
-#include "train/regress.h"
 #include "tests/test_paths.h"
+#include "train/regress.h"
 
 namespace driftless::train {
 namespace {

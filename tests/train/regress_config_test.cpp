@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "train/regress.h"
 #include "tests/test_paths.h"
+#include "train/regress.h"
 
 namespace driftless::train {
 namespace {

@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "engine/core/error.h"
-#include "tests/train/tiny_run.h"
 #include "tests/test_paths.h"
+#include "tests/train/tiny_run.h"
 
 namespace driftless::train {
 namespace {

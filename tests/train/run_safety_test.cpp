@@ -12,10 +12,10 @@
 
 #include "data/memmap_dataset.h"
 #include "engine/core/error.h"
+#include "tests/test_paths.h"
+#include "tests/train/tiny_run.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
-#include "tests/train/tiny_run.h"
-#include "tests/test_paths.h"
 
 namespace driftless::train {
 namespace {

@@ -17,9 +17,9 @@
 
 #include "engine/autograd/autograd.h"
 #include "engine/core/safetensors.h"
-#include "train/trainer.h"
 #include "tests/layers/gpt_test_util.h"
 #include "tests/test_paths.h"
+#include "train/trainer.h"
 
 namespace driftless::train {
 namespace {

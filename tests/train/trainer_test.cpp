@@ -20,9 +20,9 @@
 
 #include "engine/autograd/autograd.h"
 #include "engine/core/error.h"
-#include "train/checkpoint.h"
-#include "tests/train/tiny_run.h"
 #include "tests/test_paths.h"
+#include "tests/train/tiny_run.h"
+#include "train/checkpoint.h"
 
 namespace driftless::train {
 namespace {
