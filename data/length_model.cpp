@@ -40,7 +40,7 @@ int64_t exchange_rows(std::span<const int32_t> document_lengths, int32_t pad_doc
 }
 }  // namespace
 
-ModelInput length_model(std::span<const int32_t> document_lengths, const SliceSpec& slice,
+ModelInput length_model(std::span<const int32_t> document_lengths, const SequencePart& slice,
                         int32_t pad_documents_to) {
   DL_CHECK(pad_documents_to >= 0, "length_model",
            "expected pad_documents_to >= 0, got " << pad_documents_to);
@@ -50,11 +50,11 @@ ModelInput length_model(std::span<const int32_t> document_lengths, const SliceSp
              "expected document lengths >= 0, got " << document_lengths[j] << " at index " << j);
     S += document_extent(document_lengths[j], pad_documents_to);
   }
-  const int64_t m = slice.micro_sequences, P = slice.sdp_size;
+  const int64_t m = slice.micro_sequences, P = slice.chunks;
   DL_CHECK(m >= 1 && slice.micro_sequence >= 0 && slice.micro_sequence < m, "length_model",
            "expected micro-sequence index in [0, " << m << "), got " << slice.micro_sequence);
-  DL_CHECK(P >= 1 && slice.sdp_rank >= 0 && slice.sdp_rank < P, "length_model",
-           "expected sdp rank in [0, " << P << "), got " << slice.sdp_rank);
+  DL_CHECK(P >= 1 && slice.chunk >= 0 && slice.chunk < P, "length_model",
+           "expected sdp rank in [0, " << P << "), got " << slice.chunk);
   DL_CHECK(S > 0 && S % m == 0, "length_model",
            "expected micro_sequences (" << m << ") to divide the sequence length, got " << S);
   const int64_t L = S / m;
@@ -65,13 +65,13 @@ ModelInput length_model(std::span<const int32_t> document_lengths, const SliceSp
   in.sequence_length = S;
   in.micro_sequence = slice.micro_sequence;
   in.micro_sequences = slice.micro_sequences;
-  in.sdp_rank = slice.sdp_rank;
-  in.sdp_size = slice.sdp_size;
+  in.chunk = slice.chunk;
+  in.chunks = slice.chunks;
   in.pad_documents_to = pad_documents_to;
-  const int64_t q0 = slice.micro_sequence * L + slice.sdp_rank * (L / P);
+  const int64_t q0 = slice.micro_sequence * L + slice.chunk * (L / P);
   const int64_t q1 = q0 + L / P;
-  in.sequence_k_past = q0;
-  in.sequence_k_end = q1;
+  in.query_begin = q0;
+  in.query_end = q1;
   in.first_document_begin = -1;
   in.cu_seqlens_q = {0};
   in.cu_seqlens_k = {0};

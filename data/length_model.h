@@ -11,11 +11,11 @@
 
 namespace driftless::data {
 
-struct SliceSpec {
+struct SequencePart {
   int32_t micro_sequence = 0;   // i in [0, m)
   int32_t micro_sequences = 1;  // m, divides S
-  int32_t sdp_rank = 0;         // r in [0, P)
-  int32_t sdp_size = 1;         // P, divides S / m
+  int32_t chunk = 0;            // c in [0, n): SDP rank r of P, or a ring chunk of 2P
+  int32_t chunks = 1;           // n, divides S / m
 };
 
 // Extent of a document in the packed sequence: length rounded up to a multiple of
@@ -27,7 +27,7 @@ int64_t document_extent(int64_t length, int32_t pad_documents_to);
 // except tokens, labels and loss_mask (see make_model_input in data/sampler.h), which are
 // left empty. Throws driftless::Error when m does not divide S, P does not divide S/m, or
 // an index is out of range.
-ModelInput length_model(std::span<const int32_t> document_lengths, const SliceSpec& slice,
+ModelInput length_model(std::span<const int32_t> document_lengths, const SequencePart& slice,
                         int32_t pad_documents_to = 0);
 
 // Checks the canonical contract of ARCHITECTURE.md on a ModelInput (prefix sums start at 0,

@@ -32,10 +32,10 @@ nlohmann::json to_json(const ModelInput& in) {
   nlohmann::json j;
   j["micro_sequence"] = in.micro_sequence;
   j["micro_sequences"] = in.micro_sequences;
-  j["sdp_rank"] = in.sdp_rank;
-  j["sdp_size"] = in.sdp_size;
-  j["sequence_k_past"] = in.sequence_k_past;
-  j["sequence_k_end"] = in.sequence_k_end;
+  j["chunk"] = in.chunk;
+  j["chunks"] = in.chunks;
+  j["query_begin"] = in.query_begin;
+  j["query_end"] = in.query_end;
   j["first_document_begin"] = in.first_document_begin;
   j["exchange_rows"] = in.exchange_rows;
   j["document_ids"] = in.document_ids;

@@ -12,7 +12,7 @@ namespace driftless::data {
 
 // Letters used below: S tokens in the sequence, m micro-sequences of L = S/m tokens,
 // P sdp ranks, rank r holds Lq = L/P queries of micro-sequence i.
-//   q0 = sequence_k_past = i·L + r·Lq,   q1 = sequence_k_end = q0 + Lq.
+//   q0 = query_begin = i·L + r·Lq,   q1 = query_end = q0 + Lq.
 // A document j of the sequence occupies [start_j, start_j + extent_j), where extent_j is its
 // length rounded up to a multiple of pad_documents_to (its length when padding is off);
 // its real tokens are [start_j, start_j + length_j), the rest is padding.
@@ -21,13 +21,13 @@ struct ModelInput {
   int64_t sequence_length = 0;   // S
   int32_t micro_sequence = 0;    // i
   int32_t micro_sequences = 1;   // m
-  int32_t sdp_rank = 0;          // r
-  int32_t sdp_size = 1;          // P
+  int32_t chunk = 0;             // c of n: SDP rank r of P, or a ring chunk of 2P
+  int32_t chunks = 1;            // n
   int32_t pad_documents_to = 0;  // 0 or 1: no padding
-  int64_t sequence_k_past = 0;   // q0: absolute position of the first query row
-  int64_t sequence_k_end = 0;    // q1: one past the last query row; end of the K extent
+  int64_t query_begin = 0;       // q0: absolute position of the first query row
+  int64_t query_end = 0;         // q1: one past the last query row; end of the K extent
   // Absolute start (in the sequence) of the first document with a query row in [q0, q1).
-  // The K extent handed to attention is [first_document_begin, sequence_k_end).
+  // The K extent handed to attention is [first_document_begin, query_end).
   int64_t first_document_begin = 0;
   // SDP K/V exchange of this micro-sequence's span (L rows, P chunks of L/P): only the last
   // exchange_rows rows of each chunk are ever read by another rank, in this micro-sequence
@@ -77,8 +77,8 @@ struct ModelInput {
   int32_t max_seqlen_q_padded = 0;  // longest memory run of query rows of one document
   int32_t max_seqlen_k_padded = 0;
 
-  int64_t num_queries() const { return sequence_k_end - sequence_k_past; }
-  int64_t num_keys() const { return sequence_k_end - first_document_begin; }
+  int64_t num_queries() const { return query_end - query_begin; }
+  int64_t num_keys() const { return query_end - first_document_begin; }
   int64_t num_documents() const { return int64_t(document_ids.size()); }
   bool padded() const { return pad_documents_to > 1; }
 };

@@ -131,17 +131,17 @@ GlobalBatch Sampler::batch(int64_t step) const {
   return b;
 }
 
-ModelInput make_model_input(const PackedSequence& sequence, const SliceSpec& slice,
+ModelInput make_model_input(const PackedSequence& sequence, const SequencePart& slice,
                             int32_t pad_documents_to) {
   ModelInput in = length_model(sequence.document_lengths, slice, pad_documents_to);
   DL_CHECK(in.sequence_length == int64_t(sequence.tokens.size()), "sampler",
            "expected document lengths to add up to " << sequence.tokens.size() << " tokens, got "
                                                      << in.sequence_length);
-  const auto q0 = sequence.tokens.begin() + in.sequence_k_past;
-  const auto q1 = sequence.tokens.begin() + in.sequence_k_end;
+  const auto q0 = sequence.tokens.begin() + in.query_begin;
+  const auto q1 = sequence.tokens.begin() + in.query_end;
   in.tokens.assign(q0, q1);
-  in.labels.assign(sequence.labels.begin() + in.sequence_k_past,
-                   sequence.labels.begin() + in.sequence_k_end);
+  in.labels.assign(sequence.labels.begin() + in.query_begin,
+                   sequence.labels.begin() + in.query_end);
   in.loss_mask.resize(in.labels.size());
   for (size_t t = 0; t < in.labels.size(); ++t) in.loss_mask[t] = in.labels[t] >= 0 ? 1 : 0;
   return in;

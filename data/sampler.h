@@ -80,7 +80,7 @@ class Sampler {
 
 // The ModelInput of one (micro-sequence, sdp rank) of a packed sequence: the length model's
 // metadata plus tokens, labels and loss_mask sliced to the rank's query rows.
-ModelInput make_model_input(const PackedSequence& sequence, const SliceSpec& slice,
+ModelInput make_model_input(const PackedSequence& sequence, const SequencePart& slice,
                             int32_t pad_documents_to);
 
 }  // namespace driftless::data

@@ -19,8 +19,8 @@ data::ModelInput generation_input(std::span<const int32_t> tokens, int64_t q0,
            "rows [" << q0 << ", " << q1 << ") do not fit a sequence of " << sequence_length);
   data::ModelInput in;
   in.sequence_length = sequence_length;
-  in.sequence_k_past = q0;
-  in.sequence_k_end = q1;
+  in.query_begin = q0;
+  in.query_end = q1;
   in.first_document_begin = 0;
   in.tokens.assign(tokens.begin(), tokens.end());
   in.labels.assign(size_t(tq), -1);
@@ -67,7 +67,7 @@ Tensor packed_logits(Gpt& model, const std::vector<std::vector<int32_t>>& docume
     seq.document_lengths.push_back(int32_t(doc.size()));
   }
   seq.labels.assign(seq.tokens.size(), -1);  // no loss
-  const data::ModelInput in = data::make_model_input(seq, data::SliceSpec{}, 0);
+  const data::ModelInput in = data::make_model_input(seq, data::SequencePart{}, 0);
   autograd::NoGradGuard no_grad;
   ForwardOptions o;
   o.training = false;  // one whole sequence: the local route, K/V straight from QKV

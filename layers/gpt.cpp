@@ -21,10 +21,10 @@ std::string layer_name(int64_t l, const std::string& part) {
 
 // The slice's rows named by their place in the step's global batch (sequence x S +
 // position), so dropout draws the mask `simple` draws whatever the layout.
-std::vector<ops::DropoutRows> dropout_rows(const std::vector<SliceInput>& slice) {
+std::vector<ops::DropoutRows> dropout_rows(const std::vector<PartInput>& slice) {
   std::vector<ops::DropoutRows> rows;
   for (const auto& s : slice)
-    rows.push_back({s.global_sequence * s.input->sequence_length + s.input->sequence_k_past,
+    rows.push_back({s.global_sequence * s.input->sequence_length + s.input->query_begin,
                     s.input->num_queries()});
   return rows;
 }
@@ -102,8 +102,8 @@ ScoreModSpec Gpt::score_mod(int64_t h0, int64_t n) const {
   return ScoreModSpec::none();
 }
 
-Tensor Gpt::hidden(const std::vector<SliceInput>& slice, const ForwardOptions& o,
-                   std::vector<RowBlock>& rows) {
+Tensor Gpt::hidden(const std::vector<PartInput>& slice, const ForwardOptions& o,
+                   std::vector<PartRows>& rows) {
   DL_CHECK(!slice.empty(), "gpt", "empty micro-batch slice");
   std::vector<int32_t> tokens, positions;
   rows.clear();
@@ -118,7 +118,7 @@ Tensor Gpt::hidden(const std::vector<SliceInput>& slice, const ForwardOptions& o
                            << "); use shorter documents or a larger n_positions");
     tokens.insert(tokens.end(), in.tokens.begin(), in.tokens.end());
     positions.insert(positions.end(), in.position_index.begin(), in.position_index.end());
-    rows.push_back({s.global_sequence, in.sequence_k_past, in.num_queries()});
+    rows.push_back({s.global_sequence, in.query_begin, in.num_queries()});
   }
   // Ids stay on the host: embedding validates them there and uploads them once itself.
   Tensor x = ops::add(ops::embedding(p("wte.weight"), Tensor::from_vector(tokens)),
@@ -131,8 +131,8 @@ Tensor Gpt::hidden(const std::vector<SliceInput>& slice, const ForwardOptions& o
   return tap(x, "ln_f", o.sink, rows);
 }
 
-Tensor Gpt::block(int64_t l, const Tensor& x, const std::vector<SliceInput>& slice,
-                  const ForwardOptions& o, const std::vector<RowBlock>& rows) {
+Tensor Gpt::block(int64_t l, const Tensor& x, const std::vector<PartInput>& slice,
+                  const ForwardOptions& o, const std::vector<PartRows>& rows) {
   // Without taps and dropout the residual sums ride in the output projections' GEMMs (one
   // rounding, no add pass); with either, the branch outputs exist on their own.
   const bool fused_residual = !o.sink && (!o.training || config_.dropout == 0);
@@ -166,8 +166,8 @@ Tensor Gpt::block(int64_t l, const Tensor& x, const std::vector<SliceInput>& sli
   return tap(out, layer_name(l, "out"), o.sink, rows);
 }
 
-Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<SliceInput>& slice,
-                           const ForwardOptions& o, const std::vector<RowBlock>& rows,
+Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<PartInput>& slice,
+                           const ForwardOptions& o, const std::vector<PartRows>& rows,
                            const Tensor& residual) {
   static LocalRoute local;
   Tensor qkv = linear(x, p(layer_name(l, "attn.c_attn.weight")),
@@ -185,14 +185,14 @@ Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<SliceIn
                 residual);
 }
 
-Tensor Gpt::logits(const std::vector<SliceInput>& slice, const ForwardOptions& o) {
-  std::vector<RowBlock> rows;
+Tensor Gpt::logits(const std::vector<PartInput>& slice, const ForwardOptions& o) {
+  std::vector<PartRows> rows;
   Tensor x = hidden(slice, o, rows);
   return linear(x, p("wte.weight"), Tensor());  // (T, V), tied head
 }
 
-Tensor Gpt::loss(const std::vector<SliceInput>& slice, double loss_scale, const ForwardOptions& o) {
-  std::vector<RowBlock> rows;
+Tensor Gpt::loss(const std::vector<PartInput>& slice, double loss_scale, const ForwardOptions& o) {
+  std::vector<PartRows> rows;
   Tensor x = hidden(slice, o, rows);  // (T, C)
   std::vector<int32_t> labels;
   std::vector<float> mask;

@@ -52,21 +52,21 @@ class Gpt {
   void prepare_route(AttentionRoute& route, int64_t slots, int64_t sequence_length) const;
 
   // Sum over loss-masked rows of the slice of the cross-entropy, times loss_scale: ()
-  Tensor loss(const std::vector<SliceInput>& slice, double loss_scale,
+  Tensor loss(const std::vector<PartInput>& slice, double loss_scale,
               const ForwardOptions& options);
   // Logits (sum of T_q, V) of the slice.
-  Tensor logits(const std::vector<SliceInput>& slice, const ForwardOptions& options);
+  Tensor logits(const std::vector<PartInput>& slice, const ForwardOptions& options);
 
  private:
-  Tensor hidden(const std::vector<SliceInput>& slice, const ForwardOptions& options,
-                std::vector<RowBlock>& rows);
-  Tensor block(int64_t layer, const Tensor& x, const std::vector<SliceInput>& slice,
-               const ForwardOptions& options, const std::vector<RowBlock>& rows);
+  Tensor hidden(const std::vector<PartInput>& slice, const ForwardOptions& options,
+                std::vector<PartRows>& rows);
+  Tensor block(int64_t layer, const Tensor& x, const std::vector<PartInput>& slice,
+               const ForwardOptions& options, const std::vector<PartRows>& rows);
   // The attention branch of a block: projection, route, projection. With `residual`
   // defined, residual + the branch, the sum in the output projection's node (linear's
   // residual).
-  Tensor self_attention(int64_t layer, const Tensor& x, const std::vector<SliceInput>& slice,
-                        const ForwardOptions& options, const std::vector<RowBlock>& rows,
+  Tensor self_attention(int64_t layer, const Tensor& x, const std::vector<PartInput>& slice,
+                        const ForwardOptions& options, const std::vector<PartRows>& rows,
                         const Tensor& residual = Tensor());
   // The modifier of every attention call (softcap, or ALiBi slopes of heads [h0, h0 + n)).
   ScoreModSpec score_mod(int64_t h0, int64_t n) const;

@@ -6,7 +6,7 @@
 namespace driftless::layers {
 
 Tensor tap(const Tensor& x, const std::string& name, TensorSink* sink,
-           const std::vector<RowBlock>& rows) {
+           const std::vector<PartRows>& rows) {
   if (!sink) return x;
   sink->write(name, "forward", x, rows);
   Tensor y = x.detach();

@@ -11,7 +11,7 @@
 
 namespace driftless::layers {
 
-struct RowBlock {
+struct PartRows {
   int64_t sequence = 0;  // global sequence index in the step's batch
   int64_t begin = 0;     // first position in the sequence
   int64_t rows = 0;
@@ -22,11 +22,11 @@ class TensorSink {
   virtual ~TensorSink() = default;
   // kind: "forward" or "backward". value's dim 0 is the concatenation of the row blocks.
   virtual void write(const std::string& name, const std::string& kind, const Tensor& value,
-                     const std::vector<RowBlock>& rows) = 0;
+                     const std::vector<PartRows>& rows) = 0;
 };
 
 // Identity; records the value (forward) and its gradient (backward) when sink is set.
 Tensor tap(const Tensor& x, const std::string& name, TensorSink* sink,
-           const std::vector<RowBlock>& rows);
+           const std::vector<PartRows>& rows);
 
 }  // namespace driftless::layers

@@ -64,7 +64,7 @@ void World::abort(int code) const {
   std::exit(code);
 }
 
-void validate_layout(int world_size, const Layout& l) {
+void validate_layout(int world_size, const GroupLayout& l) {
   DL_CHECK(l.data_parallel >= 1 && l.sequence_data_parallel >= 1 &&
                world_size == l.data_parallel * l.sequence_data_parallel,
            "process_groups",
@@ -78,13 +78,13 @@ void validate_layout(int world_size, const Layout& l) {
                                  : ""));
 }
 
-RankCoords rank_coords(int rank, const Layout& l) {
+RankCoords rank_coords(int rank, const GroupLayout& l) {
   DL_CHECK(rank >= 0 && rank < l.world_size(), "process_groups",
            "rank " << rank << " out of range for " << l.world_size() << " ranks");
   return {rank % l.sequence_data_parallel, rank / l.sequence_data_parallel};
 }
 
-std::vector<int> sdp_group_ranks(int rank, const Layout& l) {
+std::vector<int> sdp_group_ranks(int rank, const GroupLayout& l) {
   const RankCoords c = rank_coords(rank, l);
   std::vector<int> ranks;
   for (int s = 0; s < l.sequence_data_parallel; ++s)
@@ -92,7 +92,7 @@ std::vector<int> sdp_group_ranks(int rank, const Layout& l) {
   return ranks;
 }
 
-std::vector<int> batch_group_ranks(int rank, const Layout& l) {
+std::vector<int> batch_group_ranks(int rank, const GroupLayout& l) {
   const RankCoords c = rank_coords(rank, l);
   std::vector<int> ranks;
   for (int b = 0; b < l.data_parallel; ++b)
@@ -112,7 +112,8 @@ std::unique_ptr<Communicator> split(int color, int world_rank, Device device,
 }
 }  // namespace
 
-ProcessGroups::ProcessGroups(const World& world, Layout layout, Device device) : layout_(layout) {
+ProcessGroups::ProcessGroups(const World& world, GroupLayout layout, Device device)
+    : layout_(layout) {
   validate_layout(world.size(), layout);
   coords_ = rank_coords(world.rank(), layout);
   const CommOptions& options = world.options().comm;

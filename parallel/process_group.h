@@ -50,37 +50,37 @@ class World {
 };
 
 // ---- group arithmetic (no MPI; rank = batch_rank · sdp + sdp_rank) ----
-struct Layout {
+struct GroupLayout {
   int data_parallel = 1;           // sdp groups splitting the batch
   int sequence_data_parallel = 1;  // ranks sharing one sequence
   int world_size() const { return data_parallel * sequence_data_parallel; }
 };
 // Throws driftless::Error naming world size, data_parallel and sequence_data_parallel when
 // world_size != data_parallel × sequence_data_parallel (or either is < 1).
-void validate_layout(int world_size, const Layout& layout);
+void validate_layout(int world_size, const GroupLayout& layout);
 struct RankCoords {
   int sdp_rank = 0;    // position within its sdp group (which chunk of a sequence)
   int batch_rank = 0;  // which sdp group (which sequences of the batch); also its rank in
                        // the batch-data group
 };
-RankCoords rank_coords(int rank, const Layout& layout);
-std::vector<int> sdp_group_ranks(int rank, const Layout& layout);    // consecutive ranks
-std::vector<int> batch_group_ranks(int rank, const Layout& layout);  // stride sdp
+RankCoords rank_coords(int rank, const GroupLayout& layout);
+std::vector<int> sdp_group_ranks(int rank, const GroupLayout& layout);    // consecutive ranks
+std::vector<int> batch_group_ranks(int rank, const GroupLayout& layout);  // stride sdp
 
 class ProcessGroups {
  public:
   // Validates the layout against world.size() before creating anything. device cuda
   // selects the rank's GPU (local rank) and uses NCCL; it throws when the rank has none.
-  ProcessGroups(const World& world, Layout layout, Device device = Device::cpu);
+  ProcessGroups(const World& world, GroupLayout layout, Device device = Device::cpu);
   ~ProcessGroups();
-  const Layout& layout() const { return layout_; }
+  const GroupLayout& layout() const { return layout_; }
   const RankCoords& coords() const { return coords_; }
   Communicator& data() const { return *data_; }         // all ranks
   Communicator& sdp() const { return *sdp_; }           // ranks sharing a sequence
   Communicator& batch_data() const { return *batch_; }  // ranks with the same sdp_rank
 
  private:
-  Layout layout_;
+  GroupLayout layout_;
   RankCoords coords_;
   std::unique_ptr<Communicator> data_, sdp_, batch_;
 };

@@ -39,7 +39,7 @@ struct Layout {
 // The ModelInputs of one sequence's micro-sequence i (of m) on the rank at `position` among
 // the P ranks sharing the sequence (ARCHITECTURE.md "Who holds which tokens", context_parallel.h):
 // SDP and a2a hold one contiguous chunk of P, the ring chunks position and 2P-1-position of
-// 2P. (a2a also attends the whole micro-sequence: SliceSpec {i, m, 0, 1}.)
+// 2P. (a2a also attends the whole micro-sequence: SequencePart {i, m, 0, 1}.)
 std::vector<data::ModelInput> rank_inputs(const data::PackedSequence& sequence, int32_t i,
                                           int32_t m, int32_t position, int32_t P,
                                           ContextParallel kind, int32_t pad_documents_to);

@@ -5,8 +5,8 @@
 
 namespace driftless::train {
 
-std::vector<layers::SliceInput> PlannedForward::slice() const {
-  std::vector<layers::SliceInput> s;
+std::vector<layers::PartInput> PlannedForward::slice() const {
+  std::vector<layers::PartInput> s;
   for (const PlannedInput& p : inputs)
     s.push_back({&p.input, p.slot, p.global_sequence, p.whole ? &*p.whole : nullptr});
   return s;

@@ -21,7 +21,7 @@ struct PlannedInput {
   data::ModelInput input;
   int64_t slot = 0;             // K/V buffer sequence of the depth-first group
   int64_t global_sequence = 0;  // index in the global batch
-  // a2a: the whole micro-sequence this rank attends for its heads (SliceSpec {i, m, 0, 1}).
+  // a2a: the whole micro-sequence this rank attends for its heads (SequencePart {i, m, 0, 1}).
   std::optional<data::ModelInput> whole;
 };
 
@@ -33,7 +33,7 @@ struct PlannedForward {
   // 2P-1-r, sharing a slot).
   std::vector<PlannedInput> inputs;
   // The model's view of `inputs` (pointers into this forward: valid while it lives).
-  std::vector<layers::SliceInput> slice() const;
+  std::vector<layers::PartInput> slice() const;
 };
 
 // A depth-first group: the K/V gradient buffers start from zero, then every forward in

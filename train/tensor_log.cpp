@@ -58,7 +58,7 @@ LoggedTensor& TensorLogger::slot(const std::string& name, const std::string& kin
 }
 
 void TensorLogger::write(const std::string& name, const std::string& kind, const Tensor& value,
-                         const std::vector<layers::RowBlock>& rows) {
+                         const std::vector<layers::PartRows>& rows) {
   if (!wants(kind)) return;
   autograd::NoGradGuard no_grad;
   Shape global{sequences_, sequence_length_};

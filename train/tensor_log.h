@@ -30,7 +30,7 @@ class TensorLogger final : public layers::TensorSink {
  public:
   TensorLogger(int64_t sequences, int64_t sequence_length, std::vector<std::string> kinds);
   void write(const std::string& name, const std::string& kind, const Tensor& value,
-             const std::vector<layers::RowBlock>& rows) override;
+             const std::vector<layers::PartRows>& rows) override;
   // Whole tensors (parameter gradients, parameters): identical on every rank.
   void write_whole(const std::string& name, const std::string& kind, const Tensor& value);
   bool wants(const std::string& kind) const;

@@ -19,17 +19,17 @@ void KvBuffer::ensure(int64_t sequences, int64_t sequence_length, int64_t kv_hea
 namespace {
 // (n S, 2, H_kv, D): the slice's sequences as one run of rows (a view: the buffer is
 // contiguous and they are adjacent).
-Tensor run_of(const Tensor& buf, const KvSlice& s) {
+Tensor run_of(const Tensor& buf, const KvRows& s) {
   if (s.sequences == 1) return buf.select(0, s.sequence);
   return buf.narrow(0, s.sequence, s.sequences)
       .reshape({s.sequences * buf.size(1), buf.size(2), buf.size(3), buf.size(4)});
 }
 // (T, H_kv, D) rows [begin, end) of the slice's run, component c (0 = K, 1 = V).
-Tensor rows(const Tensor& buf, const KvSlice& s, int64_t begin, int64_t end, int64_t c) {
+Tensor rows(const Tensor& buf, const KvRows& s, int64_t begin, int64_t end, int64_t c) {
   return run_of(buf, s).narrow(0, begin, end - begin).select(1, c);
 }
 // (L, 2, H_kv, D) span of the micro-sequence containing [q0, q1) on rank r of P.
-Tensor span(const Tensor& buf, const KvSlice& s, const KvExchange& ex) {
+Tensor span(const Tensor& buf, const KvRows& s, const KvExchange& ex) {
   const int64_t rows_local = s.q1 - s.q0;
   const int64_t begin = s.q0 - ex.rank() * rows_local;
   return run_of(buf, s).narrow(0, begin, rows_local * ex.ranks());
@@ -41,7 +41,7 @@ Tensor span(const Tensor& buf, const KvSlice& s, const KvExchange& ex) {
 // into a packed (P, tail, 2, H_kv, D) tensor of the buffer's gradient dtype (zeros where
 // this rank read nothing); the rest of the chunk is g as computed. The same sums, in the same
 // order and dtype, as accumulating into the zeroed buffer and reduce-scattering its tails.
-std::vector<Tensor> whole_chunk_grads(const KvSlice& s, KvExchange& ex, DType grad_dtype,
+std::vector<Tensor> whole_chunk_grads(const KvRows& s, KvExchange& ex, DType grad_dtype,
                                       DType dt, const std::vector<Tensor>& g, bool reduce) {
   const int64_t P = ex.ranks(), r = ex.rank(), c = s.q1 - s.q0, fdb = s.first_document_begin;
   const int64_t tail = s.exchange_rows < 0 || s.exchange_rows > c ? c : s.exchange_rows;
@@ -69,7 +69,7 @@ std::vector<Tensor> whole_chunk_grads(const KvSlice& s, KvExchange& ex, DType gr
 }
 }  // namespace
 
-std::pair<Tensor, Tensor> kv_write_read(KvBuffer& buffer, const KvSlice& slice,
+std::pair<Tensor, Tensor> kv_write_read(KvBuffer& buffer, const KvRows& slice,
                                         const Tensor& k_local, const Tensor& v_local,
                                         KvExchange* exchange, const KvFaults* faults) {
   static KvExchange single_rank;

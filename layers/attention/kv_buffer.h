@@ -46,7 +46,7 @@ class KvBuffer {
   mutable bool grad_dirty_ = false;
 };
 
-struct KvSlice {
+struct KvRows {
   int64_t sequence = 0;              // b: which sequence of the buffer
   int64_t q0 = 0, q1 = 0;            // this rank's query rows (absolute in the sequence)
   int64_t first_document_begin = 0;  // start of the K extent
@@ -63,7 +63,7 @@ struct KvSlice {
 // all-gathers the micro-sequence span over the exchange), and returns the extent
 // [first_document_begin, q1) as (k, v) views, linked to k_local/v_local by one autograd node
 // implementing the gradient rule above.
-std::pair<Tensor, Tensor> kv_write_read(KvBuffer& buffer, const KvSlice& slice,
+std::pair<Tensor, Tensor> kv_write_read(KvBuffer& buffer, const KvRows& slice,
                                         const Tensor& k_local, const Tensor& v_local,
                                         KvExchange* exchange = nullptr,
                                         const KvFaults* faults = nullptr);

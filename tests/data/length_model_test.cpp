@@ -74,7 +74,7 @@ int64_t check_all_slices(const std::vector<int32_t>& lengths, int32_t pad) {
           };
           check_canonical(in);
           const int64_t L = S / m, q0 = i * L + r * (L / P), q1 = q0 + L / P;
-          if (in.sequence_k_past != q0 || in.sequence_k_end != q1) return fail("query range");
+          if (in.query_begin != q0 || in.query_end != q1) return fail("query range");
           // First document with a query: the one holding position q0.
           if (in.first_document_begin != ref.start[ref.doc[q0]])
             return fail("first_document_begin " + std::to_string(in.first_document_begin));
@@ -212,7 +212,7 @@ void check_exchange_rows(const std::vector<int32_t>& lengths, int32_t pad) {
       for (int j = 0; j < m; ++j)
         for (int r = 0; r < P; ++r) {
           ModelInput in = length_model(lengths, {j, m, r, P}, pad);
-          for (int64_t u = in.first_document_begin; u < in.sequence_k_end; ++u) {
+          for (int64_t u = in.first_document_begin; u < in.query_end; ++u) {
             const int64_t i = u / L, k = (u - i * L) / c, chunk_end = i * L + (k + 1) * c;
             if (k == r) continue;  // written by this rank itself
             need[size_t(i)] = std::max(need[size_t(i)], chunk_end - u);
@@ -252,8 +252,8 @@ TEST(LengthModel, KnownCase) {
   // Documents 5, 3, 8 (S = 16), m = 2, P = 2: micro-sequence 1 rank 0 holds queries [8, 12).
   std::vector<int32_t> lengths = {5, 3, 8};
   ModelInput in = length_model(lengths, {1, 2, 0, 2});
-  EXPECT_EQ(in.sequence_k_past, 8);
-  EXPECT_EQ(in.sequence_k_end, 12);
+  EXPECT_EQ(in.query_begin, 8);
+  EXPECT_EQ(in.query_end, 12);
   EXPECT_EQ(in.first_document_begin, 8);
   EXPECT_EQ(in.cu_seqlens_q, (std::vector<int32_t>{0, 4}));
   EXPECT_EQ(in.cu_seqlens_k, (std::vector<int32_t>{0, 4}));

@@ -123,7 +123,7 @@ RankResult run_rank(const GptConfig& cfg, const std::vector<data::PackedSequence
         wholes[size_t(i)].push_back(data::make_model_input(seq, {i, m, 0, 1}, 0));
       }
     }
-    std::vector<SliceInput> slice;
+    std::vector<PartInput> slice;
     const size_t per = inputs[size_t(i)].size() / seqs.size();
     for (size_t j = 0; j < seqs.size(); ++j)
       for (size_t c = 0; c < per; ++c)

@@ -198,7 +198,7 @@ double step_loss(Gpt& model, const ReferenceCase& c, int m) {
   ForwardOptions o;
   o.route = &route;
   for (int i = 0; i < m; ++i) {
-    std::vector<SliceInput> slice;
+    std::vector<PartInput> slice;
     for (const auto& s : c.sequences)
       inputs[size_t(i)].push_back(data::make_model_input(s, {i, m, 0, 1}, 0));
     for (size_t b = 0; b < c.sequences.size(); ++b)
@@ -274,7 +274,7 @@ TEST_F(GptReference, LossLogitsAndGradientsMatchPyTorch) {
   std::vector<data::ModelInput> inputs;
   for (const auto& s : case_.sequences)
     inputs.push_back(data::make_model_input(s, {0, 1, 0, 1}, 0));
-  std::vector<SliceInput> slice;
+  std::vector<PartInput> slice;
   for (size_t b = 0; b < inputs.size(); ++b) slice.push_back({&inputs[b], int64_t(b), int64_t(b)});
   BufferRoute route;
   model->prepare_route(route, int64_t(inputs.size()), int64_t(case_.sequences[0].tokens.size()));

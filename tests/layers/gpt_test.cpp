@@ -41,7 +41,7 @@ std::vector<float> gradients(Gpt& model, const std::vector<data::PackedSequence>
   ForwardOptions o;
   o.route = route;
   for (int i = 0; i < m; ++i) {
-    std::vector<SliceInput> slice;
+    std::vector<PartInput> slice;
     for (size_t b = 0; b < seqs.size(); ++b)
       inputs[size_t(i)].push_back(data::make_model_input(seqs[b], {i, m, 0, 1}, 0));
     for (size_t b = 0; b < seqs.size(); ++b)

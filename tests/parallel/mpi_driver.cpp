@@ -358,7 +358,7 @@ void test_groups(const World& world) {
   const int P = world.size(), R = world.rank();
   for (int sdp = 1; sdp <= P; ++sdp) {
     if (P % sdp) continue;
-    const Layout layout{P / sdp, sdp};
+    const GroupLayout layout{P / sdp, sdp};
     ProcessGroups groups(world, layout, g_device);
     const RankCoords c = groups.coords();
     CHECK(groups.data().size() == P && groups.data().rank() == R, "data group");
@@ -463,7 +463,7 @@ void test_groups(const World& world) {
   // A layout that does not match the world fails on every rank before any communication.
   bool threw = false;
   try {
-    ProcessGroups bad(world, Layout{P + 1, 1});
+    ProcessGroups bad(world, GroupLayout{P + 1, 1});
   } catch (const Error& e) {
     const std::string m = e.what();
     threw = m.find("world size " + std::to_string(P)) != std::string::npos &&

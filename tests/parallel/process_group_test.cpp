@@ -10,10 +10,10 @@ namespace driftless::parallel {
 namespace {
 
 TEST(ParallelGroups, ValidateNamesAllThreeNumbers) {
-  EXPECT_NO_THROW(validate_layout(6, Layout{3, 2}));
-  EXPECT_NO_THROW(validate_layout(1, Layout{1, 1}));
+  EXPECT_NO_THROW(validate_layout(6, GroupLayout{3, 2}));
+  EXPECT_NO_THROW(validate_layout(1, GroupLayout{1, 1}));
   try {
-    validate_layout(6, Layout{2, 4});
+    validate_layout(6, GroupLayout{2, 4});
     FAIL() << "expected an error";
   } catch (const Error& e) {
     const std::string m = e.what();
@@ -21,12 +21,12 @@ TEST(ParallelGroups, ValidateNamesAllThreeNumbers) {
     EXPECT_NE(m.find("data_parallel 2"), std::string::npos) << m;
     EXPECT_NE(m.find("sequence_data_parallel 4"), std::string::npos) << m;
   }
-  EXPECT_THROW(validate_layout(0, Layout{0, 1}), Error);
-  EXPECT_THROW(validate_layout(-2, Layout{2, -1}), Error);
+  EXPECT_THROW(validate_layout(0, GroupLayout{0, 1}), Error);
+  EXPECT_THROW(validate_layout(-2, GroupLayout{2, -1}), Error);
 }
 
 TEST(ParallelGroups, SdpGroupsAreConsecutiveBatchGroupsStrided) {
-  const Layout l{3, 2};  // ranks 0..5: sdp groups {0,1} {2,3} {4,5}
+  const GroupLayout l{3, 2};  // ranks 0..5: sdp groups {0,1} {2,3} {4,5}
   EXPECT_EQ(sdp_group_ranks(0, l), (std::vector<int>{0, 1}));
   EXPECT_EQ(sdp_group_ranks(3, l), (std::vector<int>{2, 3}));
   EXPECT_EQ(sdp_group_ranks(5, l), (std::vector<int>{4, 5}));
@@ -39,7 +39,8 @@ TEST(ParallelGroups, SdpGroupsAreConsecutiveBatchGroupsStrided) {
 }
 
 TEST(ParallelGroups, EveryRankInExactlyOneGroupOfEachKind) {
-  for (const Layout l : {Layout{1, 1}, Layout{1, 4}, Layout{4, 1}, Layout{2, 3}, Layout{3, 4}}) {
+  for (const GroupLayout l : {GroupLayout{1, 1}, GroupLayout{1, 4}, GroupLayout{4, 1},
+                              GroupLayout{2, 3}, GroupLayout{3, 4}}) {
     const int n = l.world_size();
     std::vector<int> sdp_seen(n, 0), batch_seen(n, 0);
     for (int r = 0; r < n; ++r) {
@@ -68,7 +69,7 @@ TEST(ParallelWorld, WithoutLauncherIsOneRankWithoutMpi) {
   EXPECT_EQ(world.rank(), 0);
   EXPECT_EQ(world.size(), 1);
   EXPECT_EQ(world.local_rank(), 0);
-  ProcessGroups groups(world, Layout{1, 1});
+  ProcessGroups groups(world, GroupLayout{1, 1});
   EXPECT_STREQ(groups.data().backend(), "single");
   EXPECT_EQ(groups.sdp().size(), 1);
   EXPECT_EQ(groups.batch_data().size(), 1);
@@ -84,7 +85,7 @@ TEST(ParallelWorld, LayoutLargerThanWorldFailsBeforeWorkWithHint) {
   if (World::launched_by_mpi()) GTEST_SKIP() << "running under an MPI launcher";
   World world;
   try {
-    ProcessGroups groups(world, Layout{1, 2});
+    ProcessGroups groups(world, GroupLayout{1, 2});
     FAIL() << "expected an error";
   } catch (const Error& e) {
     const std::string m = e.what();
@@ -109,7 +110,7 @@ TEST(ParallelWorld, RunGuardedReturnsOneAndPrintsTheRank) {
 TEST(ParallelWorld, SingleProcessCudaGroupsNeedNoNccl) {
   if (World::launched_by_mpi()) GTEST_SKIP() << "running under an MPI launcher";
   World world;
-  ProcessGroups groups(world, Layout{1, 1}, Device::cuda);
+  ProcessGroups groups(world, GroupLayout{1, 1}, Device::cuda);
   EXPECT_EQ(groups.sdp().device(), Device::cuda);
   EXPECT_STREQ(groups.sdp().backend(), "single");
 }

@@ -40,7 +40,7 @@ TEST(Layout, RankInputsCoverEveryRowOnce) {
             ASSERT_EQ(inputs.size(), kind == ContextParallel::ring ? 2u : 1u);
             for (const auto& in : inputs) {
               data::check_canonical(in);
-              for (int64_t q = in.sequence_k_past; q < in.sequence_k_end; ++q) rows.insert(q);
+              for (int64_t q = in.query_begin; q < in.query_end; ++q) rows.insert(q);
             }
           }
         ASSERT_EQ(rows.size(), 48u);
@@ -53,9 +53,9 @@ TEST(Layout, RingHoldsChunksRAndTheirMirror) {
   const auto seq = sequence({48});
   const auto in = rank_inputs(seq, 1, 2, 0, 3, ContextParallel::ring, 0);  // L = 24, Lc = 4
   ASSERT_EQ(in.size(), 2u);
-  EXPECT_EQ(in[0].sequence_k_past, 24);       // chunk 0 of micro-sequence 1
-  EXPECT_EQ(in[1].sequence_k_past, 24 + 20);  // chunk 5
-  EXPECT_EQ(in[1].first_document_begin, 0);   // the document began in micro-sequence 0
+  EXPECT_EQ(in[0].query_begin, 24);          // chunk 0 of micro-sequence 1
+  EXPECT_EQ(in[1].query_begin, 24 + 20);     // chunk 5
+  EXPECT_EQ(in[1].first_document_begin, 0);  // the document began in micro-sequence 0
 }
 
 template <class T>

@@ -99,8 +99,8 @@ TEST(StepPlan, RingListsTwoChunksPerSequenceAndA2aTheWholeMicroSequence) {
       EXPECT_EQ(f.inputs[2 * j].slot, f.inputs[2 * j + 1].slot);
       // Rank 1 of 2: chunks 1 and 2 of the 4 chunks (6 rows) of a 24-row micro-sequence.
       const int64_t L = 24, c = L / 4, base = f.micro_sequence * L;
-      EXPECT_EQ(f.inputs[2 * j].input.sequence_k_past, base + 1 * c);
-      EXPECT_EQ(f.inputs[2 * j + 1].input.sequence_k_past, base + 2 * c);
+      EXPECT_EQ(f.inputs[2 * j].input.query_begin, base + 1 * c);
+      EXPECT_EQ(f.inputs[2 * j + 1].input.query_begin, base + 2 * c);
     }
   }
   Layout a2a = layout(1, 1, 2, 1, 1);
@@ -111,9 +111,9 @@ TEST(StepPlan, RingListsTwoChunksPerSequenceAndA2aTheWholeMicroSequence) {
     ASSERT_EQ(f.inputs.size(), 2u);
     for (const auto& in : f.inputs) {
       ASSERT_TRUE(in.whole.has_value());
-      EXPECT_EQ(in.whole->sequence_k_past, f.micro_sequence * 24);
+      EXPECT_EQ(in.whole->query_begin, f.micro_sequence * 24);
       EXPECT_EQ(in.whole->num_queries(), 24);
-      EXPECT_EQ(in.input.sequence_k_past, f.micro_sequence * 24 + 12);
+      EXPECT_EQ(in.input.query_begin, f.micro_sequence * 24 + 12);
     }
     EXPECT_EQ(f.slice()[0].whole, &*f.inputs[0].whole);
   }

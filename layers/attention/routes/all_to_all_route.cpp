@@ -155,7 +155,7 @@ int64_t AllToAllRoute::buffer_bytes() const {
 
 Tensor AllToAllRoute::attend(const RouteCall& call, const Tensor& qkv) {
   KvExchange& ex = exchange();
-  const std::vector<SliceInput>& slice = *call.slice;
+  const std::vector<PartInput>& slice = *call.slice;
   const int64_t H = call.shape.heads, Hkv = call.shape.kv_heads, D = call.shape.head_dim;
   const int64_t P = ex.ranks(), n = int64_t(slice.size()), Hp = H / P, Hkvp = Hkv / P;
   KvBuffer& buffer = buffer_of(buffers_, call.layer);
@@ -175,21 +175,21 @@ Tensor AllToAllRoute::attend(const RouteCall& call, const Tensor& qkv) {
     const data::ModelInput& local = *slice[size_t(j)].input;
     DL_CHECK(w && w->num_queries() == L, "all-to-all route",
              "sequence " << j << " needs its whole micro-sequence of " << L << " rows");
-    DL_CHECK(local.sdp_size == P && local.sdp_rank == ex.rank() &&
+    DL_CHECK(local.chunks == P && local.chunk == ex.rank() &&
                  local.micro_sequence == w->micro_sequence &&
-                 local.sequence_k_past == w->sequence_k_past + ex.rank() * (L / P),
+                 local.query_begin == w->query_begin + ex.rank() * (L / P),
              "all-to-all route",
              "sequence " << j << " must hold chunk " << ex.rank() << " of " << P
                          << " of micro-sequence " << w->micro_sequence << ", got chunk "
-                         << local.sdp_rank << " of " << local.sdp_size << " of micro-sequence "
+                         << local.chunk << " of " << local.chunks << " of micro-sequence "
                          << local.micro_sequence);
     specs.push_back(spec_from_input(*w));
     k_rows.push_back(w->num_keys());
     // The buffer holds this rank's heads of every row: one rank's exchange, no collective.
-    auto [k_ext, v_ext] = kv_write_read(buffer,
-                                        KvSlice{slice[size_t(j)].slot, w->sequence_k_past,
-                                                w->sequence_k_end, w->first_document_begin, -1},
-                                        k_q[size_t(j)], v_q[size_t(j)]);
+    auto [k_ext, v_ext] = kv_write_read(
+        buffer,
+        KvRows{slice[size_t(j)].slot, w->query_begin, w->query_end, w->first_document_begin, -1},
+        k_q[size_t(j)], v_q[size_t(j)]);
     k_parts.push_back(k_ext);
     v_parts.push_back(v_ext);
   }

@@ -1,6 +1,6 @@
 // The all-to-all route (route.h; ARCHITECTURE.md "Context parallelism", a2a): all_to_all
 // from this rank's rows of all heads to all rows of this rank's heads, attention over the
-// whole micro-sequence (SliceInput::whole) with a K/V buffer of those heads, and back.
+// whole micro-sequence (PartInput::whole) with a K/V buffer of those heads, and back.
 #pragma once
 #include <vector>
 

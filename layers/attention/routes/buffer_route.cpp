@@ -12,10 +12,10 @@ namespace {
 
 // Whether the slice is whole sequences of s rows (no past, no micro-sequence split) in
 // adjacent buffer slots.
-bool whole_sequences(const std::vector<SliceInput>& slice, int64_t s) {
+bool whole_sequences(const std::vector<PartInput>& slice, int64_t s) {
   for (size_t i = 0; i < slice.size(); ++i) {
     const data::ModelInput& in = *slice[i].input;
-    if (in.first_document_begin != 0 || in.sequence_k_past != 0 || in.sequence_k_end != s ||
+    if (in.first_document_begin != 0 || in.query_begin != 0 || in.query_end != s ||
         in.num_queries() != s || slice[i].slot != slice[0].slot + int64_t(i))
       return false;
   }
@@ -55,7 +55,7 @@ int64_t BufferRoute::buffer_bytes() const {
 
 Tensor BufferRoute::attend(const RouteCall& call, const Tensor& qkv) {
   const AttentionShape& a = call.shape;
-  const std::vector<SliceInput>& slice = *call.slice;
+  const std::vector<PartInput>& slice = *call.slice;
   const QkvParts p = split_qkv(qkv, a.heads, a.kv_heads, a.head_dim);
   // Every sequence of the slice writes its K/V slice and reads its extent; then ONE
   // attention call covers the whole slice: the documents of all sequences in one varlen
@@ -65,7 +65,7 @@ Tensor BufferRoute::attend(const RouteCall& call, const Tensor& qkv) {
   std::vector<int64_t> k_rows;
   for (const auto& s : slice) {
     specs.push_back(spec_from_input(*s.input));
-    k_rows.push_back(s.input->sequence_k_end - s.input->first_document_begin);
+    k_rows.push_back(s.input->query_end - s.input->first_document_begin);
   }
   AttentionSpec spec = merge_specs(specs, k_rows);
   spec.deterministic = call.deterministic;
@@ -77,7 +77,7 @@ Tensor BufferRoute::attend(const RouteCall& call, const Tensor& qkv) {
     // run of the buffer, written and read with one copy each.
     const int64_t n = int64_t(slice.size()), run = n * buffer.kv().size(1);
     std::tie(k_all, v_all) =
-        kv_write_read(buffer, KvSlice{slice[0].slot, 0, run, 0, -1, n}, p.k, p.v, exchange_);
+        kv_write_read(buffer, KvRows{slice[0].slot, 0, run, 0, -1, n}, p.k, p.v, exchange_);
   } else {
     // The per-sequence rows of K and V come from ONE split each: its backward assembles the
     // gradient once (a narrow per sequence would materialise a full-size zero gradient per
@@ -88,8 +88,8 @@ Tensor BufferRoute::attend(const RouteCall& call, const Tensor& qkv) {
     std::vector<Tensor> k_parts, v_parts;
     for (size_t i = 0; i < slice.size(); ++i) {
       const data::ModelInput& in = *slice[i].input;
-      KvSlice ks{slice[i].slot, in.sequence_k_past, in.sequence_k_end, in.first_document_begin,
-                 full_exchange_ ? -1 : in.exchange_rows};
+      KvRows ks{slice[i].slot, in.query_begin, in.query_end, in.first_document_begin,
+                full_exchange_ ? -1 : in.exchange_rows};
       auto [k_ext, v_ext] = kv_write_read(buffer, ks, k_q[i], v_q[i], exchange_);
       k_parts.push_back(k_ext);
       v_parts.push_back(v_ext);

@@ -84,7 +84,7 @@ Tensor FaultRoute::attend(const RouteCall& call, const Tensor& qkv) {
   if (here && faults_.drop_kv_grad_slice)
     in = drop_kv_grad(qkv, call.shape.heads * call.shape.head_dim);
   std::vector<data::ModelInput> shifted;
-  std::vector<SliceInput> slice = *call.slice;
+  std::vector<PartInput> slice = *call.slice;
   if (here && faults_.cu_seqlens_k_from_begin) {
     shifted.reserve(slice.size());
     for (auto& s : slice) {

@@ -10,17 +10,16 @@ Tensor LocalRoute::attend(const RouteCall& call, const Tensor& qkv) {
   const AttentionShape& a = call.shape;
   std::vector<AttentionSpec> specs;
   std::vector<int64_t> k_rows;
-  for (const SliceInput& s : *call.slice) {
+  for (const PartInput& s : *call.slice) {
     const data::ModelInput& in = *s.input;
-    DL_CHECK(in.micro_sequences == 1 && in.sdp_size == 1 && in.first_document_begin == 0 &&
-                 in.sequence_k_past == 0 && in.sequence_k_end == in.sequence_length &&
+    DL_CHECK(in.micro_sequences == 1 && in.chunks == 1 && in.first_document_begin == 0 &&
+                 in.query_begin == 0 && in.query_end == in.sequence_length &&
                  in.num_queries() == in.sequence_length,
              "local route",
              "expected whole sequences (one micro-sequence, one rank), got rows ["
-                 << in.sequence_k_past << ", " << in.sequence_k_end << ") of " << in.sequence_length
+                 << in.query_begin << ", " << in.query_end << ") of " << in.sequence_length
                  << " in micro-sequence " << in.micro_sequence << " of " << in.micro_sequences
-                 << " on rank " << in.sdp_rank << " of " << in.sdp_size
-                 << " (use the buffer route)");
+                 << " on rank " << in.chunk << " of " << in.chunks << " (use the buffer route)");
     specs.push_back(spec_from_input(in));
     k_rows.push_back(in.num_keys());
   }

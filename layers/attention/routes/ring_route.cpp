@@ -60,10 +60,10 @@ RingPlan plan_ring(const std::vector<RingSequence>& seqs, const KvExchange& ex,
     for (int64_t c = 0; c < 2; ++c) {
       const data::ModelInput& a = *s.chunk[c];
       const int64_t a0 = m0 + ids[c] * Lc;
-      DL_CHECK(a.sequence_k_past == a0 && a.num_queries() == Lc && !a.padded(), kOp,
+      DL_CHECK(a.query_begin == a0 && a.num_queries() == Lc && !a.padded(), kOp,
                "ring: sequence " << j << " chunk " << ids[c] << " must be rows [" << a0 << ", "
-                                 << a0 + Lc << ") without padding, got [" << a.sequence_k_past
-                                 << ", " << a.sequence_k_end << ")");
+                                 << a0 + Lc << ") without padding, got [" << a.query_begin << ", "
+                                 << a.query_end << ")");
       RingPart diag;
       diag.chunk = 2 * j + c;
       diag.q_row = j * 2 * Lc + c * Lc;
@@ -84,7 +84,7 @@ RingPlan plan_ring(const std::vector<RingSequence>& seqs, const KvExchange& ex,
   for (int64_t j = 0; j < n; ++j)
     for (int64_t c = 0; c < 2; ++c) {
       const data::ModelInput& a = *seqs[size_t(j)].chunk[c];
-      const int64_t m0 = plan.begin[size_t(j)], a0 = a.sequence_k_past;
+      const int64_t m0 = plan.begin[size_t(j)], a0 = a.query_begin;
       const int64_t start = a.first_document_begin, first_rows = a.cu_seqlens_q.at(1);
       if (start >= a0 || first_rows == 0) continue;
       auto add = [&](int64_t step, int64_t k0, int64_t k1) {
@@ -269,7 +269,7 @@ Tensor RingRoute::attend(const RouteCall& call, const Tensor& qkv) {
   static KvExchange single_rank;
   KvExchange& ex = exchange_ ? *exchange_ : single_rank;
   const AttentionShape& a = call.shape;
-  const std::vector<SliceInput>& slice = *call.slice;
+  const std::vector<PartInput>& slice = *call.slice;
   DL_CHECK(slice.size() % 2 == 0, "ring route", "the slice must list two chunks per sequence");
   std::vector<RingSequence> seqs;
   for (size_t j = 0; j < slice.size(); j += 2) {

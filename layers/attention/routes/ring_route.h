@@ -13,7 +13,7 @@
 namespace driftless::layers {
 
 // Rank r of P holds chunks r and 2P-1-r of each micro-sequence's 2P chunks of Lc rows (the
-// load-balanced causal split): ModelInputs of SliceSpec {i, m, chunk, 2P}.
+// load-balanced causal split): ModelInputs of SequencePart {i, m, chunk, 2P}.
 struct RingSequence {
   const data::ModelInput* chunk[2] = {nullptr, nullptr};  // chunks r and 2P-1-r
   int64_t slot = 0;                                       // K/V buffer sequence

@@ -14,11 +14,11 @@
 namespace driftless::layers {
 
 // One sequence of the micro-batch slice the model runs now.
-struct SliceInput {
+struct PartInput {
   const data::ModelInput* input = nullptr;
   int64_t slot = 0;             // which K/V buffer sequence it uses
   int64_t global_sequence = 0;  // index in the step's global batch (for tensor logs)
-  // Context parallel a2a: the whole micro-sequence (SliceSpec {i, m, 0, 1}), whose rows
+  // Context parallel a2a: the whole micro-sequence (SequencePart {i, m, 0, 1}), whose rows
   // this rank attends for its heads. Ring: the slice lists chunks r and 2P-1-r of each
   // sequence as two consecutive entries with the same slot.
   const data::ModelInput* whole = nullptr;
@@ -35,7 +35,7 @@ struct AttentionShape {
 // One layer's call: everything but the QKV product.
 struct RouteCall {
   int64_t layer = 0;
-  const std::vector<SliceInput>* slice = nullptr;
+  const std::vector<PartInput>* slice = nullptr;
   AttentionShape shape;
   // The modifier of heads [h0, h0 + n) (softcap, or ALiBi slopes of those heads): routes
   // that attend a subset of the heads ask for theirs.
