@@ -144,13 +144,11 @@ void AllToAllRoute::prepare(const AttentionShape& shape, int64_t slots, int64_t 
 }
 
 void AllToAllRoute::zero_grads() {
-  for (auto& b : buffers_) b.zero_grad();
+  zero_buffer_grads(buffers_);
 }
 
 int64_t AllToAllRoute::buffer_bytes() const {
-  int64_t n = 0;
-  for (const auto& b : buffers_) n += b.bytes();
-  return n;
+  return buffers_bytes(buffers_);
 }
 
 Tensor AllToAllRoute::attend(const RouteCall& call, const Tensor& qkv) {

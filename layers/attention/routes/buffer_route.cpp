@@ -44,12 +44,20 @@ void BufferRoute::prepare(const AttentionShape& shape, int64_t slots, int64_t se
 }
 
 void BufferRoute::zero_grads() {
-  for (auto& b : buffers_) b.zero_grad();
+  zero_buffer_grads(buffers_);
 }
 
 int64_t BufferRoute::buffer_bytes() const {
+  return buffers_bytes(buffers_);
+}
+
+void zero_buffer_grads(std::vector<KvBuffer>& buffers) {
+  for (auto& b : buffers) b.zero_grad();
+}
+
+int64_t buffers_bytes(const std::vector<KvBuffer>& buffers) {
   int64_t n = 0;
-  for (const auto& b : buffers_) n += b.bytes();
+  for (const auto& b : buffers) n += b.bytes();
   return n;
 }
 

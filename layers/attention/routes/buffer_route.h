@@ -32,5 +32,8 @@ class BufferRoute : public AttentionRoute {
 void prepare_buffers(std::vector<KvBuffer>& buffers, const AttentionShape& shape, int64_t kv_heads,
                      int64_t slots, int64_t sequence_length, DType dtype, Device device);
 KvBuffer& buffer_of(std::vector<KvBuffer>& buffers, int64_t layer);
+// Every layer's K/V gradient cleared; the bytes the buffers hold.
+void zero_buffer_grads(std::vector<KvBuffer>& buffers);
+int64_t buffers_bytes(const std::vector<KvBuffer>& buffers);
 
 }  // namespace driftless::layers

@@ -256,13 +256,11 @@ void RingRoute::prepare(const AttentionShape& shape, int64_t slots, int64_t sequ
 }
 
 void RingRoute::zero_grads() {
-  for (auto& b : buffers_) b.zero_grad();
+  zero_buffer_grads(buffers_);
 }
 
 int64_t RingRoute::buffer_bytes() const {
-  int64_t n = 0;
-  for (const auto& b : buffers_) n += b.bytes();
-  return n;
+  return buffers_bytes(buffers_);
 }
 
 Tensor RingRoute::attend(const RouteCall& call, const Tensor& qkv) {
