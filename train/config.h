@@ -24,6 +24,7 @@ enum class KvExchangeMode { needed, full };
 
 // The name a config writes for an enum value (data.format's "memmap", ...).
 const std::string& config_name(DataFormat v);
+const std::string& config_name(layers::Architecture v);
 const std::string& config_name(data::LongDocuments v);
 const std::string& config_name(optim::LrDecay v);
 const std::string& config_name(layers::ContextParallel v);

@@ -21,6 +21,8 @@ const EnumNames<ContextParallel> kContextParallel{{"ring", "a2a"},
                                                   {ContextParallel::ring, ContextParallel::a2a}};
 const EnumNames<KvExchangeMode> kKvExchange{{"needed", "full"},
                                             {KvExchangeMode::needed, KvExchangeMode::full}};
+const EnumNames<layers::Architecture> kArchitectures{
+    {"gpt2", "llama"}, {layers::Architecture::gpt2, layers::Architecture::llama}};
 const EnumNames<Device> kDevices{{"cpu", "cuda"}, {Device::cpu, Device::cuda}};
 const EnumNames<DType> kComputeDtypes{{"f32", "bf16"}, {DType::f32, DType::bf16}};
 
@@ -31,11 +33,13 @@ const std::string& config_name(data::LongDocuments v) { return kLongDocuments.na
 const std::string& config_name(optim::LrDecay v) { return kLrDecays.name(v); }
 const std::string& config_name(ContextParallel v) { return kContextParallel.name(v); }
 const std::string& config_name(KvExchangeMode v) { return kKvExchange.name(v); }
+const std::string& config_name(layers::Architecture v) { return kArchitectures.name(v); }
 
 template <class C, class V>
 void visit_schema_impl(C& c, V&& v) {
   const double kBig = 1e15;
   // model
+  v(Field{"model.architecture", "gpt2: learned positions, LayerNorm, GELU MLP, biases; llama: rotary positions (restarting at every document), RMSNorm, SwiGLU MLP, no biases"}, enum_ref(c.model.architecture, kArchitectures));
   v(Field{"model.vocab_size", "tokens in the vocabulary (50257 for GPT-2, 257 for bytes)", 2, kBig}, c.model.vocab_size);
   v(Field{"model.n_positions", "length of the learned position table; >= longest document piece", 1, kBig}, c.model.n_positions);
   v(Field{"model.n_layer", "transformer blocks", 1, 1000}, c.model.n_layer);
@@ -45,6 +49,11 @@ void visit_schema_impl(C& c, V&& v) {
   v(Field{"model.dropout", "dropout probability on the embeddings and every residual branch; an element's mask follows its token's place in the global batch, so every layout drops the same elements", 0, 0.999}, c.model.dropout);
   v(Field{"model.softcap", "attention score softcap c (c*tanh(s/c)); 0 is off", 0, 1e6}, c.model.softcap);
   v(Field{"model.alibi", "ALiBi position biases in attention (in addition to learned positions)"}, c.model.alibi);
+  v(Field{"model.intermediate_size", "llama: SwiGLU MLP width; 0 means 4 n_embd", 0, 1e7}, c.model.intermediate_size);
+  v(Field{"model.rms_norm_eps", "llama: RMSNorm epsilon", 0, 1}, c.model.rms_norm_eps);
+  v(Field{"model.rope_theta", "llama: rotary embedding base; a token's rotary position is its index in its document", 1, 1e12}, c.model.rope_theta);
+  v(Field{"model.tie_word_embeddings", "llama: the LM head is the token embedding (false: a separate lm_head.weight)"}, c.model.tie_word_embeddings);
+  v(Field{"model.sliding_window", "llama: a query attends to the last W keys of its document, itself included (Mistral-style); 0 is off", 0, 1e9}, c.model.sliding_window);
   // data
   v(Field{"data.format", "dataset format"}, enum_ref(c.data.format, kDataFormats));
   v(Field{"data.path", "memmap .bin/.idx prefix, or llm.c shard; relative to the working directory"}, c.data.path);

@@ -48,6 +48,25 @@ Tensor gelu(const Tensor& x);  // (same as x)
 // variance. weight and/or bias may be undefined (Tensor()) for no affine part.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 
+// ---- rms_norm.cpp ----
+// x (..., C), weight (C) -> (..., C): x / sqrt(mean(x^2) + eps) * weight (Llama's RMSNorm;
+// the mean in f32 or better, as HF computes it). One node with a fused backward.
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-5);
+
+// ---- swiglu.cpp ----
+// gate_up (..., 2F) -> (..., F): silu(gate) * up with gate = [..., :F], up = [..., F:]
+// (the two halves of one fused gate/up projection). One node.
+Tensor swiglu(const Tensor& gate_up);
+
+// ---- rope.cpp ----
+// Rotary position embedding of the Q and K heads of a fused QKV row, HF Llama's
+// rotate-half convention: qkv (N, (H + 2 H_kv) D), positions (N) i32 (a token's index in
+// its document) -> (N, (H + 2 H_kv) D) with each Q and K head rotated, pair (i, i + D/2)
+// by angle pos * theta^(-2i/D) (angle and its cos/sin in f32 as HF computes them), V copied.
+// D even. One node; the backward rotates the gradient back.
+Tensor rope(const Tensor& qkv, const Tensor& positions, int64_t heads, int64_t kv_heads,
+            double theta);
+
 // ---- softmax.cpp ----
 Tensor softmax(const Tensor& x, int64_t dim = -1);      // (same as x)
 Tensor log_softmax(const Tensor& x, int64_t dim = -1);  // (same as x)
