@@ -8,9 +8,11 @@ namespace driftless::train {
 double step_flops(const layers::GptConfig& m, const data::GlobalBatch& batch) {
   const double C = double(m.n_embd), L = double(m.n_layer);
   const double qkv = double(m.n_head + 2 * m.kv_heads()) * double(m.head_dim());
-  // Weights of the matrix products per layer: qkv, attention projection, the MLP's two.
-  const double per_layer = qkv * C + C * C + 8 * C * C;
-  const double matmul_params = L * per_layer + double(m.vocab_size) * C;  // + tied head
+  // Weights of the matrix products per layer: qkv, attention projection, the MLP's two
+  // (GELU: C x 4C twice) or three (SwiGLU: gate and up C x F, down F x C).
+  const double mlp = m.is_llama() ? 3 * C * double(m.mlp_width()) : 2 * C * double(m.mlp_width());
+  const double per_layer = qkv * C + C * C + mlp;
+  const double matmul_params = L * per_layer + double(m.vocab_size) * C;  // + the head
   double tokens = 0, pairs = 0;
   for (const auto& s : batch.sequences) {
     tokens += double(s.tokens.size());
