@@ -237,6 +237,14 @@ TEST(OpsRope, F32MatchesF64) {
                          {rnd({7, 64}, 26), positions_of({0, 1, 2, 3, 0, 1, 2047})});  // D = 8
 }
 
+TEST(OpsRope, NoRows) {
+  Tensor x = rnd({0, 24}, 27).set_requires_grad();
+  Tensor y = ops::rope(x, positions_of({}), 2, 1, 1e4);
+  EXPECT_EQ(y.shape(), Shape({0, 24}));
+  autograd::backward(y, rnd({0, 24}, 28));
+  EXPECT_EQ(x.grad().shape(), Shape({0, 24}));
+}
+
 TEST(OpsRope, BadInput) {
   Tensor x = rnd({5, 24}, 1);
   Tensor p = positions_of({0, 1, 2, 0, 1});
