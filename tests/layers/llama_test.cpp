@@ -4,9 +4,12 @@
 // in-document index (never the row), caught when they are off by one at a part boundary.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "engine/autograd/autograd.h"
+#include "engine/ops/ops.h"
 #include "layers/attention/routes/buffer_route.h"
 #include "layers/gpt.h"
 #include "tests/layers/gpt_test_util.h"
@@ -138,6 +141,23 @@ TEST(Llama, LossAndGradientsReachEveryParameterTiedAndUntied) {
   }
 }
 
+// The tiny model overfits one packed sequence with plain gradient descent on the slab.
+TEST(Llama, LossDecreasesOnATinyOverfit) {
+  Gpt model(llama_config());
+  model.init(2);
+  const auto seqs = std::vector<data::PackedSequence>{packed({12, 20}, 37, 3)};
+  const double first = step(model, seqs, 1).loss;
+  double last = first;
+  for (int i = 0; i < 60; ++i) {
+    const Step s = step(model, seqs, 2);
+    last = s.loss;
+    autograd::NoGradGuard no_grad;
+    model.slab().params().add_(ops::scale(model.slab().grads(), -0.5));
+    model.slab().sync_compute();
+  }
+  EXPECT_LT(last, 0.5 * first) << "first " << first << ", last " << last;
+}
+
 // An untied head holding the embedding's values computes the tied model's loss, and the
 // tied embedding's gradient is the sum of the untied embedding's and head's.
 TEST(Llama, UntiedHeadEqualToTheEmbeddingIsTheTiedModel) {
@@ -243,6 +263,66 @@ TEST(Llama, RotaryPositionsAreDocumentPositionsNotRows) {
   EXPECT_NEAR(a, b, 1e-6);
   // And the same with the document crossing a micro-sequence boundary at row 20.
   EXPECT_NEAR(step(model, {after}, 2).loss, a, 1e-6);
+}
+
+// Keeps the forward rows of one tapped tensor at their places in the sequence.
+class RowSink : public TensorSink {
+ public:
+  RowSink(std::string name, int64_t S) : name_(std::move(name)), S_(S) {}
+  void write(const std::string& name, const std::string& kind, const Tensor& value,
+             const std::vector<PartRows>& rows) override {
+    if (name != name_ || kind != "forward") return;
+    const int64_t w = value.size(1);
+    if (out.empty()) out.assign(size_t(S_ * w), 0.0f);
+    const auto v = value.to_vector<float>();
+    int64_t at = 0;
+    for (const PartRows& r : rows)
+      for (int64_t i = 0; i < r.rows; ++i, ++at)
+        std::copy_n(v.begin() + at * w, w, out.begin() + (r.begin + i) * w);
+  }
+  std::vector<float> out;
+
+ private:
+  std::string name_;
+  int64_t S_;
+};
+
+// layer 0's rotated QKV rows of `seq` run as parts {i, m, c, P}, one after another over one
+// K/V buffer (what SDP's ranks hold, minus the exchange), with positions + shift in parts
+// that start after row 0.
+std::vector<float> rotated_rows(Gpt& model, const data::PackedSequence& seq, int m, int P,
+                                int shift) {
+  const int64_t S = int64_t(seq.tokens.size());
+  BufferRoute route;
+  model.prepare_route(route, 1, S);
+  RowSink sink("layers.0.self_attn.rope", S);
+  ForwardOptions o;
+  o.route = &route;
+  o.sink = &sink;
+  o.training = false;
+  autograd::NoGradGuard no_grad;
+  for (int i = 0; i < m; ++i)
+    for (int c = 0; c < P; ++c) {
+      data::ModelInput in = data::make_model_input(seq, {i, m, c, P}, 0);
+      if (in.query_begin > 0)
+        for (int32_t& p : in.position_index) p += shift;
+      model.loss({{&in, 0, 0}}, 1.0, o);
+    }
+  return sink.out;
+}
+
+// A document crossing a micro-sequence boundary (row 24) and rank boundaries (rows 12, 36)
+// gets the rotated Q and K rows of the one-pass run (positions continue across the cuts);
+// positions one too high after a cut change them.
+TEST(Llama, RotatedRowsAcrossMicroSequenceAndRankBoundariesEqualOnePass) {
+  Gpt model(llama_config());
+  model.init(15);
+  const data::PackedSequence seq = packed({5, 40, 3}, 37, 16);
+  const std::vector<float> whole = rotated_rows(model, seq, 1, 1, 0);
+  ASSERT_EQ(whole.size(), size_t(48 * 32));
+  EXPECT_LT(rms_rel(rotated_rows(model, seq, 2, 2, 0), whole), 1e-6);
+  EXPECT_LT(rms_rel(rotated_rows(model, seq, 4, 1, 0), whole), 1e-6);
+  EXPECT_GT(rms_rel(rotated_rows(model, seq, 2, 2, 1), whole), 1e-3);
 }
 
 // The planted off-by-one: positions one too high in every part after a sequence's first
