@@ -48,6 +48,23 @@ if [[ $parts == *throughput* ]]; then
   done
 fi
 
+if [[ $parts == *throughput* ]]; then
+  # Llama-shaped models (RMSNorm, rotary, GQA, SwiGLU) at 2048 tokens a sequence against the
+  # same architecture in PyTorch (tests/reference/bench_llama.py), same invocation.
+  for spec in "smollm2_135m 16" "smollm2_360m 8"; do
+    set -- $spec
+    model=$1 batch=$2
+    echo "== $model, $batch x 2048, bf16: driftless vs PyTorch" | tee -a "$out/bench-train.log"
+    "$dl" bench train --config "configs/models/$model.yaml" --set batch.sequences="$batch" \
+      --set batch.sequence_length=2048 --set data.random_distribution=fixed \
+      --set data.random_mean_length=2048 --set data.random_max_length=2048 \
+      --steps 10 --warmup 3 >"$out/dl-$model.txt" 2>>"$out/bench-train.log"
+    cat "$out/dl-$model.txt" >>"$out/bench-train.log"
+    python3 tests/reference/bench_llama.py --model "$model" --batch "$batch" --seq 2048 \
+      --driftless "$out/dl-$model.txt" 2>&1 | grep -v Warning | tee -a "$out/bench-train.log"
+  done
+fi
+
 if [[ $parts == *attention* ]]; then
   echo "== attention kernels (both backward modes) vs PyTorch" | tee -a "$out/bench-attention.log"
   "$dl" bench attention >"$out/dl-attention.txt" 2>>"$out/bench-attention.log"
