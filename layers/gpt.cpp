@@ -1,4 +1,5 @@
-// GPT-2 forward as a handful of autograd nodes per block (ARCHITECTURE.md "Granularity").
+// GPT-2 forward as a handful of autograd nodes per block (ARCHITECTURE.md "Granularity");
+// the Llama block is in llama_block.cpp.
 #include "layers/gpt.h"
 
 #include <algorithm>
@@ -19,8 +20,8 @@ std::string layer_name(int64_t l, const std::string& part) {
   return "h." + std::to_string(l) + "." + part;
 }
 
-// The slice's rows named by their place in the step's global batch (sequence x S +
-// position), so dropout draws the mask `simple` draws whatever the layout.
+}  // namespace
+
 std::vector<ops::DropoutRows> dropout_rows(const std::vector<PartInput>& slice) {
   std::vector<ops::DropoutRows> rows;
   for (const auto& s : slice)
@@ -29,8 +30,6 @@ std::vector<ops::DropoutRows> dropout_rows(const std::vector<PartInput>& slice) 
   return rows;
 }
 
-}  // namespace
-
 Gpt::Gpt(const GptConfig& c, Device device, DType compute) : config_(c), device_(device) {
   DL_CHECK(c.n_embd % c.n_head == 0 && c.n_head % c.kv_heads() == 0, "gpt",
            "n_embd " << c.n_embd << ", n_head " << c.n_head << ", n_kv_head " << c.kv_heads()
@@ -38,24 +37,28 @@ Gpt::Gpt(const GptConfig& c, Device device, DType compute) : config_(c), device_
   DL_CHECK(!(c.alibi && c.softcap > 0), "gpt",
            "alibi and softcap together are not supported (one score modifier per layer)");
   const int64_t C = c.n_embd, D = c.head_dim(), qkv = (c.n_head + 2 * c.kv_heads()) * D;
-  slab_.declare("wte.weight", {c.vocab_size, C}, true);
-  slab_.declare("wpe.weight", {c.n_positions, C}, true);
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    slab_.declare(layer_name(l, "ln_1.weight"), {C}, false);
-    slab_.declare(layer_name(l, "ln_1.bias"), {C}, false);
-    slab_.declare(layer_name(l, "attn.c_attn.weight"), {qkv, C}, true);
-    slab_.declare(layer_name(l, "attn.c_attn.bias"), {qkv}, false);
-    slab_.declare(layer_name(l, "attn.c_proj.weight"), {C, C}, true);
-    slab_.declare(layer_name(l, "attn.c_proj.bias"), {C}, false);
-    slab_.declare(layer_name(l, "ln_2.weight"), {C}, false);
-    slab_.declare(layer_name(l, "ln_2.bias"), {C}, false);
-    slab_.declare(layer_name(l, "mlp.c_fc.weight"), {4 * C, C}, true);
-    slab_.declare(layer_name(l, "mlp.c_fc.bias"), {4 * C}, false);
-    slab_.declare(layer_name(l, "mlp.c_proj.weight"), {C, 4 * C}, true);
-    slab_.declare(layer_name(l, "mlp.c_proj.bias"), {C}, false);
+  if (c.is_llama()) {
+    declare_llama();
+  } else {
+    slab_.declare("wte.weight", {c.vocab_size, C}, true);
+    slab_.declare("wpe.weight", {c.n_positions, C}, true);
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      slab_.declare(layer_name(l, "ln_1.weight"), {C}, false);
+      slab_.declare(layer_name(l, "ln_1.bias"), {C}, false);
+      slab_.declare(layer_name(l, "attn.c_attn.weight"), {qkv, C}, true);
+      slab_.declare(layer_name(l, "attn.c_attn.bias"), {qkv}, false);
+      slab_.declare(layer_name(l, "attn.c_proj.weight"), {C, C}, true);
+      slab_.declare(layer_name(l, "attn.c_proj.bias"), {C}, false);
+      slab_.declare(layer_name(l, "ln_2.weight"), {C}, false);
+      slab_.declare(layer_name(l, "ln_2.bias"), {C}, false);
+      slab_.declare(layer_name(l, "mlp.c_fc.weight"), {4 * C, C}, true);
+      slab_.declare(layer_name(l, "mlp.c_fc.bias"), {4 * C}, false);
+      slab_.declare(layer_name(l, "mlp.c_proj.weight"), {C, 4 * C}, true);
+      slab_.declare(layer_name(l, "mlp.c_proj.bias"), {C}, false);
+    }
+    slab_.declare("ln_f.weight", {C}, false);
+    slab_.declare("ln_f.bias", {C}, false);
   }
-  slab_.declare("ln_f.weight", {C}, false);
-  slab_.declare("ln_f.bias", {C}, false);
   slab_.allocate(device, compute);
   if (c.alibi) {
     std::vector<float> slopes(size_t(c.n_head));
@@ -74,7 +77,8 @@ void Gpt::init(uint64_t seed) {
     auto ends_with = [&](const std::string& s) {
       return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0;
     };
-    if (ends_with("ln_1.weight") || ends_with("ln_2.weight") || n == "ln_f.weight") {
+    if (ends_with("ln_1.weight") || ends_with("ln_2.weight") || n == "ln_f.weight" ||
+        ends_with("layernorm.weight") || n == "norm.weight") {
       prm.value.fill_(1.0);
     } else if (ends_with(".bias")) {
       prm.value.fill_(0.0);
@@ -112,20 +116,32 @@ Tensor Gpt::hidden(const std::vector<PartInput>& slice, const ForwardOptions& o,
     for (int32_t t : in.tokens)
       DL_CHECK(t >= 0 && t < config_.vocab_size, "gpt",
                "token " << t << " outside the vocabulary of " << config_.vocab_size);
-    for (int32_t pos : in.position_index)
-      DL_CHECK(pos < config_.n_positions, "gpt",
-               "position " << pos << " exceeds model.n_positions (" << config_.n_positions
-                           << "); use shorter documents or a larger n_positions");
+    // Llama's n_positions is max_position_embeddings, a documented limit: rotary positions
+    // need no table.
+    if (!config_.is_llama())
+      for (int32_t pos : in.position_index)
+        DL_CHECK(pos < config_.n_positions, "gpt",
+                 "position " << pos << " exceeds model.n_positions (" << config_.n_positions
+                             << "); use shorter documents or a larger n_positions");
     tokens.insert(tokens.end(), in.tokens.begin(), in.tokens.end());
     positions.insert(positions.end(), in.position_index.begin(), in.position_index.end());
     rows.push_back({s.global_sequence, in.query_begin, in.num_queries()});
   }
   // Ids stay on the host: embedding validates them there and uploads them once itself.
-  Tensor x = ops::add(ops::embedding(p("wte.weight"), Tensor::from_vector(tokens)),
-                      ops::embedding(p("wpe.weight"), Tensor::from_vector(positions)));  // (T, C)
+  Tensor x = ops::embedding(embedding_weight(), Tensor::from_vector(tokens));  // (T, C)
+  if (!config_.is_llama())
+    x = ops::add(x, ops::embedding(p("wpe.weight"), Tensor::from_vector(positions)));
   x = ops::dropout(x, config_.dropout, random::derive(o.dropout_seed, 0), dropout_rows(slice),
                    o.training);
   x = tap(x, "embed", o.sink, rows);
+  if (config_.is_llama()) {
+    // Rotary positions: each token's index in its document, never its row (T) i32
+    const Tensor rope_positions = Tensor::from_vector(positions).to(device_);
+    for (int64_t l = 0; l < config_.n_layer; ++l)
+      x = llama_block(l, x, rope_positions, slice, o, rows);
+    x = ops::rms_norm(x, p("norm.weight"), config_.rms_norm_eps);
+    return tap(x, "norm", o.sink, rows);
+  }
   for (int64_t l = 0; l < config_.n_layer; ++l) x = block(l, x, slice, o, rows);
   x = ops::layer_norm(x, p("ln_f.weight"), p("ln_f.bias"));
   return tap(x, "ln_f", o.sink, rows);
@@ -169,26 +185,43 @@ Tensor Gpt::block(int64_t l, const Tensor& x, const std::vector<PartInput>& slic
 Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<PartInput>& slice,
                            const ForwardOptions& o, const std::vector<PartRows>& rows,
                            const Tensor& residual) {
-  static LocalRoute local;
   Tensor qkv = linear(x, p(layer_name(l, "attn.c_attn.weight")),
                       p(layer_name(l, "attn.c_attn.bias")));  // (T, (H + 2 Hkv) D)
   qkv = tap(qkv, layer_name(l, "attn.qkv"), o.sink, rows);
+  Tensor y = route_attention(l, qkv, slice, o, rows, layer_name(l, "attn"));  // (T, H D)
+  return linear(y, p(layer_name(l, "attn.c_proj.weight")), p(layer_name(l, "attn.c_proj.bias")),
+                residual);
+}
+
+Tensor Gpt::route_attention(int64_t l, const Tensor& qkv, const std::vector<PartInput>& slice,
+                            const ForwardOptions& o, const std::vector<PartRows>& rows,
+                            const std::string& prefix) {
+  static LocalRoute local;
   RouteCall call;
   call.layer = l;
   call.slice = &slice;
   call.shape = attention_shape();
   call.score_mod = [this](int64_t h0, int64_t n) { return score_mod(h0, n); };
   call.deterministic = o.deterministic;
+  // HF/Mistral: a query at p sees keys j with p - W < j <= p.
+  call.window_left = config_.sliding_window > 0 ? config_.sliding_window - 1 : -1;
   Tensor y = (o.route ? *o.route : local).attend(call, qkv);  // (T, H D)
-  y = tap(y, layer_name(l, "attn.core"), o.sink, rows);
-  return linear(y, p(layer_name(l, "attn.c_proj.weight")), p(layer_name(l, "attn.c_proj.bias")),
-                residual);
+  return tap(y, prefix + ".core", o.sink, rows);
+}
+
+const Tensor& Gpt::embedding_weight() const {
+  return p(config_.is_llama() ? "embed_tokens.weight" : "wte.weight");
+}
+
+const Tensor& Gpt::head_weight() const {
+  return config_.is_llama() && !config_.tie_word_embeddings ? p("lm_head.weight")
+                                                            : embedding_weight();
 }
 
 Tensor Gpt::logits(const std::vector<PartInput>& slice, const ForwardOptions& o) {
   std::vector<PartRows> rows;
   Tensor x = hidden(slice, o, rows);
-  return linear(x, p("wte.weight"), Tensor());  // (T, V), tied head
+  return linear(x, head_weight(), Tensor());  // (T, V)
 }
 
 Tensor Gpt::loss(const std::vector<PartInput>& slice, double loss_scale, const ForwardOptions& o) {
@@ -203,8 +236,8 @@ Tensor Gpt::loss(const std::vector<PartInput>& slice, double loss_scale, const F
       mask.push_back(s.input->loss_mask[t] ? 1.0f : 0.0f);
     }
   }
-  // Tied head and cross-entropy in one chunked node: the (T, V) logits never exist whole.
-  return lm_loss(x, p("wte.weight"), Tensor::from_vector(labels), Tensor::from_vector(mask),
+  // Head and cross-entropy in one chunked node: the (T, V) logits never exist whole.
+  return lm_loss(x, head_weight(), Tensor::from_vector(labels), Tensor::from_vector(mask),
                  loss_scale, 0, o.recompute_loss);
 }
 

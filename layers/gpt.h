@@ -1,15 +1,17 @@
-// The GPT-2 model: token + learned position embeddings (positions from the length model,
-// restarting per document), pre-LN blocks whose attention is projection, attention route
+// The model: GPT-2 (token + learned position embeddings, positions from the length model
+// restarting per document; pre-LN blocks; GELU MLP; final LN; head tied to the token
+// embedding; HF GPT-2 names without "transformer.") or Llama (architecture llama,
+// llama_block.cpp: rotary positions from the same in-document index, RMSNorm, SwiGLU, no
+// biases; HF Llama names without "model."). Attention is projection, attention route
 // (layers/attention/routes/route.h: where K/V come from; the model knows no parallel
-// scheme), projection; GELU MLP, final LN, LM head tied to the token embedding. Parameters
-// live in one ParameterSlab with HF GPT-2 names (without the "transformer." prefix),
-// weights stored (out, in).
+// scheme), projection. Parameters live in one ParameterSlab, weights stored (out, in).
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "data/model_input.h"
+#include "engine/ops/ops.h"
 #include "layers/attention/routes/route.h"
 #include "layers/gpt_config.h"
 #include "layers/parameters.h"
@@ -32,6 +34,10 @@ struct ForwardOptions {
   uint64_t dropout_seed = 0;
 };
 
+// The slice's rows named by their place in the step's global batch (sequence x S +
+// position), so dropout draws the mask `simple` draws whatever the layout.
+std::vector<ops::DropoutRows> dropout_rows(const std::vector<PartInput>& slice);
+
 class Gpt {
  public:
   // compute: f32, or bf16 (bf16 activations and K/V, f32 master weights, f32 gradients).
@@ -41,7 +47,8 @@ class Gpt {
   const ParameterSlab& slab() const { return slab_; }
   int64_t num_parameters() const { return slab_.numel(); }
   // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2 n_layer)),
-  // zero biases, unit layer-norm gains. Seeded per parameter: same on every machine.
+  // zero biases, unit layer-norm gains; Llama (HF's): every matrix N(0, 0.02), unit norm
+  // gains. Seeded per parameter: same on every machine.
   void init(uint64_t seed);
   DType compute_dtype() const { return slab_.compute_dtype(); }
 
@@ -62,6 +69,20 @@ class Gpt {
                 std::vector<PartRows>& rows);
   Tensor block(int64_t layer, const Tensor& x, const std::vector<PartInput>& slice,
                const ForwardOptions& options, const std::vector<PartRows>& rows);
+  // ---- llama_block.cpp ----
+  void declare_llama();
+  // positions (T) i32: each row's index in its document (ModelInput::position_index).
+  Tensor llama_block(int64_t layer, const Tensor& x, const Tensor& positions,
+                     const std::vector<PartInput>& slice, const ForwardOptions& options,
+                     const std::vector<PartRows>& rows);
+  // The route's call of a layer: qkv (T, (H + 2 H_kv) D) -> (T, H D), tapped as
+  // `prefix`.core.
+  Tensor route_attention(int64_t layer, const Tensor& qkv, const std::vector<PartInput>& slice,
+                         const ForwardOptions& options, const std::vector<PartRows>& rows,
+                         const std::string& prefix);
+  // The token embedding, and the LM head's weight (the embedding when tied).
+  const Tensor& embedding_weight() const;
+  const Tensor& head_weight() const;
   // The attention branch of a block: projection, route, projection. With `residual`
   // defined, residual + the branch, the sum in the output projection's node (linear's
   // residual).

@@ -213,6 +213,7 @@ void init_from_checkpoint(const std::string& path, layers::Gpt& model) {
   auto check = [&](const char* key, auto stored, auto run) {
     if (stored != run) differ << " --set model." << key << "=" << stored;
   };
+  check("architecture", config_name(s.architecture), config_name(m.architecture));
   check("vocab_size", s.vocab_size, m.vocab_size);
   check("n_positions", s.n_positions, m.n_positions);
   check("n_layer", s.n_layer, m.n_layer);
@@ -221,6 +222,11 @@ void init_from_checkpoint(const std::string& path, layers::Gpt& model) {
   check("n_embd", s.n_embd, m.n_embd);
   check("softcap", s.softcap, m.softcap);
   check("alibi", s.alibi, m.alibi);
+  check("intermediate_size", s.intermediate_size, m.intermediate_size);
+  check("rms_norm_eps", s.rms_norm_eps, m.rms_norm_eps);
+  check("rope_theta", s.rope_theta, m.rope_theta);
+  check("tie_word_embeddings", s.tie_word_embeddings, m.tie_word_embeddings);
+  check("sliding_window", s.sliding_window, m.sliding_window);
   DL_CHECK(differ.str().empty(), "checkpoint",
            "training.init_from: " << path
                                   << " holds another model; expected the run's model "

@@ -95,6 +95,24 @@ void cross_check(const Config& c, std::vector<std::string>& errors) {
   need(m.n_head % m.kv_heads() == 0, "model.n_head (" + std::to_string(m.n_head) +
                                          ") must be divisible by model.n_kv_head (" +
                                          std::to_string(m.kv_heads()) + ")");
+  if (m.is_llama()) {
+    need(m.n_embd % m.n_head != 0 || m.head_dim() % 2 == 0,
+         "model.architecture llama needs an even head dim for rotary positions; n_embd (" +
+             std::to_string(m.n_embd) + ") / n_head (" + std::to_string(m.n_head) + ") is " +
+             std::to_string(m.head_dim()));
+  } else {
+    // The llama-only keys away from their defaults would silently do nothing for gpt2.
+    const layers::GptConfig d;
+    std::vector<std::string> set;
+    if (m.intermediate_size != d.intermediate_size) set.push_back("intermediate_size");
+    if (m.rms_norm_eps != d.rms_norm_eps) set.push_back("rms_norm_eps");
+    if (m.rope_theta != d.rope_theta) set.push_back("rope_theta");
+    if (m.tie_word_embeddings != d.tie_word_embeddings) set.push_back("tie_word_embeddings");
+    if (m.sliding_window != d.sliding_window) set.push_back("sliding_window");
+    for (const std::string& key : set)
+      errors.push_back("model." + key + " is a model.architecture llama key; gpt2 takes only its "
+                       "default");
+  }
   const int64_t S = c.batch.sequence_length, ms = c.schedule.micro_sequences;
   const int64_t sdp = c.distributed.sequence_data_parallel;
   need(S % ms == 0, "batch.sequence_length (" + std::to_string(S) +
@@ -119,6 +137,9 @@ void cross_check(const Config& c, std::vector<std::string>& errors) {
            "kind a2a or sequence_data_parallel");
       need(!m.alibi, "distributed.context_parallel.kind ring does not take model.alibi (its "
                      "partial attention calls lose the token distance); use kind a2a");
+      need(m.sliding_window == 0,
+           "distributed.context_parallel.kind ring does not take model.sliding_window (its "
+           "calls over earlier chunks see every key); use kind a2a or sequence_data_parallel");
     } else {
       need((S / ms) % cp.size == 0, "a micro-sequence (" + std::to_string(S / ms) +
                                         " tokens) must divide over distributed.context_parallel.size (" +

@@ -41,7 +41,7 @@ void visit_schema_impl(C& c, V&& v) {
   // model
   v(Field{"model.architecture", "gpt2: learned positions, LayerNorm, GELU MLP, biases; llama: rotary positions (restarting at every document), RMSNorm, SwiGLU MLP, no biases"}, enum_ref(c.model.architecture, kArchitectures));
   v(Field{"model.vocab_size", "tokens in the vocabulary (50257 for GPT-2, 257 for bytes)", 2, kBig}, c.model.vocab_size);
-  v(Field{"model.n_positions", "length of the learned position table; >= longest document piece", 1, kBig}, c.model.n_positions);
+  v(Field{"model.n_positions", "gpt2: length of the learned position table, >= the longest document piece; llama: max_position_embeddings, a documented limit (no table, not checked)", 1, kBig}, c.model.n_positions);
   v(Field{"model.n_layer", "transformer blocks", 1, 1000}, c.model.n_layer);
   v(Field{"model.n_head", "query heads per attention layer", 1, 1024}, c.model.n_head);
   v(Field{"model.n_kv_head", "key/value heads (GQA); 0 means n_head", 0, 1024}, c.model.n_kv_head);

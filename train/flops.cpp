@@ -8,13 +8,19 @@ namespace driftless::train {
 double step_flops(const layers::GptConfig& m, const data::GlobalBatch& batch) {
   const double C = double(m.n_embd), L = double(m.n_layer);
   const double qkv = double(m.n_head + 2 * m.kv_heads()) * double(m.head_dim());
-  // Weights of the matrix products per layer: qkv, attention projection, the MLP's two.
-  const double per_layer = qkv * C + C * C + 8 * C * C;
-  const double matmul_params = L * per_layer + double(m.vocab_size) * C;  // + tied head
+  // Weights of the matrix products per layer: qkv, attention projection, the MLP's (GELU:
+  // C -> 4C -> C; SwiGLU: C -> 2F -> F -> C).
+  const double mlp = m.is_llama() ? 3 * C * double(m.mlp_width()) : 8 * C * C;
+  const double per_layer = qkv * C + C * C + mlp;
+  const double matmul_params = L * per_layer + double(m.vocab_size) * C;  // + the head
   double tokens = 0, pairs = 0;
   for (const auto& s : batch.sequences) {
     tokens += double(s.tokens.size());
-    for (int32_t n : s.document_lengths) pairs += 0.5 * double(n) * double(n + 1);
+    for (int32_t n : s.document_lengths) {
+      // Query i sees min(i + 1, W) keys under a sliding window W.
+      const double w = m.sliding_window > 0 ? double(m.sliding_window) : double(n), k = double(n);
+      pairs += w >= k ? 0.5 * k * (k + 1) : 0.5 * w * (w + 1) + (k - w) * w;
+    }
   }
   // Forward: 2 flops per multiply-add. Attention: QK^T and PV, each 2 D per pair and head.
   const double forward = 2 * matmul_params * tokens +

@@ -35,8 +35,11 @@ StepPlan plan_step(const Layout& layout, const data::GlobalBatch& batch,
           if (layout.cp_kind == ContextParallel::a2a)
             whole = data::make_model_input(seq, {int32_t(i), int32_t(m), 0, 1}, pad);
           for (auto& x : rank_inputs(seq, int32_t(i), int32_t(m), int32_t(layout.sdp_rank()),
-                                     int32_t(layout.sequence_ranks()), layout.cp_kind, pad))
+                                     int32_t(layout.sequence_ranks()), layout.cp_kind, pad)) {
+            if (options.shift_positions && x.query_begin > 0)
+              for (int32_t& p : x.position_index) ++p;
             f.inputs.push_back({std::move(x), slot + int64_t(j), s, whole});
+          }
         }
         index[mb][size_t(i)] = int64_t(g.forward.size());
         g.forward.push_back(std::move(f));

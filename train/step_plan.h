@@ -51,6 +51,8 @@ struct PlanOptions {
   int32_t pad_documents_to = 0;  // data.pad_documents_to
   // Test fault (TestFaults): micro-sequences run forward last to first.
   bool reverse_micro_sequences = false;
+  // Test fault (TestFaults): parts with query_begin > 0 get position_index + 1.
+  bool shift_positions = false;
 };
 
 // This rank's (layout.rank) plan of the step of `batch`. Backward: micro-batches and

@@ -342,6 +342,7 @@ StepStats Trainer::train_step(int64_t step) {
   PlanOptions po;
   po.pad_documents_to = int32_t(config_.data.pad_documents_to);
   po.reverse_micro_sequences = options_.faults && options_.faults->reverse_micro_sequences;
+  po.shift_positions = options_.faults && options_.faults->shift_positions;
   const StepPlan plan = plan_step(layout_, batch, po);
   const double loss_sum = run_plan(plan, fo, loss_scale);
   StepStats st = reduce_and_update(step, loss_sum, batch, logger.get());

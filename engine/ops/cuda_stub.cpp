@@ -64,6 +64,22 @@ std::vector<Tensor> layer_norm_backward(const Tensor&, const Tensor&, const Tens
                                         const Tensor&) {
   no_cuda("layer_norm");
 }
+std::vector<Tensor> rms_norm_forward(const Tensor&, const Tensor&, double) {
+  no_cuda("rms_norm");
+}
+std::vector<Tensor> rms_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                      bool, const Tensor&, const Tensor&) {
+  no_cuda("rms_norm");
+}
+Tensor swiglu_forward(const Tensor&) {
+  no_cuda("swiglu");
+}
+Tensor swiglu_backward(const Tensor&, const Tensor&) {
+  no_cuda("swiglu");
+}
+Tensor rope(const Tensor&, const Tensor&, int64_t, int64_t, const std::vector<float>&, bool) {
+  no_cuda("rope");
+}
 Tensor softmax_forward(const Tensor&, int64_t, bool) {
   no_cuda("softmax");
 }

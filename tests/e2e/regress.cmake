@@ -36,3 +36,19 @@ add_test(NAME regress_dropout
                  -o ${PROJECT_BINARY_DIR}/e2e/regress_dropout)
 set_tests_properties(regress_dropout PROPERTIES LABELS "e2e;mpi" TIMEOUT 600
                      ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
+# Llama (rotary positions, RMSNorm, SwiGLU, GQA): the layouts of configs/regress/tiny_llama.yaml
+# on 1, 2 and 4 ranks, and a planted off-by-one of the rotary positions at micro-sequence,
+# SDP and context-parallel boundaries that must fail at layer 0's rotary output.
+add_test(NAME regress_tiny_llama
+         COMMAND driftless regress -c ${PROJECT_SOURCE_DIR}/configs/regress/tiny_llama.yaml
+                 -o ${PROJECT_BINARY_DIR}/e2e/regress_tiny_llama)
+set_tests_properties(regress_tiny_llama PROPERTIES LABELS "e2e;mpi" TIMEOUT 900
+                     ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
+add_test(NAME regress_faults_llama
+         COMMAND ${CMAKE_COMMAND} -DDRIFTLESS=$<TARGET_FILE:driftless>
+                 -DCONFIG=${CMAKE_CURRENT_LIST_DIR}/regress/faults_llama.yaml
+                 -DOUT=${PROJECT_BINARY_DIR}/e2e/regress_faults_llama
+                 "-DEXPECT=fault_positions_ms4=layers.0.self_attn.rope;fault_positions_sdp2=layers.0.self_attn.rope;fault_positions_cp2_a2a=layers.0.self_attn.rope"
+                 -DCOUNT=3 -P ${CMAKE_CURRENT_LIST_DIR}/regress/check_faults.cmake)
+set_tests_properties(regress_faults_llama PROPERTIES LABELS "e2e;mpi" TIMEOUT 600
+                     ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")

@@ -299,6 +299,34 @@ TEST(FusedCuda, LayerNormAddsTheResidualGradient) {
     }
 }
 
+// RMS norm's weight gradient goes straight into f32 storage from f32 column sums, and the
+// residual stream's pending gradient is added to dx in its kernel, as for layer norm above:
+// Llama widths (4096) and odd ones, 300 rows (a partial last chunk of 32).
+TEST(FusedCuda, RmsNormGradIntoF32Storage) {
+  DL_REQUIRE_GPU();
+  auto fn = [](const auto& x) { return ops::rms_norm(x[0], x[1], 1e-5); };
+  for (DType dt : {DType::f32, DType::bf16})
+    for (auto [rows, c] : {std::pair<int64_t, int64_t>{300, 4096}, {37, 45}, {70, 1024}})
+      check_into_f32_grads("rms_norm", shape_str({rows, c}), fn, {rnd({rows, c}), rnd({c}, 0.5)},
+                           dt, 1e-4);
+}
+
+TEST(FusedCuda, RmsNormAddsTheResidualGradient) {
+  DL_REQUIRE_GPU();
+  auto fn = [](const auto& x) {
+    const Tensor h = ops::scale(x[0], 1.0);
+    return ops::add(h, ops::rms_norm(h, x[1], 1e-5));
+  };
+  for (DType dt : {DType::f32, DType::bf16})
+    for (auto [rows, c] : {std::pair<int64_t, int64_t>{300, 4096}, {37, 45}}) {
+      const std::vector<Tensor> in{rnd({rows, c}), rnd({c}, 0.5)};
+      const int64_t before = autograd::pending_grads_taken();
+      check("rms_norm", shape_str({rows, c}) + " + residual", fn, in, dt, dt, {});
+      EXPECT_EQ(autograd::pending_grads_taken(), before + 2) << "two cuda runs, one take each";
+      check_into_f32_grads("rms_norm", shape_str({rows, c}) + " + residual", fn, in, dt, 1e-4);
+    }
+}
+
 // The embedding's weight gradient goes into f32 storage as f32 row sums, only the rows the
 // ids hit touched (the others keep their preset values exactly: their error is 0): as close
 // to the CPU as f32 in bf16 too, where a bf16-rounded row sum would miss by ~4e-3.

@@ -147,6 +147,42 @@ TEST(Config, DumpRoundTrips) {
   EXPECT_NE(config_reference().find("| `model.n_layer` | int | `12` |"), std::string::npos);
 }
 
+TEST(Config, ArchitectureRules) {
+  Config c = parse_config_text(
+      "model: {architecture: llama, n_embd: 64, n_head: 4, n_kv_head: 2, intermediate_size: 176, "
+      "rope_theta: 100000, tie_word_embeddings: false, sliding_window: 32}\n");
+  EXPECT_TRUE(c.model.is_llama());
+  EXPECT_EQ(c.model.mlp_width(), 176);
+  EXPECT_EQ(c.model.rope_theta, 100000.0);
+  EXPECT_FALSE(c.model.tie_word_embeddings);
+  EXPECT_EQ(parse_config_text("model: {n_embd: 64}").model.mlp_width(), 256);
+  // gpt2 names every llama-only key set away from its default.
+  std::string err = error_of([] {
+    parse_config_text("model: {rope_theta: 500000, sliding_window: 8, tie_word_embeddings: false}");
+  });
+  for (const char* key : {"rope_theta", "sliding_window", "tie_word_embeddings"})
+    EXPECT_NE(err.find(std::string("model.") + key + " is a model.architecture llama key"),
+              std::string::npos)
+        << err;
+  EXPECT_EQ(err.find("intermediate_size"), std::string::npos) << err;
+  // Rotary positions need an even head dim (48 / 8 = 6 is fine, 40 / 8 = 5 is not).
+  EXPECT_NO_THROW(parse_config_text("model: {architecture: llama, n_embd: 48, n_head: 8}"));
+  err = error_of([] { parse_config_text("model: {architecture: llama, n_embd: 40, n_head: 8}"); });
+  EXPECT_NE(err.find("even head dim"), std::string::npos) << err;
+  // The ring cannot honour a sliding window; a2a can.
+  err = error_of([] {
+    parse_config_text(
+        "model: {architecture: llama, n_embd: 64, n_head: 4, sliding_window: 8}\n"
+        "distributed: {context_parallel: {size: 2, kind: ring}}\n");
+  });
+  EXPECT_NE(err.find("kind ring does not take model.sliding_window"), std::string::npos) << err;
+  EXPECT_NO_THROW(parse_config_text(
+      "model: {architecture: llama, n_embd: 64, n_head: 4, sliding_window: 8}\n"
+      "distributed: {context_parallel: {size: 2, kind: a2a}}\n"));
+  err = error_of([] { parse_config_text("model: {architecture: mamba}"); });
+  EXPECT_NE(err.find("'mamba' is not one of: gpt2, llama"), std::string::npos) << err;
+}
+
 TEST(Config, ShippedConfigsLoad) {
   namespace fs = std::filesystem;
   int n = 0;

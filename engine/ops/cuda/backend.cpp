@@ -217,6 +217,76 @@ std::vector<Tensor> layer_norm_backward(const Tensor& g_in, const Tensor& x, con
   return {dx, dw, db};
 }
 
+std::vector<Tensor> rms_norm_forward(const Tensor& x, const Tensor& w, double eps) {
+  const int64_t c = x.size(-1), rows = x.numel() / c;
+  Tensor out = empty_like_shape(x.shape(), x.dtype());
+  Tensor rstd = empty_like_shape({rows}, acc_dtype(x.dtype()));
+  launch_rms_norm_forward(x.dtype(), x.raw_data(), w.raw_data(), out.raw_data(), rstd.raw_data(),
+                          rows, c, eps);
+  return {out, rstd};
+}
+
+std::vector<Tensor> rms_norm_backward(const Tensor& g_in, const Tensor& x, const Tensor& w,
+                                      const Tensor& rstd, bool want_w, const Tensor& dw_into,
+                                      const Tensor& dx_add) {
+  Tensor g = g_in.contiguous();
+  DL_CHECK(!dx_add.defined() || (dx_add.is_contiguous() && dx_add.dtype() == x.dtype() &&
+                                 dx_add.numel() == x.numel()),
+           "rms_norm", "the gradient added to dx must be contiguous, of x's dtype and size");
+  const int64_t c = x.size(-1), rows = c == 0 ? 0 : x.numel() / c;
+  Tensor dx = empty_like_shape(x.shape(), x.dtype());
+  const bool into = want_w && dw_into.defined() && acc_dtype(x.dtype()) == DType::f32;
+  DL_CHECK(!into || (dw_into.dtype() == DType::f32 && dw_into.is_contiguous() &&
+                     dw_into.shape() == Shape({c})),
+           "rms_norm", "the weight gradient accumulates into contiguous f32 (" << c << ")");
+  Tensor dw = want_w ? (into ? dw_into : empty_like_shape({c}, x.dtype())) : Tensor();
+  Tensor scratch;
+  if (want_w) {
+    scratch =
+        empty_like_shape({std::max<int64_t>(rms_norm_chunks(rows) * c, 1)}, acc_dtype(x.dtype()));
+    if (rows == 0 && !into) dw.zero_();
+  }
+  launch_rms_norm_backward(x.dtype(), g.raw_data(), x.raw_data(), w.raw_data(), rstd.raw_data(),
+                           dx_add.defined() ? dx_add.raw_data() : nullptr, dx.raw_data(),
+                           dw.defined() ? dw.raw_data() : nullptr,
+                           scratch.defined() ? scratch.raw_data() : nullptr, rows, c, into);
+  if (into) return {dx, Tensor()};
+  return {dx, dw};
+}
+
+Tensor swiglu_forward(const Tensor& gate_up) {
+  const int64_t two_f = gate_up.size(-1), rows = two_f == 0 ? 0 : gate_up.numel() / two_f;
+  Shape shape = gate_up.shape();
+  shape.back() = two_f / 2;
+  Tensor out = empty_like_shape(shape, gate_up.dtype());
+  launch_swiglu_forward(gate_up.dtype(), gate_up.raw_data(), out.raw_data(), rows, two_f / 2);
+  return out;
+}
+
+Tensor swiglu_backward(const Tensor& g_in, const Tensor& gate_up) {
+  Tensor g = g_in.contiguous();
+  const int64_t two_f = gate_up.size(-1), rows = two_f == 0 ? 0 : gate_up.numel() / two_f;
+  Tensor d = empty_like_shape(gate_up.shape(), gate_up.dtype());
+  launch_swiglu_backward(gate_up.dtype(), g.raw_data(), gate_up.raw_data(), d.raw_data(), rows,
+                         two_f / 2);
+  return d;
+}
+
+Tensor rope(const Tensor& x, const Tensor& positions, int64_t rotated, int64_t d,
+            const std::vector<float>& inv_freq, bool inverse) {
+  DL_CHECK(positions.device() == Device::cuda && positions.dtype() == DType::i32 &&
+               positions.is_contiguous(),
+           "rope", "positions must be contiguous i32 on the GPU");
+  DL_CHECK(inv_freq.size() <= size_t(kRopeMaxHalf), "rope",
+           "head dim " << d << " is over the cuda kernel's " << 2 * kRopeMaxHalf);
+  RopeFreqs freqs;
+  for (size_t i = 0; i < inv_freq.size(); ++i) freqs.inv_freq[i] = inv_freq[i];
+  Tensor out = empty_like_shape(x.shape(), x.dtype());
+  launch_rope(x.dtype(), x.raw_data(), positions.data<int32_t>(), out.raw_data(), x.size(0),
+              x.size(1), rotated, d, freqs, inverse);
+  return out;
+}
+
 Tensor softmax_forward(const Tensor& x_in, int64_t d, bool log) {
   Tensor x = x_in.contiguous();
   detail::Dims3 s = detail::dims3(x.shape(), d);

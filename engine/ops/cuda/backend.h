@@ -73,6 +73,28 @@ std::vector<Tensor> layer_norm_backward(const Tensor& g, const Tensor& x, const 
                                         const Tensor& db_into = Tensor(),
                                         const Tensor& dx_add = Tensor());
 
+// {out, rstd}; rstd is f32 (f64 for f64) of shape (rows). bf16 rounds the normalised row
+// before the weight multiplies it, as HF's LlamaRMSNorm does.
+std::vector<Tensor> rms_norm_forward(const Tensor& x, const Tensor& w, double eps);
+// {dx, dweight or undefined}. With dw_into (f32 (C), the weight's gradient storage; bf16 or
+// f32 x) the weight gradient is added there instead and returned undefined. With dx_add
+// (contiguous, x's shape and dtype: another gradient of x) dx is dx + dx_add, summed before
+// the rounding.
+std::vector<Tensor> rms_norm_backward(const Tensor& g, const Tensor& x, const Tensor& w,
+                                      const Tensor& rstd, bool want_w,
+                                      const Tensor& dw_into = Tensor(),
+                                      const Tensor& dx_add = Tensor());
+
+// gate_up (..., 2F) contiguous -> silu(gate) * up (..., F); the backward gives d(gate_up).
+Tensor swiglu_forward(const Tensor& gate_up);
+Tensor swiglu_backward(const Tensor& g, const Tensor& gate_up);
+
+// x (N, W) contiguous, positions (N) i32 on cuda: the first `rotated` heads of d columns of
+// each row turned by angles f32(pos) * inv_freq[i] (d / 2 of them, at most kRopeMaxHalf),
+// by the opposite angles when `inverse` (the backward), the rest of the row copied.
+Tensor rope(const Tensor& x, const Tensor& positions, int64_t rotated, int64_t d,
+            const std::vector<float>& inv_freq, bool inverse);
+
 Tensor softmax_forward(const Tensor& x, int64_t dim, bool log);
 Tensor softmax_backward(const Tensor& g, const Tensor& y, int64_t dim, bool log);
 

@@ -78,6 +78,34 @@ void launch_layer_norm_backward(DType dtype, const void* g, const void* x, const
                                 void* dw, void* db, void* scratch, int64_t rows, int64_t c,
                                 bool accumulate = false);
 
+// RMS norm over rows of c elements (rms_norm.cu); rstd is of the accumulation type. The
+// backward sums dweight over row chunks into scratch (rms_norm_chunks(rows) * c
+// accumulators), then over the chunks in order, added to f32 storage when `accumulate`;
+// `add` (or null) is added to dx before its rounding.
+void launch_rms_norm_forward(DType dtype, const void* x, const void* w, void* out, void* rstd,
+                             int64_t rows, int64_t c, double eps);
+int64_t rms_norm_chunks(int64_t rows);
+void launch_rms_norm_backward(DType dtype, const void* g, const void* x, const void* w,
+                              const void* rstd, const void* add, void* dx, void* dw, void* scratch,
+                              int64_t rows, int64_t c, bool accumulate);
+
+// SwiGLU over rows of 2f (gate | up) elements -> rows of f (swiglu.cu); the backward writes
+// d(gate | up) from the f-wide gradient.
+void launch_swiglu_forward(DType dtype, const void* gate_up, void* out, int64_t rows, int64_t f);
+void launch_swiglu_backward(DType dtype, const void* g, const void* gate_up, void* d, int64_t rows,
+                            int64_t f);
+
+// Rotary frequencies by value in the launch (no copy to the device): head dims up to
+// 2 * kRopeMaxHalf.
+constexpr int kRopeMaxHalf = 256;
+struct RopeFreqs {
+  float inv_freq[kRopeMaxHalf] = {};
+};
+// Rows of w elements, the first `rotated` heads of d turned by f32(positions[r]) *
+// inv_freq[i] (the opposite angle when inverse), the rest copied (rope.cu).
+void launch_rope(DType dtype, const void* x, const int32_t* positions, void* out, int64_t rows,
+                 int64_t w, int64_t rotated, int64_t d, const RopeFreqs& freqs, bool inverse);
+
 // Softmax lines: x is contiguous (outer, n, inner), lines run along n with stride inner.
 void launch_softmax_forward(DType dtype, const void* x, void* y, int64_t outer, int64_t n,
                             int64_t inner, bool log);

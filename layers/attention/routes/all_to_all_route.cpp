@@ -193,6 +193,7 @@ Tensor AllToAllRoute::attend(const RouteCall& call, const Tensor& qkv) {
   }
   AttentionSpec spec = merge_specs(specs, k_rows);
   spec.deterministic = call.deterministic;
+  spec.window_left = call.window_left;
   spec.score_mod = call.score_mod(ex.rank() * Hp, Hp);
   Tensor y = attention(q, n == 1 ? k_parts[0] : ops::concat(k_parts, 0),
                        n == 1 ? v_parts[0] : ops::concat(v_parts, 0), spec);  // (n L, Hp, D)

@@ -77,6 +77,7 @@ Tensor BufferRoute::attend(const RouteCall& call, const Tensor& qkv) {
   }
   AttentionSpec spec = merge_specs(specs, k_rows);
   spec.deterministic = call.deterministic;
+  spec.window_left = call.window_left;
   KvBuffer& buffer = buffer_of(buffers_, call.layer);
   Tensor k_all, v_all;  // (sum of K extents, H_kv, D)
   const bool one_rank = !exchange_ || exchange_->ranks() == 1;

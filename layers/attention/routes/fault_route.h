@@ -16,6 +16,9 @@ struct TestFaults {
   bool drop_kv_grad_slice = false;       // the K/V projection gets no gradient
   bool skip_kv_reduce_scatter = false;   // SDP: K/V gradients are not summed over the ranks
   bool reverse_micro_sequences = false;  // micro-sequences run forward in the wrong order (plan)
+  // Every part but a sequence's first (query_begin > 0: a later micro-sequence or rank) gets
+  // positions one too high (plan): the off-by-one of a position continued across a boundary.
+  bool shift_positions = false;
   bool any_route_fault() const {
     return layer >= 0 && (cu_seqlens_k_from_begin || drop_kv_grad_slice || skip_kv_reduce_scatter);
   }

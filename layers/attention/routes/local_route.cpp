@@ -25,6 +25,7 @@ Tensor LocalRoute::attend(const RouteCall& call, const Tensor& qkv) {
   }
   AttentionSpec spec = merge_specs(specs, k_rows);
   spec.deterministic = call.deterministic;
+  spec.window_left = call.window_left;
   spec.score_mod = call.score_mod(0, a.heads);
   // Each sequence's K extent is its own rows: k and v as they come (rows of the QKV
   // product; the attention kernels read them in place).

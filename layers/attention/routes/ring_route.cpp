@@ -279,6 +279,7 @@ Tensor RingRoute::attend(const RouteCall& call, const Tensor& qkv) {
   AttentionSpec base;
   base.score_mod = call.score_mod(0, a.heads);
   base.deterministic = call.deterministic;
+  base.window_left = call.window_left;  // refused by ring_attention
   Tensor y = ring_attention(p.q, p.k, p.v, seqs, buffer_of(buffers_, call.layer), ex, base);
   return ops::reshape(y, {qkv.size(0), a.heads * a.head_dim});
 }

@@ -41,6 +41,9 @@ struct RouteCall {
   // that attend a subset of the heads ask for theirs.
   std::function<ScoreModSpec(int64_t h0, int64_t n)> score_mod;
   bool deterministic = true;  // AttentionSpec::deterministic
+  // Sliding window: a query at document position p sees keys p - window_left .. p
+  // (AttentionSpec::window_left; -1 unbounded). Every route must honour it or refuse it.
+  int64_t window_left = -1;
 };
 
 class AttentionRoute {
