@@ -87,7 +87,6 @@ nlohmann::json hf_llama_config(const GptConfig& c, int64_t end_of_text) {
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["rope_parameters"] = {{"rope_theta", c.rope_theta}, {"rope_type", "default"}};
   j["rope_theta"] = c.rope_theta;
-  j["rope_scaling"] = nullptr;
   j["attention_bias"] = false;
   j["attention_dropout"] = 0.0;
   j["mlp_bias"] = false;

@@ -19,7 +19,8 @@ using HfLlama = HfModel;
 
 // LlamaConfig keys for `config` (architecture llama). Throws on what LlamaForCausalLM cannot
 // express: sliding_window (Mistral's), softcap, ALiBi, n_embd not a multiple of n_head.
-// rope_theta is written both as transformers 5 does (rope_parameters) and as 4.x does.
+// rope_theta is written both as transformers 5 does (rope_parameters) and as 4.x does
+// (rope_theta; rope_scaling is left out, which both read as none).
 // bos/eos_token_id are `end_of_text` when inside the vocabulary, else null.
 nlohmann::json hf_llama_config(const GptConfig& config, int64_t end_of_text = -1);
 // Our config from a LlamaConfig JSON (missing keys take LlamaConfig's defaults). Throws,
