@@ -19,7 +19,9 @@ Registrar reg(
                       "OUT/validation.{bin,idx,json}")
            ->required();
        sub.add_option("--format", c->format, "auto, text, jsonl or fortune")->capture_default_str();
-       sub.add_option("--tokenizer", c->tokenizer, "gpt2 or byte")->capture_default_str();
+       sub.add_option("--tokenizer", c->tokenizer,
+                      "gpt2, byte, or the path of a HuggingFace byte-level BPE tokenizer.json")
+           ->capture_default_str();
        sub.add_option("--vocab-dir", c->vocab_dir,
                       "Folder with encoder.json and vocab.bpe (default "
                       "$DRIFTLESS_VOCAB_DIR or .cache/gpt2-vocab)");

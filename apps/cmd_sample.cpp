@@ -26,8 +26,9 @@ struct SampleArgs {
   double temperature = 1.0;
   uint64_t seed = 1;
   std::string vocab_dir;
-  bool ids = false;    // prompts and output are token ids
-  std::string logits;  // write the prompts' packed logits here instead of generating
+  std::string tokenizer;  // overrides the checkpoint's data.tokenizer
+  bool ids = false;       // prompts and output are token ids
+  std::string logits;     // write the prompts' packed logits here instead of generating
 };
 
 // "15 7 0" or "15,7,0" -> {15, 7, 0}.
@@ -65,7 +66,8 @@ int run_sample(const SampleArgs& a) {
   // Token ids need no tokenizer (nor GPT-2's vocabulary files).
   std::unique_ptr<data::Tokenizer> tokenizer;
   if (!a.ids) {
-    tokenizer = data::make_tokenizer(config.data.tokenizer, a.vocab_dir);
+    tokenizer = data::make_tokenizer(a.tokenizer.empty() ? config.data.tokenizer : a.tokenizer,
+                                     a.vocab_dir);
     DL_CHECK(tokenizer->vocab_size() <= config.model.vocab_size, "sample",
              "tokenizer '" << tokenizer->name() << "' has " << tokenizer->vocab_size()
                            << " tokens, more than the model's vocab_size "
@@ -148,6 +150,9 @@ Registrar reg(
        sub.add_option("--vocab-dir", args->vocab_dir,
                       "GPT-2 vocabulary folder (default: $DRIFTLESS_VOCAB_DIR or "
                       ".cache/gpt2-vocab)");
+       sub.add_option("--tokenizer", args->tokenizer,
+                      "gpt2, bytes, or a HuggingFace tokenizer.json (default: the checkpoint's "
+                      "data.tokenizer); its vocabulary must fit the model's vocab_size");
        sub.add_flag("--ids", args->ids,
                     "prompts are token ids (\"15 7 0\" or \"15,7,0\"); prints each prompt's ids "
                     "and the new ones on one line; no tokenizer, no end-of-text stop");

@@ -1,10 +1,11 @@
 // GPT-2 byte-level BPE (the original encoder.json + vocab.bpe): pre-tokenise with GPT-2's
-// regex (data/unicode.h), map each byte to its printable stand-in character, merge by rank.
+// regex (data/unicode.h), then byte-level BPE (data/byte_level_bpe.h).
 #pragma once
-#include <mutex>
+#include <memory>
 #include <string>
-#include <unordered_map>
+#include <vector>
 
+#include "data/byte_level_bpe.h"
 #include "data/tokenizer.h"
 
 namespace driftless::data {
@@ -21,15 +22,9 @@ class Gpt2Tokenizer final : public Tokenizer {
   std::string name() const override { return "gpt2"; }
 
  private:
-  void bpe(std::string_view word, std::vector<int32_t>& out) const;
-  std::unordered_map<std::string, int32_t> encoder_;
-  std::vector<std::string> decoder_;                // id -> token in stand-in characters
-  std::unordered_map<std::string, int32_t> ranks_;  // "a b" -> merge rank
-  std::string byte_char_[256];                      // byte -> stand-in character (UTF-8)
-  std::unordered_map<std::string, uint8_t> char_byte_;
+  std::unique_ptr<ByteLevelBpe> bpe_;
+  std::vector<std::string> decoder_;  // id -> token in stand-in characters
   int32_t end_of_text_ = 50256;
-  mutable std::mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
 };
 
 }  // namespace driftless::data

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "data/gpt2_tokenizer.h"
+#include "data/hf_tokenizer.h"
 #include "engine/core/env.h"
 #include "engine/core/error.h"
 
@@ -34,11 +35,16 @@ std::string default_vocab_dir() {
   return ".cache/gpt2-vocab";
 }
 
+bool is_tokenizer_json(const std::string& name) {
+  return name.size() >= 5 && name.compare(name.size() - 5, 5, ".json") == 0;
+}
+
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& vocab_dir) {
   if (name == "byte" || name == "bytes") return std::make_unique<ByteTokenizer>();
   if (name == "gpt2")
     return std::make_unique<Gpt2Tokenizer>(vocab_dir.empty() ? default_vocab_dir() : vocab_dir);
-  DL_FAIL("tokenizer", "expected tokenizer byte or gpt2, got " << name);
+  if (is_tokenizer_json(name)) return std::make_unique<HfTokenizer>(name);
+  DL_FAIL("tokenizer", "expected tokenizer byte, gpt2 or a path to a tokenizer.json, got " << name);
 }
 
 }  // namespace driftless::data

@@ -1,5 +1,6 @@
-// Tokenizers: text <-> token ids. ByteTokenizer (256 bytes + end-of-text, no files) and
-// Gpt2Tokenizer (GPT-2 byte-level BPE from encoder.json + vocab.bpe, see gpt2_tokenizer.h).
+// Tokenizers: text <-> token ids. ByteTokenizer (256 bytes + end-of-text, no files),
+// Gpt2Tokenizer (GPT-2 byte-level BPE from encoder.json + vocab.bpe, see gpt2_tokenizer.h) and
+// HfTokenizer (a HuggingFace byte-level BPE tokenizer.json, see hf_tokenizer.h).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -37,8 +38,11 @@ class ByteTokenizer final : public Tokenizer {
 // ./.cache/gpt2-vocab (data/fetch_gpt2_vocab.sh fills it).
 std::string default_vocab_dir();
 
-// "byte" (alias "bytes", the run-config spelling) or "gpt2" (vocab_dir: folder with encoder.json
-// and vocab.bpe; empty = default).
+// True when `name` names a tokenizer.json file (ends in .json) rather than a built-in tokenizer.
+bool is_tokenizer_json(const std::string& name);
+
+// "byte" (alias "bytes", the run-config spelling), "gpt2" (vocab_dir: folder with encoder.json
+// and vocab.bpe; empty = default) or a path ending in .json (a HuggingFace tokenizer.json).
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name,
                                           const std::string& vocab_dir = "");
 

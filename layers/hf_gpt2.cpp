@@ -1,16 +1,11 @@
 // See hf_gpt2.h. The HF side follows transformers' GPT2Config / GPT2LMHeadModel.
 #include "layers/hf_gpt2.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
-
-#include "engine/autograd/autograd.h"
-#include "engine/core/safetensors.h"
 
 namespace driftless::layers {
 
@@ -24,92 +19,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// A GPT2Config value or its default; a present value of the wrong type is an error.
 template <typename T>
 T value_or(const nlohmann::json& hf, const char* key, T fallback) {
-  auto it = hf.find(key);
-  if (it == hf.end() || it->is_null()) return fallback;
-  try {
-    return it->get<T>();
-  } catch (const nlohmann::json::exception&) {
-    DL_FAIL(kOp, "config.json: " << key << " has the wrong type (" << it->dump() << ")");
-  }
-}
-
-void write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    DL_CHECK(f.good(), kOp, "cannot write " << tmp);
-    f << text;
-    f.close();
-    DL_CHECK(!f.fail(), kOp, "writing " << tmp << " failed");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    DL_FAIL(kOp, "cannot rename " << tmp << " to " << path);
-  }
-}
-
-nlohmann::json read_json_file(const std::string& path) {
-  try {
-    std::ifstream f(path);
-    return nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    DL_FAIL(kOp, path << " is not valid JSON: " << e.what());
-  }
-}
-
-// The weight files of a save_pretrained directory: model.safetensors, or the shards that
-// model.safetensors.index.json names (save_pretrained's max_shard_size). Other formats are
-// refused with the way to convert them.
-std::vector<SafetensorsFile> open_weights(const std::string& dir) {
-  namespace fs = std::filesystem;
-  const std::string single = dir + "/model.safetensors";
-  const std::string index = dir + "/model.safetensors.index.json";
-  if (fs::exists(single)) {
-    std::vector<SafetensorsFile> files;
-    files.push_back(read_safetensors(single));
-    return files;
-  }
-  if (fs::exists(index)) {
-    const nlohmann::json j = read_json_file(index);
-    DL_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), kOp,
-             index << ": expected an object with a \"weight_map\" object");
-    std::vector<std::string> shards;  // in order of first mention
-    for (const auto& [name, shard] : j["weight_map"].items()) {
-      DL_CHECK(
-          shard.is_string(), kOp,
-          index << ": weight_map[\"" << name << "\"] must be a file name, got " << shard.dump());
-      if (std::find(shards.begin(), shards.end(), shard.get<std::string>()) == shards.end())
-        shards.push_back(shard.get<std::string>());
-    }
-    std::vector<SafetensorsFile> files;
-    for (const auto& shard : shards) {
-      DL_CHECK(fs::exists(dir + "/" + shard), kOp,
-               index << " names shard " << shard << ", which does not exist in " << dir);
-      files.push_back(read_safetensors(dir + "/" + shard));
-    }
-    for (const auto& [name, shard] : j["weight_map"].items()) {
-      const size_t i = size_t(std::find(shards.begin(), shards.end(), shard.get<std::string>()) -
-                               shards.begin());
-      DL_CHECK(files[i].contains(name), kOp,
-               index << " puts " << name << " in " << shard.get<std::string>()
-                     << ", which does not hold it");
-    }
-    return files;
-  }
-  std::string found;
-  for (const char* other : {"pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5",
-                            "flax_model.msgpack", "model.ckpt.index"})
-    if (fs::exists(dir + "/" + other)) found += std::string(found.empty() ? "" : ", ") + other;
-  DL_FAIL(kOp, dir << " has no model.safetensors (nor model.safetensors.index.json)"
-                   << (found.empty() ? "" : "; it has " + found)
-                   << ". Only safetensors weights are read; convert with python3 -c \"from "
-                      "transformers import GPT2LMHeadModel; GPT2LMHeadModel.from_pretrained('"
-                   << dir << "').save_pretrained('" << dir << "', safe_serialization=True)\"");
+  return hf_value_or<T>(kOp, hf, key, fallback);
 }
 
 }  // namespace
@@ -233,7 +145,7 @@ bool hf_gpt2_transposed(const std::string& name) {
 }
 
 void save_hf_gpt2(const GptConfig& config, const std::map<std::string, Tensor>& params,
-                  const std::string& dir, int64_t end_of_text) {
+                  const std::string& dir, int64_t end_of_text, int64_t max_shard_bytes) {
   // Refuses what GPT-2 cannot express.
   const nlohmann::json hf = hf_gpt2_config(config, end_of_text);
   std::vector<std::pair<std::string, Tensor>> tensors;
@@ -249,37 +161,27 @@ void save_hf_gpt2(const GptConfig& config, const std::map<std::string, Tensor>& 
   }
   DL_CHECK(params.size() == tensors.size(), kOp,
            params.size() << " parameters given, a GPT-2 with this config has " << tensors.size());
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  DL_CHECK(!ec, kOp, "cannot create directory " << dir << ": " << ec.message());
-  write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
-  write_text_atomically(dir + "/config.json", hf.dump(2) + "\n");
+  write_hf_weights(kOp, dir, tensors, max_shard_bytes);
+  write_text_atomically(kOp, dir + "/config.json", hf.dump(2) + "\n");
 }
 
-void save_hf_gpt2(const Gpt& model, const std::string& dir, int64_t end_of_text) {
-  std::map<std::string, Tensor> params;
-  for (const auto& p : model.slab().parameters()) params[p.name] = p.value;
-  save_hf_gpt2(model.config(), params, dir, end_of_text);
+void save_hf_gpt2(const Gpt& model, const std::string& dir, int64_t end_of_text,
+                  int64_t max_shard_bytes) {
+  save_hf_gpt2(model.config(), parameters_by_name(model), dir, end_of_text, max_shard_bytes);
 }
 
 HfGpt2 load_hf_gpt2(const std::string& dir) {
   const std::string config_path = dir + "/config.json";
-  DL_CHECK(
-      std::filesystem::is_regular_file(config_path), kOp,
-      config_path << (std::filesystem::exists(config_path) ? " is not a file" : " does not exist"));
   HfGpt2 out;
-  out.config = gpt_config_from_hf(read_json_file(config_path));
-  const std::vector<SafetensorsFile> files = open_weights(dir);
+  out.config = gpt_config_from_hf(read_hf_config(kOp, dir));
+  const std::vector<SafetensorsFile> files = open_hf_weights(kOp, dir, "GPT2LMHeadModel");
   // Bound what config.json asks for by what the weight files hold (a byte a parameter, at
   // the least) before listing or allocating anything: n_layer 1e9 is an error, not 4 GB.
   const GptConfig& g = out.config;
   const double E = double(g.n_embd);
   const double implied = double(g.vocab_size) * E + double(g.n_positions) * E + 2 * E +
                          double(g.n_layer) * (12 * E * E + 13 * E);
-  double stored = 0;
-  for (const auto& file : files)
-    for (const auto& name : file.names())
-      stored += double(file.entry(name).end - file.entry(name).begin);
+  const double stored = hf_stored_bytes(files);
   DL_CHECK(implied <= stored, kOp,
            config_path << " describes " << implied << " parameters (n_layer " << g.n_layer
                        << ", n_embd " << g.n_embd << ", vocab_size " << g.vocab_size
@@ -336,19 +238,6 @@ HfGpt2 load_hf_gpt2(const std::string& dir) {
                                      "not supported");
   }
   return out;
-}
-
-void load_into(const HfGpt2& hf, Gpt& model) {
-  autograd::NoGradGuard no_grad;
-  for (const auto& p : model.slab().parameters()) {
-    auto it = hf.params.find(p.name);
-    DL_CHECK(it != hf.params.end(), kOp, "parameter " << p.name << " is missing");
-    DL_CHECK(it->second.shape() == p.value.shape(), kOp,
-             p.name << " has shape " << shape_str(it->second.shape()) << ", the model has "
-                    << shape_str(p.value.shape()));
-    p.value.copy_(it->second.to(p.value.device()));
-  }
-  model.slab().sync_compute();
 }
 
 }  // namespace driftless::layers

@@ -13,14 +13,12 @@
 
 #include "engine/core/tensor.h"
 #include "layers/gpt.h"
+#include "layers/hf_files.h"
 
 namespace driftless::layers {
 
 // A model in our names ("h.0.attn.c_attn.weight") and layouts ((out, in) weights).
-struct HfGpt2 {
-  GptConfig config;
-  std::map<std::string, Tensor> params;  // f32, cpu
-};
+using HfGpt2 = HfModel;
 
 // GPT2Config keys for `config`. Throws when the model is not expressible as GPT-2:
 // GQA (n_kv_head != n_head), softcap, ALiBi. bos/eos_token_id are `end_of_text` (the run's
@@ -46,10 +44,12 @@ bool hf_gpt2_transposed(const std::string& name);
 
 // Writes DIR/config.json and DIR/model.safetensors (metadata format "pt", which
 // transformers requires; lm_head.weight omitted, as save_pretrained does for the tied
-// head). Creates DIR. `params` must hold every parameter of a Gpt with `config`.
+// head). Creates DIR. `params` must hold every parameter of a Gpt with `config`. With
+// max_shard_bytes > 0, shards and an index as save_pretrained's max_shard_size writes them.
 void save_hf_gpt2(const GptConfig& config, const std::map<std::string, Tensor>& params,
-                  const std::string& dir, int64_t end_of_text = -1);
-void save_hf_gpt2(const Gpt& model, const std::string& dir, int64_t end_of_text = -1);
+                  const std::string& dir, int64_t end_of_text = -1, int64_t max_shard_bytes = 0);
+void save_hf_gpt2(const Gpt& model, const std::string& dir, int64_t end_of_text = -1,
+                  int64_t max_shard_bytes = 0);
 
 // Reads a directory as transformers' save_pretrained writes it: config.json (keys we do
 // not use, e.g. transformers_version, dtype, summary_*, are ignored) and model.safetensors,
@@ -59,7 +59,5 @@ void save_hf_gpt2(const Gpt& model, const std::string& dir, int64_t end_of_text 
 // (f32, bf16, f16) are converted to f32. Without safetensors weights (pytorch_model.bin
 // only) the error says how to convert.
 HfGpt2 load_hf_gpt2(const std::string& dir);
-// Copies `hf.params` into `model` (shapes must match).
-void load_into(const HfGpt2& hf, Gpt& model);
 
 }  // namespace driftless::layers

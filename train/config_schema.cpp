@@ -58,7 +58,7 @@ void visit_schema_impl(C& c, V&& v) {
   v(Field{"data.format", "dataset format"}, enum_ref(c.data.format, kDataFormats));
   v(Field{"data.path", "memmap .bin/.idx prefix, or llm.c shard; relative to the working directory"}, c.data.path);
   v(Field{"data.validation_path", "validation dataset (same format); empty: no validation"}, c.data.validation_path);
-  v(Field{"data.tokenizer", "tokenizer used for sampling text", 0, 0, {"gpt2", "bytes"}}, c.data.tokenizer);
+  v(Field{"data.tokenizer", "tokenizer used for sampling text: gpt2, bytes, or the path of a HuggingFace byte-level BPE tokenizer.json"}, c.data.tokenizer);
   v(Field{"data.long_documents", "documents longer than a sequence"}, enum_ref(c.data.long_documents, kLongDocuments));
   v(Field{"data.pad_documents_to", "round every document up to a multiple of N with padding (0: off)", 0, 1 << 20}, c.data.pad_documents_to);
   v(Field{"data.shuffle", "shuffle document order every epoch (seeded)"}, c.data.shuffle);

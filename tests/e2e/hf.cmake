@@ -1,4 +1,4 @@
-# Real clients of HuggingFace GPT-2 directories (label `hf`). Without transformers: a
+# Real clients of HuggingFace GPT-2 and Llama directories (label `hf`). Without transformers: a
 # save_pretrained-style directory written by tests/reference/write_hf_fixture.py (plain
 # Python) in each variant is imported, exported back and compared value for value; one is
 # trained from (training.init_from) and sampled; a pytorch_model.bin-only one is refused. With
@@ -15,6 +15,16 @@ if(DL_PYTHON3)
                      -DDIR=${dl_hf_scratch}/hf_import_${mode} -P ${dl_hf_check})
     set_tests_properties(e2e_hf_import_${mode} PROPERTIES LABELS "e2e;hf" TIMEOUT 300)
   endforeach()
+  # Llama (write_hf_llama_fixture.py): tied MHA, untied GQA, shards, bf16 with transformers 4
+  # keys; training from an import; refusals.
+  foreach(mode tied untied sharded bf16 train refuse)
+    add_test(NAME e2e_hf_llama_${mode}
+             COMMAND ${CMAKE_COMMAND} -DMODE=${mode} -DDRIFTLESS=$<TARGET_FILE:driftless>
+                     -DPYTHON=${DL_PYTHON3} -DSOURCE=${PROJECT_SOURCE_DIR}
+                     -DDIR=${dl_hf_scratch}/hf_llama_${mode}
+                     -P ${CMAKE_CURRENT_LIST_DIR}/scripts/hf_llama_check.cmake)
+    set_tests_properties(e2e_hf_llama_${mode} PROPERTIES LABELS "e2e;hf" TIMEOUT 300)
+  endforeach()
 else()
   message(STATUS "python3 not found: the e2e_hf_import_* tests are not registered")
 endif()
@@ -25,3 +35,8 @@ add_test(NAME hf_transformers
                  --driftless $<TARGET_FILE:driftless> --work ${dl_hf_scratch}/hf_transformers)
 set_tests_properties(hf_transformers PROPERTIES LABELS "reference;e2e;hf" SKIP_RETURN_CODE 77
                      TIMEOUT 600)
+add_test(NAME hf_llama_transformers
+         COMMAND /usr/bin/env python3 ${PROJECT_SOURCE_DIR}/tests/reference/check_hf_llama.py
+                 --driftless $<TARGET_FILE:driftless> --work ${dl_hf_scratch}/hf_llama_transformers)
+set_tests_properties(hf_llama_transformers PROPERTIES LABELS "reference;e2e;hf"
+                     SKIP_RETURN_CODE 77 TIMEOUT 600)
