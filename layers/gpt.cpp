@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "engine/autograd/autograd.h"
 #include "engine/core/random.h"
@@ -28,6 +29,40 @@ std::vector<ops::DropoutRows> dropout_rows(const std::vector<PartInput>& slice) 
                     s.input->num_queries()});
   return rows;
 }
+
+// The sink of a recomputed forward (training.recompute): its forward values were logged by
+// the first forward, so only the gradients reach the real sink.
+class BackwardOnlySink : public TensorSink {
+ public:
+  explicit BackwardOnlySink(TensorSink* real) : real_(real) {}
+  void write(const std::string& name, const std::string& kind, const Tensor& value,
+             const std::vector<PartRows>& rows) override {
+    if (kind != "forward") real_->write(name, kind, value, rows);
+  }
+
+ private:
+  TensorSink* real_;
+};
+
+// What a checkpointed function keeps for its recompute: copies of the slice and row lists
+// (the caller's die with the forward) and the sink its taps use when run again.
+struct Recomputable {
+  std::vector<PartInput> slice;
+  std::vector<PartRows> rows;
+  ForwardOptions options;
+  std::shared_ptr<BackwardOnlySink> quiet;
+  Recomputable(const std::vector<PartInput>& s, const std::vector<PartRows>& r,
+               const ForwardOptions& o)
+      : slice(s), rows(r), options(o) {
+    options.recompute = Recompute::none;  // no checkpoint inside a checkpoint
+    if (o.sink) quiet = std::make_shared<BackwardOnlySink>(o.sink);
+  }
+  ForwardOptions run(bool recomputing) const {
+    ForwardOptions r = options;
+    if (recomputing && quiet) r.sink = quiet.get();
+    return r;
+  }
+};
 
 }  // namespace
 
@@ -126,7 +161,26 @@ Tensor Gpt::hidden(const std::vector<PartInput>& slice, const ForwardOptions& o,
   x = ops::dropout(x, config_.dropout, random::derive(o.dropout_seed, 0), dropout_rows(slice),
                    o.training);
   x = tap(x, "embed", o.sink, rows);
-  for (int64_t l = 0; l < config_.n_layer; ++l) x = block(l, x, slice, o, rows);
+  for (int64_t l = 0; l < config_.n_layer; ++l) {
+    if (o.recompute != Recompute::full) {
+      x = block(l, x, slice, o, rows);
+      continue;
+    }
+    // training.recompute full: the block keeps only its input; its backward runs it again.
+    std::vector<Tensor> params;
+    for (const char* part :
+         {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+          "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight",
+          "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"})
+      params.push_back(p(layer_name(l, part)));
+    auto keep = std::make_shared<const Recomputable>(slice, rows, o);
+    x = autograd::checkpoint(
+        layer_name(l, "block"),
+        [this, l, keep](const std::vector<Tensor>& in, bool again) {
+          return block(l, in[0], keep->slice, keep->run(again), keep->rows);
+        },
+        {x}, params);
+  }
   x = ops::layer_norm(x, p("ln_f.weight"), p("ln_f.bias"));
   return tap(x, "ln_f", o.sink, rows);
 }
@@ -169,6 +223,22 @@ Tensor Gpt::block(int64_t l, const Tensor& x, const std::vector<PartInput>& slic
 Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<PartInput>& slice,
                            const ForwardOptions& o, const std::vector<PartRows>& rows,
                            const Tensor& residual) {
+  if (o.recompute == Recompute::attention && autograd::grad_enabled()) {
+    // training.recompute attention: the branch keeps its input (and the residual); its
+    // QKV, attention output and LSE are made again in the backward.
+    auto keep = std::make_shared<const Recomputable>(slice, rows, o);
+    std::vector<Tensor> in{x};
+    if (residual.defined()) in.push_back(residual);
+    return autograd::checkpoint(
+        layer_name(l, "attn"),
+        [this, l, keep](const std::vector<Tensor>& in, bool again) {
+          return self_attention(l, in[0], keep->slice, keep->run(again), keep->rows,
+                                in.size() > 1 ? in[1] : Tensor());
+        },
+        in,
+        {p(layer_name(l, "attn.c_attn.weight")), p(layer_name(l, "attn.c_attn.bias")),
+         p(layer_name(l, "attn.c_proj.weight")), p(layer_name(l, "attn.c_proj.bias"))});
+  }
   static LocalRoute local;
   Tensor qkv = linear(x, p(layer_name(l, "attn.c_attn.weight")),
                       p(layer_name(l, "attn.c_attn.bias")));  // (T, (H + 2 Hkv) D)

@@ -13,6 +13,7 @@
 #include "layers/attention/routes/route.h"
 #include "layers/gpt_config.h"
 #include "layers/parameters.h"
+#include "layers/recompute.h"
 #include "layers/tap.h"
 
 namespace driftless::layers {
@@ -30,6 +31,9 @@ struct ForwardOptions {
   // training.deterministic).
   bool deterministic = true;
   uint64_t dropout_seed = 0;
+  // Activations recomputed in the backward (autograd::checkpoint around each block, or
+  // around each attention branch); the gradients are the same bits.
+  Recompute recompute = Recompute::none;
 };
 
 class Gpt {
