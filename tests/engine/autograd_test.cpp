@@ -213,7 +213,10 @@ std::vector<Tensor> checkpoint_grads(DType dt, int mode, int* leaf_done = nullpt
         },
         {x}, {w1, w2});
   }
-  Tensor root = ops::sum_all(ops::mul(ops::add(y, layer(x, w1)), y));  // w1 outside too
+  // w1 is used outside too, and so is x0 (through another path: x itself feeds only the
+  // checkpoint, as a block's input does; a sum of three gradients for x would depend on
+  // which two the checkpoint adds first, checkpoint or not a matter of association).
+  Tensor root = ops::sum_all(ops::mul(ops::add(y, layer(ops::scale(x0, 0.5), w1)), y));
   int done = 0;
   autograd::backward(root, Tensor(), [&](const Tensor&) { ++done; });
   if (leaf_done) *leaf_done = done;
