@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "engine/autograd/autograd.h"
 #include "engine/core/random.h"
@@ -11,6 +12,7 @@
 #include "layers/attention/routes/local_route.h"
 #include "layers/linear.h"
 #include "layers/lm_loss.h"
+#include "layers/recompute_keep.h"
 
 namespace driftless::layers {
 
@@ -92,6 +94,18 @@ void Gpt::init(uint64_t seed) {
   slab_.sync_compute();
 }
 
+std::string Gpt::layer_prefix(int64_t l) const {
+  return (config_.is_llama() ? "layers." : "h.") + std::to_string(l) + ".";
+}
+
+std::vector<Tensor> Gpt::layer_parameters(int64_t l) const {
+  const std::string prefix = layer_prefix(l);
+  std::vector<Tensor> out;
+  for (const auto& prm : slab_.parameters())
+    if (prm.name.compare(0, prefix.size(), prefix) == 0) out.push_back(prm.value);
+  return out;
+}
+
 AttentionShape Gpt::attention_shape() const {
   return {config_.n_layer, config_.n_head, config_.kv_heads(), config_.head_dim()};
 }
@@ -134,15 +148,34 @@ Tensor Gpt::hidden(const std::vector<PartInput>& slice, const ForwardOptions& o,
   x = ops::dropout(x, config_.dropout, random::derive(o.dropout_seed, 0), dropout_rows(slice),
                    o.training);
   x = tap(x, "embed", o.sink, rows);
+  // Rotary positions (llama): each token's index in its document, never its row (T) i32
+  const Tensor rope_positions =
+      config_.is_llama() ? Tensor::from_vector(positions).to(device_) : Tensor();
+  auto run_block = [this, rope_positions](int64_t l, const Tensor& in,
+                                          const std::vector<PartInput>& s,
+                                          const ForwardOptions& opt,
+                                          const std::vector<PartRows>& r) {
+    return config_.is_llama() ? llama_block(l, in, rope_positions, s, opt, r)
+                              : block(l, in, s, opt, r);
+  };
+  for (int64_t l = 0; l < config_.n_layer; ++l) {
+    if (o.recompute != Recompute::full) {
+      x = run_block(l, x, slice, o, rows);
+      continue;
+    }
+    // training.recompute full: the block keeps only its input; its backward runs it again.
+    auto keep = std::make_shared<const Recomputable>(slice, rows, o);
+    x = autograd::checkpoint(
+        layer_prefix(l) + "block",
+        [run_block, l, keep](const std::vector<Tensor>& in, bool again) {
+          return run_block(l, in[0], keep->slice, keep->run(again), keep->rows);
+        },
+        {x}, layer_parameters(l));
+  }
   if (config_.is_llama()) {
-    // Rotary positions: each token's index in its document, never its row (T) i32
-    const Tensor rope_positions = Tensor::from_vector(positions).to(device_);
-    for (int64_t l = 0; l < config_.n_layer; ++l)
-      x = llama_block(l, x, rope_positions, slice, o, rows);
     x = ops::rms_norm(x, p("norm.weight"), config_.rms_norm_eps);
     return tap(x, "norm", o.sink, rows);
   }
-  for (int64_t l = 0; l < config_.n_layer; ++l) x = block(l, x, slice, o, rows);
   x = ops::layer_norm(x, p("ln_f.weight"), p("ln_f.bias"));
   return tap(x, "ln_f", o.sink, rows);
 }
@@ -185,6 +218,22 @@ Tensor Gpt::block(int64_t l, const Tensor& x, const std::vector<PartInput>& slic
 Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<PartInput>& slice,
                            const ForwardOptions& o, const std::vector<PartRows>& rows,
                            const Tensor& residual) {
+  if (o.recompute == Recompute::attention && autograd::grad_enabled()) {
+    // training.recompute attention: the branch keeps its input (and the residual); its
+    // QKV, attention output and LSE are made again in the backward.
+    auto keep = std::make_shared<const Recomputable>(slice, rows, o);
+    std::vector<Tensor> in{x};
+    if (residual.defined()) in.push_back(residual);
+    return autograd::checkpoint(
+        layer_name(l, "attn"),
+        [this, l, keep](const std::vector<Tensor>& in, bool again) {
+          return self_attention(l, in[0], keep->slice, keep->run(again), keep->rows,
+                                in.size() > 1 ? in[1] : Tensor());
+        },
+        in,
+        {p(layer_name(l, "attn.c_attn.weight")), p(layer_name(l, "attn.c_attn.bias")),
+         p(layer_name(l, "attn.c_proj.weight")), p(layer_name(l, "attn.c_proj.bias"))});
+  }
   Tensor qkv = linear(x, p(layer_name(l, "attn.c_attn.weight")),
                       p(layer_name(l, "attn.c_attn.bias")));  // (T, (H + 2 Hkv) D)
   qkv = tap(qkv, layer_name(l, "attn.qkv"), o.sink, rows);

@@ -15,6 +15,7 @@
 #include "layers/attention/routes/route.h"
 #include "layers/gpt_config.h"
 #include "layers/parameters.h"
+#include "layers/recompute.h"
 #include "layers/tap.h"
 
 namespace driftless::layers {
@@ -32,6 +33,9 @@ struct ForwardOptions {
   // training.deterministic).
   bool deterministic = true;
   uint64_t dropout_seed = 0;
+  // Activations recomputed in the backward (autograd::checkpoint around each block, or
+  // around each attention branch); the gradients are the same bits.
+  Recompute recompute = Recompute::none;
 };
 
 // The slice's rows named by their place in the step's global batch (sequence x S +
@@ -71,6 +75,11 @@ class Gpt {
                const ForwardOptions& options, const std::vector<PartRows>& rows);
   // ---- llama_block.cpp ----
   void declare_llama();
+  // The attention branch of a llama block: QKV projection, rotary positions, route, output
+  // projection (+ residual when defined, as self_attention).
+  Tensor llama_attention(int64_t layer, const Tensor& h, const Tensor& positions,
+                         const std::vector<PartInput>& slice, const ForwardOptions& options,
+                         const std::vector<PartRows>& rows, const Tensor& residual);
   // positions (T) i32: each row's index in its document (ModelInput::position_index).
   Tensor llama_block(int64_t layer, const Tensor& x, const Tensor& positions,
                      const std::vector<PartInput>& slice, const ForwardOptions& options,
@@ -82,6 +91,10 @@ class Gpt {
                          const std::string& prefix);
   // The token embedding, and the LM head's weight (the embedding when tied).
   const Tensor& embedding_weight() const;
+  // "h.{l}." (gpt2) or "layers.{l}." (llama), and layer l's parameters in slab order (the
+  // inputs of a recomputed block's checkpoint node).
+  std::string layer_prefix(int64_t layer) const;
+  std::vector<Tensor> layer_parameters(int64_t layer) const;
   const Tensor& head_weight() const;
   // The attention branch of a block: projection, route, projection. With `residual`
   // defined, residual + the branch, the sum in the output projection's node (linear's

@@ -1,10 +1,12 @@
 // The Llama-family block of Gpt (architecture llama; ARCHITECTURE.md "Model"): RMSNorm,
 // fused QKV with rotary positions applied once before the route (so K enters every K/V
 // buffer already rotated), output projection, RMSNorm, SwiGLU MLP; no biases.
+#include "engine/autograd/autograd.h"
 #include "engine/core/random.h"
 #include "engine/ops/ops.h"
 #include "layers/gpt.h"
 #include "layers/linear.h"
+#include "layers/recompute_keep.h"
 
 namespace driftless::layers {
 
@@ -47,17 +49,11 @@ Tensor Gpt::llama_block(int64_t l, const Tensor& x, const Tensor& positions,
   auto n = [l](const std::string& part) { return llama_name(l, part); };
   Tensor h = ops::rms_norm(x, p(n("input_layernorm.weight")), c.rms_norm_eps);
   h = tap(h, n("input_layernorm"), o.sink, rows);
-  Tensor qkv = linear(h, p(n("self_attn.qkv_proj.weight")), Tensor());  // (T, (H + 2 Hkv) D)
-  qkv = tap(qkv, n("self_attn.qkv"), o.sink, rows);
-  qkv = ops::rope(qkv, positions, c.n_head, c.kv_heads(), c.rope_theta);
-  qkv = tap(qkv, n("self_attn.rope"), o.sink, rows);
-  Tensor y = route_attention(l, qkv, slice, o, rows, n("self_attn"));  // (T, H D)
-  const Tensor& w_o = p(n("self_attn.o_proj.weight"));
   Tensor r;
   if (fused_residual) {
-    r = linear(y, w_o, Tensor(), x);
+    r = llama_attention(l, h, positions, slice, o, rows, x);
   } else {
-    Tensor a = linear(y, w_o, Tensor());
+    Tensor a = llama_attention(l, h, positions, slice, o, rows, Tensor());
     a = ops::dropout(a, c.dropout, random::derive(o.dropout_seed, 2 * l + 1), dropout_rows(slice),
                      o.training);
     r = ops::add(x, tap(a, n("self_attn"), o.sink, rows));
@@ -76,6 +72,33 @@ Tensor Gpt::llama_block(int64_t l, const Tensor& x, const Tensor& positions,
     out = ops::add(r, tap(m, n("mlp"), o.sink, rows));
   }
   return tap(out, n("out"), o.sink, rows);
+}
+
+Tensor Gpt::llama_attention(int64_t l, const Tensor& h, const Tensor& positions,
+                            const std::vector<PartInput>& slice, const ForwardOptions& o,
+                            const std::vector<PartRows>& rows, const Tensor& residual) {
+  auto n = [l](const std::string& part) { return llama_name(l, part); };
+  if (o.recompute == Recompute::attention && autograd::grad_enabled()) {
+    // training.recompute attention: the branch keeps its input (and the residual); its QKV,
+    // rotated QKV, attention output and LSE are made again in the backward.
+    auto keep = std::make_shared<const Recomputable>(slice, rows, o);
+    std::vector<Tensor> in{h};
+    if (residual.defined()) in.push_back(residual);
+    return autograd::checkpoint(
+        n("self_attn"),
+        [this, l, keep, positions](const std::vector<Tensor>& in, bool again) {
+          return llama_attention(l, in[0], positions, keep->slice, keep->run(again), keep->rows,
+                                 in.size() > 1 ? in[1] : Tensor());
+        },
+        in, {p(n("self_attn.qkv_proj.weight")), p(n("self_attn.o_proj.weight"))});
+  }
+  const GptConfig& c = config_;
+  Tensor qkv = linear(h, p(n("self_attn.qkv_proj.weight")), Tensor());  // (T, (H + 2 Hkv) D)
+  qkv = tap(qkv, n("self_attn.qkv"), o.sink, rows);
+  qkv = ops::rope(qkv, positions, c.n_head, c.kv_heads(), c.rope_theta);
+  qkv = tap(qkv, n("self_attn.rope"), o.sink, rows);
+  Tensor y = route_attention(l, qkv, slice, o, rows, n("self_attn"));  // (T, H D)
+  return linear(y, p(n("self_attn.o_proj.weight")), Tensor(), residual);
 }
 
 }  // namespace driftless::layers

@@ -8,7 +8,9 @@
 # kernels' forward and forward+backward TFLOP/s on `driftless bench attention`'s shapes,
 # then PyTorch's SDPA / FlexAttention on the same shapes in the same invocation, with the
 # ratios. Needs a CUDA build: BUILD (default build-gpu).
-#   bash scripts/bench_gpu.sh [throughput] [scaling] [context] [wide] [attention]
+#   bash scripts/bench_gpu.sh [throughput] [scaling] [context] [wide] [attention] [million]
+# (`million`: one document of 524288 and 1048576 tokens on 4 GPUs, cp4 a2a and ring, with
+# training.recompute full; then the longest document on 1 GPU: 131072 / 262144 / 524288)
 # (`context`: one document of 16384 / 65536 / 131072 tokens on 1 GPU against PyTorch in the
 # same invocation, and of 16384 / 65536 on sdp2, cp2 ring and cp2 a2a)
 #   (default: throughput scaling)
@@ -136,6 +138,44 @@ if [[ $parts == *wide* ]]; then
       run_one $(mpi_n "$P") "$dl" bench train --config configs/models/gpt2_124m.yaml \
         --set batch.sequence_length=$S --set batch.sequences=2 --steps 4 --warmup 2 \
         --set distributed.sequence_data_parallel=$P | tee -a "$out/bench-wide.log"
+    done
+  done
+  rm -f "$out/run.txt" "$out/err.txt"
+fi
+
+if [[ $parts == *million* ]]; then
+  # One document of S tokens with activation recomputation (training.recompute full: each
+  # block keeps only its input). Prints tokens/s and the peak memory of every GPU (bench
+  # train's second line). Context parallel on 4 GPUs (each rank holds S / 4 tokens), then
+  # the longest document one GPU trains. A run that does not fit prints FAILED and the
+  # out-of-memory message; the parts after it still run.
+  one_doc() {  # S, micro-sequences
+    echo --config configs/models/gpt2_124m.yaml --set batch.sequence_length="$1" \
+      --set batch.sequences=1 --set model.n_positions="$1" --set data.random_distribution=fixed \
+      --set data.random_mean_length="$1" --set data.random_max_length="$1" \
+      --set training.recompute=full --set schedule.micro_sequences="$2" --steps 3 --warmup 1
+  }
+  if [ "$gpus" -ge 4 ]; then
+    read -ra mpi4 <<<"$(mpi_n 4)"
+    for S in 524288 1048576; do
+      for kind in a2a ring; do
+        for ms in 1 4; do
+          echo "== one document of S=$S, cp4 $kind, recompute full, micro_sequences $ms" |
+            tee -a "$out/bench-million.log"
+          # shellcheck disable=SC2046
+          run_one "${mpi4[@]}" "$dl" bench train $(one_doc "$S" "$ms") \
+            --set distributed.context_parallel.size=4 \
+            --set distributed.context_parallel.kind=$kind | tee -a "$out/bench-million.log"
+        done
+      done
+    done
+  fi
+  for S in 131072 262144 524288; do
+    for ms in 1 4; do
+      echo "== one document of S=$S, 1 GPU, recompute full, micro_sequences $ms" |
+        tee -a "$out/bench-million.log"
+      # shellcheck disable=SC2046
+      run_one "$dl" bench train $(one_doc "$S" "$ms") | tee -a "$out/bench-million.log"
     done
   done
   rm -f "$out/run.txt" "$out/err.txt"

@@ -13,6 +13,7 @@
 #include "engine/optim/schedule.h"
 #include "layers/attention/context_parallel.h"
 #include "layers/gpt_config.h"
+#include "layers/recompute.h"
 
 namespace driftless::train {
 
@@ -29,6 +30,7 @@ const std::string& config_name(data::LongDocuments v);
 const std::string& config_name(optim::LrDecay v);
 const std::string& config_name(layers::ContextParallel v);
 const std::string& config_name(KvExchangeMode v);
+const std::string& config_name(layers::Recompute v);
 
 struct DataConfig {
   DataFormat format = DataFormat::random;
@@ -79,6 +81,7 @@ struct TrainingConfig {
   int64_t seed = 1234;
   bool deterministic = true;
   std::string init_from;  // checkpoint whose weights start the run ("": seeded init)
+  layers::Recompute recompute = layers::Recompute::none;  // activations recomputed in backward
 };
 
 // Context parallelism (layers/attention/routes/: ring_route, all_to_all_route): size ranks

@@ -23,6 +23,9 @@ const EnumNames<KvExchangeMode> kKvExchange{{"needed", "full"},
                                             {KvExchangeMode::needed, KvExchangeMode::full}};
 const EnumNames<layers::Architecture> kArchitectures{
     {"gpt2", "llama"}, {layers::Architecture::gpt2, layers::Architecture::llama}};
+const EnumNames<layers::Recompute> kRecompute{
+    {"none", "attention", "full"},
+    {layers::Recompute::none, layers::Recompute::attention, layers::Recompute::full}};
 const EnumNames<Device> kDevices{{"cpu", "cuda"}, {Device::cpu, Device::cuda}};
 const EnumNames<DType> kComputeDtypes{{"f32", "bf16"}, {DType::f32, DType::bf16}};
 
@@ -34,6 +37,7 @@ const std::string& config_name(optim::LrDecay v) { return kLrDecays.name(v); }
 const std::string& config_name(ContextParallel v) { return kContextParallel.name(v); }
 const std::string& config_name(KvExchangeMode v) { return kKvExchange.name(v); }
 const std::string& config_name(layers::Architecture v) { return kArchitectures.name(v); }
+const std::string& config_name(layers::Recompute v) { return kRecompute.name(v); }
 
 template <class C, class V>
 void visit_schema_impl(C& c, V&& v) {
@@ -94,6 +98,7 @@ void visit_schema_impl(C& c, V&& v) {
   v(Field{"training.seed", "seed of data order, initialisation and dropout", 0, 9e15}, c.training.seed);
   v(Field{"training.deterministic", "bitwise reproducible runs (fixed reduction orders, no atomics); false lets the CUDA attention backward sum dQ with atomic adds on Hopper GPUs (faster; the bits of the gradients then vary from run to run). Everything else is always deterministic"}, c.training.deterministic);
   v(Field{"training.init_from", "checkpoint whose model weights start the run instead of the seeded initialisation (another run's, or `driftless import --hf`'s); its model section must match model; no step or optimizer state is taken from it; --resume ignores it"}, c.training.init_from);
+  v(Field{"training.recompute", "activation recomputation (checkpointing): none keeps every block's activations for the backward (fastest; activation memory grows with the tokens in flight: every micro-sequence's activations are kept); full keeps only each block's input (one (T, n_embd) tensor per layer) and reruns the block's forward in its backward (about a third more compute, activation memory of one block); attention reruns only the attention branch (QKV projection, route, output projection) and keeps the layer norms' and MLP's activations (saves the QKV, attention output and LSE, about 5 n_embd per token and layer; costs the QKV and output projections and the attention forward again). Exact: the gradients are the same bits as without it. The route's forward (K/V buffer writes, exchanges) runs again in the backward, in the same order on every rank"}, enum_ref(c.training.recompute, kRecompute));
   // distributed
   v(Field{"distributed.sequence_data_parallel", "ranks sharing one sequence (SDP)", 1, 1 << 16}, c.distributed.sequence_data_parallel);
   v(Field{"distributed.context_parallel.size", "ranks sharing one sequence by context parallelism (instead of SDP; the world is data_parallel x size)", 1, 1 << 16}, c.distributed.context_parallel.size);

@@ -19,6 +19,7 @@ struct RegressLayout {
   std::vector<std::string> overrides;             // key.path=value for `driftless train`
   std::string baseline = "simple";                // layout compared against; "none": reference only
   std::map<std::string, std::string> env;         // extra environment (test-only faults)
+  bool exact = false;  // must equal its baseline bit for bit (tolerance 0, no overrides)
 };
 
 // A per-tensor exception to the class tolerance; the reason is required and reported.

@@ -35,6 +35,7 @@ struct LayoutEntry {
   std::string baseline = "simple";
   std::map<std::string, std::string> set;
   std::map<std::string, std::string> env;
+  bool exact = false;
 };
 
 // The regression config as written; load_regress_config turns it into a RegressConfig.
@@ -91,6 +92,7 @@ void visit_regress_schema(RegressFile& c, const FieldVisitor& v) {
     w(Field{"baseline", "the layout it is compared against; none: a reference only"}, &l.baseline);
     w(Field{"set", "run config overrides (key.path: value)"}, &l.set);
     w(Field{"env", "extra environment of the run (test-only faults)"}, &l.env);
+    w(Field{"exact", "every logged tensor and the loss must equal the baseline's bit for bit (tolerance 0, no overrides): for changes that must not move a bit, such as training.recompute"}, &l.exact);
   });
   v(Field{"layouts", "the layouts run and compared"}, &layouts);
 }
@@ -174,7 +176,7 @@ RegressConfig load_regress_config(const std::string& path, const std::vector<std
     if (!std::regex_match(l.name, std::regex("[A-Za-z0-9_.-]+")))
       err(where + ".name: '" + l.name + "' must be letters, digits, _ . -");
     if (!names.insert(l.name).second) err(where + ".name: '" + l.name + "' appears twice");
-    RegressLayout layout{l.name, l.ranks, {}, l.baseline, l.env};
+    RegressLayout layout{l.name, l.ranks, {}, l.baseline, l.env, l.exact};
     for (const auto& [key, value] : l.set) layout.overrides.push_back(key + "=" + value);
     c.layouts.push_back(layout);
   }

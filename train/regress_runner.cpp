@@ -158,8 +158,14 @@ std::vector<LayoutResult> run_regression(const RegressConfig& c, const RegressRu
       const std::string dt = dtype_of(l);
       auto tol = tolerances.find(dt);
       DL_CHECK(tol != tolerances.end(), "regress", "no tolerances for dtype " << dt);
-      r = compare_runs(ref, test, c.log_steps, tol->second, c.epsilon,
-                       overrides_for(dt, c.tolerance_overrides));
+      if (l.exact) {
+        std::map<std::string, double> zero;
+        for (const auto& [kind, value] : tol->second) zero[kind] = 0.0;
+        r = compare_runs(ref, test, c.log_steps, zero, c.epsilon, {});
+      } else {
+        r = compare_runs(ref, test, c.log_steps, tol->second, c.epsilon,
+                         overrides_for(dt, c.tolerance_overrides));
+      }
     }
     r.name = l.name;
     r.baseline = l.baseline;

@@ -338,6 +338,7 @@ StepStats Trainer::train_step(int64_t step) {
   // Several forwards before their backwards: the loss must not hold a dW per forward.
   fo.recompute_loss = layout_.micro_sequences > 1 || layout_.breadth_first > 1;
   fo.deterministic = config_.training.deterministic;
+  fo.recompute = config_.training.recompute;
 
   PlanOptions po;
   po.pad_documents_to = int32_t(config_.data.pad_documents_to);

@@ -249,4 +249,63 @@ void backward(const Tensor& root, const Tensor& grad, const LeafDoneHook& on_lea
   }
 }
 
+Tensor checkpoint(const std::string& name, CheckpointFn fn, const std::vector<Tensor>& inputs,
+                  const std::vector<Tensor>& params) {
+  bool needed = false;
+  if (grad_enabled()) {
+    for (const auto& t : inputs) needed = needed || t.requires_grad();
+    for (const auto& t : params) needed = needed || t.requires_grad();
+  }
+  if (!needed) return fn(inputs, false);
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    y = fn(inputs, false).detach();  // a fresh handle: the node becomes its grad_fn
+  }
+  const size_t n = inputs.size();
+  std::vector<bool> wants(n);
+  for (size_t i = 0; i < n; ++i) wants[i] = inputs[i].requires_grad();
+  std::vector<Tensor> edges = inputs;
+  edges.insert(edges.end(), params.begin(), params.end());
+  Context ctx;
+  ctx.save_for_backward(inputs);
+  const std::string node_name = "checkpoint:" + name;
+  return record(
+      node_name, edges, y, std::move(ctx),
+      [fn = std::move(fn), n, wants, node_name, edge_count = edges.size()](
+          Context& c, const std::vector<Tensor>& g) -> std::vector<Tensor> {
+        std::vector<Tensor> grads(edge_count);
+        {
+          EnableGradGuard grad_on;
+          std::vector<Tensor> again(n);
+          auto caught = std::make_shared<std::vector<Tensor>>(n);
+          for (size_t i = 0; i < n; ++i) {
+            const Tensor& saved = c.saved_tensors()[i];
+            if (!saved.defined() || !wants[i]) {
+              again[i] = saved;
+              continue;
+            }
+            Tensor leaf = saved.detach();
+            leaf.set_requires_grad(true);
+            // The identity keeps the input a non-leaf inside fn; its backward hands the summed
+            // gradient out instead of accumulating it into a leaf's .grad (one copy fewer).
+            again[i] = record("checkpoint_input", {leaf}, saved.detach(), Context{},
+                              [caught, i](Context&, const std::vector<Tensor>& gi) {
+                                (*caught)[i] = gi[0];
+                                return std::vector<Tensor>{Tensor()};
+                              });
+          }
+          Tensor out = fn(again, true);
+          DL_CHECK(out.shape() == g[0].shape(), node_name.c_str(),
+                   "the recomputed output has shape " << shape_str(out.shape())
+                                                      << ", the forward's had "
+                                                      << shape_str(g[0].shape()));
+          if (out.requires_grad()) backward(out, g[0]);
+          for (size_t i = 0; i < n; ++i) grads[i] = (*caught)[i];
+        }
+        c.clear();
+        return grads;
+      });
+}
+
 }  // namespace driftless::autograd

@@ -134,4 +134,18 @@ using LeafDoneHook = std::function<void(const Tensor& leaf)>;
 void backward(const Tensor& root, const Tensor& grad = Tensor(),
               const LeafDoneHook& on_leaf_done = {});
 
+// Activation checkpointing. fn(inputs, recomputing) runs once under no-grad and only the
+// inputs are kept; the node's backward runs fn again (recomputing = true) with grad enabled
+// on detached copies of the inputs and backpropagates its gradient through that graph, which
+// is then freed. Each input enters the recomputed graph through an identity node, so the ops
+// of fn see a non-leaf and fuse pending gradients (take_pending_grad) as they would without
+// checkpointing: the gradients are the same bits. `params` are the leaves fn uses: their
+// gradients accumulate into .grad in the nested backward (accumulating_grad works as usual),
+// and they are inputs of the checkpoint node so the outer backward's on_leaf_done fires for
+// them once it has run. fn must be deterministic (dropout seeded by row ids) and its side
+// effects safe to repeat in the backward's order. With grad disabled, plainly fn(inputs).
+using CheckpointFn = std::function<Tensor(const std::vector<Tensor>& inputs, bool recomputing)>;
+Tensor checkpoint(const std::string& name, CheckpointFn fn, const std::vector<Tensor>& inputs,
+                  const std::vector<Tensor>& params);
+
 }  // namespace driftless::autograd

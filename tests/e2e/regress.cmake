@@ -26,7 +26,8 @@ set_tests_properties(regress_faults PROPERTIES LABELS "e2e;mpi" TIMEOUT 600
 add_test(NAME regress_cp_np4
          COMMAND driftless regress -c ${PROJECT_SOURCE_DIR}/configs/regress/tiny_np4.yaml
                  --only cp4_ring --only cp4_ring_ms2 --only cp2_ring_dp2 --only simple_kv4
-                 --only cp4_a2a --only cp4_a2a_ms2 -o ${PROJECT_BINARY_DIR}/e2e/regress_cp_np4)
+                 --only cp4_a2a --only cp4_a2a_ms2 --only cp4_ring_ms2_rc_full
+                 --only cp4_a2a_ms2_rc_full -o ${PROJECT_BINARY_DIR}/e2e/regress_cp_np4)
 set_tests_properties(regress_cp_np4 PROPERTIES LABELS "e2e;mpi" TIMEOUT 600
                      ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
 # Dropout on: masks follow each token's place in the global batch, so micro-sequence, SDP,
