@@ -29,6 +29,7 @@ struct BatchOptions {
   int32_t sdp = 1;               // distributed.sequence_data_parallel
   int32_t cp = 1;                // distributed.context_parallel.size
   std::string cp_kind = "ring";  // distributed.context_parallel.kind
+  int32_t cp_group = 1;          // distributed.context_parallel.group_size (hybrid)
   int32_t data_parallel = 1;     // distributed.data_parallel
   int64_t step = 0;
   int32_t rank = -1;  // -1: every rank
@@ -62,6 +63,7 @@ void apply_config(BatchOptions& o, const CLI::App& sub) {
   if (unset("--sdp")) o.sdp = int32_t(c.distributed.sequence_data_parallel);
   if (unset("--context-parallel")) o.cp = int32_t(c.distributed.context_parallel.size);
   if (unset("--cp-kind")) o.cp_kind = train::config_name(c.distributed.context_parallel.kind);
+  if (unset("--cp-group")) o.cp_group = int32_t(c.distributed.context_parallel.group_size);
   if (unset("--data-parallel")) o.data_parallel = int32_t(c.distributed.data_parallel);
   if (unset("--seed")) o.sampler.seed = uint64_t(c.training.seed);
 }
@@ -84,6 +86,9 @@ int run_batch(const BatchOptions& o) {
   // The ranks sharing a sequence, and which slices each holds (train/layout.h).
   const int32_t P = o.sdp * o.cp, world = P * o.data_parallel;
   const train::ContextParallel kind = layers::context_parallel_kind(o.cp_kind, o.cp);
+  DL_CHECK(kind != train::ContextParallel::hybrid || (o.cp_group >= 1 && o.cp % o.cp_group == 0),
+           "batch",
+           "expected --cp-group to divide --context-parallel (" << o.cp << "), got " << o.cp_group);
   DL_CHECK(sc.sequences % o.data_parallel == 0, "batch",
            "expected --data-parallel (" << o.data_parallel << ") to divide --batch, got "
                                         << sc.sequences);
@@ -102,6 +107,7 @@ int run_batch(const BatchOptions& o) {
   out["breadth_first"] = o.breadth_first;
   out["sequence_data_parallel"] = o.sdp;
   out["context_parallel"] = {{"size", o.cp}, {"kind", o.cp_kind}};
+  if (kind == train::ContextParallel::hybrid) out["context_parallel"]["group_size"] = o.cp_group;
   out["data_parallel"] = o.data_parallel;
   out["loss_tokens"] = batch.loss_tokens;
   out["ranks"] = nlohmann::json::array();
@@ -113,6 +119,7 @@ int run_batch(const BatchOptions& o) {
     layout.sequence_data_parallel = o.sdp;
     layout.context_parallel = kind == train::ContextParallel::none ? 1 : o.cp;
     layout.cp_kind = kind;
+    if (kind == train::ContextParallel::hybrid) layout.cp_group_size = o.cp_group;
     layout.depth_first = o.depth_first;
     layout.breadth_first = o.breadth_first;
     layout.micro_sequences = o.micro_sequences;
@@ -175,9 +182,15 @@ Registrar reg(
            ->capture_default_str();
        sub.add_option("--cp-kind", o->cp_kind,
                       "distributed.context_parallel.kind: ring (a forward lists two inputs per "
-                      "sequence, chunks r and 2P-1-r of 2P, sharing a slot) or a2a (SDP's "
-                      "contiguous chunk, with the whole micro-sequence)")
-           ->check(CLI::IsMember({"ring", "a2a"}))
+                      "sequence, chunks r and 2P-1-r of 2P, sharing a slot), a2a (SDP's "
+                      "contiguous chunk, with the whole micro-sequence) or hybrid (a2a in "
+                      "groups of --cp-group, the ring across them: two pieces per sequence, "
+                      "each with its ring chunk)")
+           ->check(CLI::IsMember({"ring", "a2a", "hybrid"}))
+           ->capture_default_str();
+       sub.add_option("--cp-group", o->cp_group,
+                      "distributed.context_parallel.group_size: ranks per all-to-all group of "
+                      "the hybrid")
            ->capture_default_str();
        sub.add_option("--data-parallel", o->data_parallel,
                       "distributed.data_parallel: groups that split the sequences")

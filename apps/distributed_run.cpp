@@ -20,17 +20,28 @@ int run_distributed(const train::Config& config,
     train::check_ranks_agree(*control, train::config_entries(config), "configuration");
     // NCCL communicators for cuda runs, so gradients and K/V stay on the device.
     const Device device = config.precision.device;
+    const bool hybrid = config.distributed.context_parallel.size > 1 &&
+                        config.distributed.context_parallel.kind == layers::ContextParallel::hybrid;
     parallel::ProcessGroups groups(
         world,
         // The ranks sharing a sequence: SDP or context parallel (config.cpp allows one).
         {int(config.distributed.data_parallel),
-         int(config.distributed.sequence_data_parallel * config.distributed.context_parallel.size)},
+         int(config.distributed.sequence_data_parallel * config.distributed.context_parallel.size),
+         hybrid ? int(config.distributed.context_parallel.group_size) : 0},
         device);
     auto exchange = parallel::make_kv_exchange(groups.sdp());
+    // The hybrid's all-to-all inside its group and ring across the groups.
+    std::unique_ptr<layers::KvExchange> cp_group, cp_ring;
+    if (hybrid) {
+      cp_group = parallel::make_kv_exchange(*groups.cp_group());
+      cp_ring = parallel::make_kv_exchange(*groups.cp_ring());
+    }
     train::TrainerOptions options;
     options.rank = world.rank();
     options.data_group = &groups.data();
     options.sdp_exchange = exchange.get();
+    options.cp_group_exchange = cp_group.get();
+    options.cp_ring_exchange = cp_ring.get();
     options.control = control.get();
     status = body(options);
   };

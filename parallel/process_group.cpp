@@ -37,6 +37,19 @@ World::World(WorldOptions options) : options_(options) {
   MpiComm owned(local);
   mpi_check(MPI_Comm_rank(local, &local_rank_), "world", "MPI_Comm_rank");
   mpi_check(MPI_Comm_size(local, &local_size_), "world", "MPI_Comm_size");
+  local_rank_ = choose_local_rank(std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"),
+                                  std::getenv("SLURM_LOCALID"), local_rank_);
+}
+
+int choose_local_rank(const char* ompi_local_rank, const char* slurm_local_id, int shared_rank) {
+  for (const char* v : {ompi_local_rank, slurm_local_id}) {
+    if (!v || !*v) continue;
+    char* end = nullptr;
+    const long r = std::strtol(v, &end, 10);
+    DL_CHECK(*end == 0 && r >= 0, "world", "local rank '" << v << "' is not a number >= 0");
+    return int(r);
+  }
+  return shared_rank;
 }
 
 World::~World() {
@@ -76,6 +89,13 @@ void validate_layout(int world_size, const GroupLayout& l) {
                                    "`mpirun -np " +
                                        std::to_string(l.world_size()) + " ...`"
                                  : ""));
+  DL_CHECK(
+      l.context_parallel_group == 0 || (l.context_parallel_group >= 1 &&
+                                        l.sequence_data_parallel % l.context_parallel_group == 0),
+      "process_groups",
+      "context_parallel_group " << l.context_parallel_group
+                                << " must divide the ranks sharing a sequence ("
+                                << l.sequence_data_parallel << ")");
 }
 
 RankCoords rank_coords(int rank, const GroupLayout& l) {
@@ -121,6 +141,10 @@ ProcessGroups::ProcessGroups(const World& world, GroupLayout layout, Device devi
     data_ = make_single_process_communicator(options, device);
     sdp_ = make_single_process_communicator(options, device);
     batch_ = make_single_process_communicator(options, device);
+    if (layout.context_parallel_group > 0) {
+      cp_group_ = make_single_process_communicator(options, device);
+      cp_ring_ = make_single_process_communicator(options, device);
+    }
     return;
   }
   if (device == Device::cuda) select_local_gpu(world.local_rank());
@@ -128,6 +152,10 @@ ProcessGroups::ProcessGroups(const World& world, GroupLayout layout, Device devi
   // MPI_Comm_split is collective over the world: every rank makes both splits in order.
   sdp_ = split(coords_.batch_rank, world.rank(), device, options);
   batch_ = split(coords_.sdp_rank, world.rank(), device, options);
+  if (const int G = layout.context_parallel_group; G > 0) {
+    cp_group_ = split(world.rank() / G, world.rank(), device, options);
+    cp_ring_ = split(coords_.batch_rank * G + coords_.sdp_rank % G, world.rank(), device, options);
+  }
 }
 
 ProcessGroups::~ProcessGroups() = default;

@@ -49,10 +49,19 @@ class World {
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
 };
 
+// Which GPU of its host a rank takes: the launcher's local rank (OMPI_COMM_WORLD_LOCAL_RANK,
+// then SLURM_LOCALID; null when unset) where it gives one, else the rank among the ranks
+// sharing this machine's memory (MPI_Comm_split_type). The launcher's wins so that a wrapper
+// can place ranks as if on several hosts (tests/gpu/multinode.sh); never the global rank.
+int choose_local_rank(const char* ompi_local_rank, const char* slurm_local_id, int shared_rank);
+
 // ---- group arithmetic (no MPI; rank = batch_rank · sdp + sdp_rank) ----
 struct GroupLayout {
   int data_parallel = 1;           // sdp groups splitting the batch
   int sequence_data_parallel = 1;  // ranks sharing one sequence
+  // Hybrid context parallelism: consecutive ranks per all-to-all group within the ranks
+  // sharing a sequence (0: no such groups).
+  int context_parallel_group = 0;
   int world_size() const { return data_parallel * sequence_data_parallel; }
 };
 // Throws driftless::Error naming world size, data_parallel and sequence_data_parallel when
@@ -78,11 +87,16 @@ class ProcessGroups {
   Communicator& data() const { return *data_; }         // all ranks
   Communicator& sdp() const { return *sdp_; }           // ranks sharing a sequence
   Communicator& batch_data() const { return *batch_; }  // ranks with the same sdp_rank
+  // Hybrid context parallelism (layout.context_parallel_group > 0, else nullptr): the ranks of
+  // this rank's all-to-all group, and the ranks at its place in the other groups of its
+  // sequence (the ring), each ordered by world rank.
+  Communicator* cp_group() const { return cp_group_.get(); }
+  Communicator* cp_ring() const { return cp_ring_.get(); }
 
  private:
   GroupLayout layout_;
   RankCoords coords_;
-  std::unique_ptr<Communicator> data_, sdp_, batch_;
+  std::unique_ptr<Communicator> data_, sdp_, batch_, cp_group_, cp_ring_;
 };
 
 // Runs fn; an exception prints "rank R: message" to stderr and ends the whole job

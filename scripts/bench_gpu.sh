@@ -8,11 +8,12 @@
 # kernels' forward and forward+backward TFLOP/s on `driftless bench attention`'s shapes,
 # then PyTorch's SDPA / FlexAttention on the same shapes in the same invocation, with the
 # ratios. Needs a CUDA build: BUILD (default build-gpu).
-#   bash scripts/bench_gpu.sh [throughput] [scaling] [context] [wide] [attention] [million]
-# (`million`: one document of 524288 and 1048576 tokens on 4 GPUs, cp4 a2a and ring, with
+#   bash scripts/bench_gpu.sh [throughput] [scaling] [context] [dp4] [wide] [attention] [million]
+# (`context`: one document of 16384 .. 262144 tokens (CONTEXT_MAX=1048576 for more) on 1 GPU
+# against PyTorch, and with 4 GPUs on sdp4, cp4 ring / a2a / hybrid 2x2 against PyTorch's
+# context_parallel on 4 ranks, as one table; `dp4`: 16 x 1024 tokens per GPU, dp4 vs 1 GPU;
+# `million`: one document of 524288 and 1048576 tokens on 4 GPUs, cp4 a2a and ring, with
 # training.recompute full; then the longest document on 1 GPU: 131072 / 262144 / 524288)
-# (`context`: one document of 16384 / 65536 / 131072 tokens on 1 GPU against PyTorch in the
-# same invocation, and of 16384 / 65536 on sdp2, cp2 ring and cp2 a2a)
 #   (default: throughput scaling)
 # Logs go to ${OUT:-$BUILD}/bench-*.log.
 set -uo pipefail
@@ -100,32 +101,100 @@ if [[ $parts == *scaling* ]]; then
 fi
 
 if [[ $parts == *context* ]]; then
-  # One sequence holding one document of S tokens (positions up to S): the setting of
-  # PyTorch's context_parallel figures (README "Facts"), where attention dominates and the
-  # causal split decides the balance: 1 GPU, sdp2 (contiguous halves), cp2 ring (chunks r
-  # and 2P-1-r) and cp2 a2a (not at 131072). The 1-GPU run is followed by PyTorch's
-  # (tests/reference/bench_one_document.py: SDPA, bf16 autocast, fused AdamW, eager and
-  # torch.compile; TORCH_COMPILE=0 leaves compile out) and the ratios.
+  # One sequence holding one document of S tokens (positions up to S), where attention
+  # dominates and the causal split decides the balance. Always: 1 GPU, followed by PyTorch's
+  # 1-GPU run (tests/reference/bench_one_document.py; TORCH_COMPILE=0 leaves compile out).
+  # With 4 GPUs: sdp4, cp4 ring, cp4 a2a, cp4 hybrid (2 x 2) and PyTorch's context_parallel on
+  # 4 ranks (tests/reference/bench_context_parallel.py), then one table of tokens/s, peak
+  # memory per GPU and each row's ratio to torch's. S up to 262144 (CONTEXT_MAX raises it to
+  # 1048576; there activation recomputation is used where `training.recompute` exists).
   compile_flag=--compile
   [ "${TORCH_COMPILE:-1}" = 0 ] && compile_flag=
-  for S in 16384 65536 131072; do
+  recompute=()
+  "$dl" config --reference 2>/dev/null | grep -q "training.recompute" &&
+    recompute=(--set training.recompute=full)
+  read -ra mpi4 <<<"$(mpi_n 4)"
+  table="$out/bench-context.jsonl"
+  : >"$table"
+  for S in 16384 65536 131072 262144 524288 1048576; do
+    [ "$S" -le "${CONTEXT_MAX:-262144}" ] || continue
     doc=(--config configs/models/gpt2_124m.yaml --set batch.sequence_length=$S --set batch.sequences=1
          --set model.n_positions=$S --set data.random_distribution=fixed
-         --set data.random_mean_length=$S --set data.random_max_length=$S --steps 4 --warmup 2)
+         --set data.random_mean_length=$S --set data.random_max_length=$S --steps 3 --warmup 1)
+    [ "$S" -gt 262144 ] && doc+=("${recompute[@]}")
     echo "== one document of S=$S" | tee -a "$out/bench-context.log"
-    run_one "$dl" bench train "${doc[@]}" | tee -a "$out/bench-context.log"
-    cp "$out/run.txt" "$out/dl-document-$S.txt"
-    python3 tests/reference/bench_one_document.py --seq "$S" --steps 4 --warmup 2 $compile_flag \
-      --driftless "$out/dl-document-$S.txt" 2>&1 | grep -v Warning | tee -a "$out/bench-context.log"
-    if [ "$gpus" -ge 2 ] && [ "$S" -le 65536 ]; then
-      run_one "${mpi[@]}" "$dl" bench train "${doc[@]}" --set distributed.sequence_data_parallel=2 |
-        tee -a "$out/bench-context.log"
-      for kind in ring a2a; do
-        run_one "${mpi[@]}" "$dl" bench train "${doc[@]}" --set distributed.context_parallel.size=2 \
-          --set distributed.context_parallel.kind=$kind | tee -a "$out/bench-context.log"
+    row() {  # name, then the command; appends its JSON line to the table
+      local name=$1
+      shift
+      run_one "$@" | tee -a "$out/bench-context.log"
+      tail -1 "$out/run.txt" 2>/dev/null | grep "^{" |
+        python3 -c "import json,sys; d=json.load(sys.stdin); d.update(layout='$name', S=$S); print(json.dumps(d))" \
+          >>"$table" 2>/dev/null || echo "{\"layout\": \"$name\", \"S\": $S, \"error\": 1}" >>"$table"
+    }
+    if [ "$S" -le 131072 ]; then
+      row "1 GPU" "$dl" bench train "${doc[@]}"
+      cp "$out/run.txt" "$out/dl-document-$S.txt"
+      python3 tests/reference/bench_one_document.py --seq "$S" --steps 3 --warmup 1 $compile_flag \
+        --driftless "$out/dl-document-$S.txt" 2>&1 | grep -v Warning | tee -a "$out/bench-context.log"
+    fi
+    if [ "$gpus" -ge 4 ]; then
+      row sdp4 "${mpi4[@]}" "$dl" bench train "${doc[@]}" --set distributed.sequence_data_parallel=4
+      for kind in ring a2a hybrid; do
+        row "cp4 $kind" "${mpi4[@]}" "$dl" bench train "${doc[@]}" \
+          --set distributed.context_parallel.size=4 --set distributed.context_parallel.kind=$kind \
+          --set distributed.context_parallel.group_size=2
       done
+      torchrun --standalone --nproc_per_node 4 tests/reference/bench_context_parallel.py \
+        --seq "$S" --steps 3 --warmup 1 >"$out/torch-cp-$S.txt" 2>"$out/err.txt"
+      grep "^{" "$out/torch-cp-$S.txt" | tail -1 | tee -a "$out/bench-context.log" |
+        python3 -c "import json,sys; d=json.load(sys.stdin); d.update(layout='torch cp4', S=$S); print(json.dumps(d))" \
+          >>"$table" 2>/dev/null || { echo "FAILED: torch context_parallel at S=$S"; tail -3 "$out/err.txt"; }
     fi
   done
+  python3 - "$table" <<'PY' | tee -a "$out/bench-context.log"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print(f"{'S':>8} {'layout':<12}{'tokens/s':>12}{'peak GiB/GPU':>14}{'x torch cp4':>13}")
+for S in sorted({r["S"] for r in rows}):
+    at = [r for r in rows if r["S"] == S]
+    torch = next((r for r in at if r["layout"] == "torch cp4" and "tokens_per_s" in r), None)
+    best = max((r for r in at if "tokens_per_s" in r and r["layout"].startswith(("sdp4", "cp4"))),
+               key=lambda r: r["tokens_per_s"], default=None)
+    for r in at:
+        if "tokens_per_s" not in r:
+            print(f"{S:>8} {r['layout']:<12}{'failed':>12}")
+            continue
+        peak = r.get("peak_bytes_per_gpu") or max(r.get("peak_bytes_per_rank", [0]))
+        ratio = f"{r['tokens_per_s'] / torch['tokens_per_s']:.3f}" if torch else "-"
+        print(f"{S:>8} {r['layout']:<12}{r['tokens_per_s']:>12.0f}{peak / 2**30:>14.2f}{ratio:>13}")
+    if best and torch:
+        print(f"{S:>8} best 4-GPU layout {best['layout']} / torch cp4 = "
+              f"{best['tokens_per_s'] / torch['tokens_per_s']:.3f}")
+PY
+  rm -f "$out/run.txt" "$out/err.txt"
+fi
+
+if [[ $parts == *dp4* ]]; then
+  # Weak scaling: GPT-2 124M with 16 x 1024 tokens per GPU, 1 GPU against dp4 (64 x 1024).
+  if [ "$gpus" -ge 4 ]; then
+    read -ra mpi4 <<<"$(mpi_n 4)"
+    weak=(--config configs/models/gpt2_124m.yaml --set data.random_distribution=fixed
+          --set data.random_mean_length=1024 --steps 6 --warmup 2)
+    echo "== dp4 weak scaling, 16 x 1024 tokens per GPU" | tee -a "$out/bench-dp4.log"
+    run_one "$dl" bench train "${weak[@]}" --set batch.sequences=16 | tee -a "$out/bench-dp4.log"
+    cp "$out/run.txt" "$out/dl-dp1.txt"
+    run_one "${mpi4[@]}" "$dl" bench train "${weak[@]}" --set batch.sequences=64 \
+      --set distributed.data_parallel=4 | tee -a "$out/bench-dp4.log"
+    python3 - "$out/dl-dp1.txt" "$out/run.txt" <<'PY' | tee -a "$out/bench-dp4.log"
+import json, sys
+one, four = (json.loads([l for l in open(f) if l.startswith("{")][-1]) for f in sys.argv[1:3])
+r = four["tokens_per_s"] / one["tokens_per_s"]
+print(f"dp4 {four['tokens_per_s']:.0f} tokens/s, 1 GPU {one['tokens_per_s']:.0f}: "
+      f"{r:.2f}x (weak-scaling efficiency {r / 4:.1%})")
+PY
+  else
+    echo "dp4: needs 4 GPUs, this machine has $gpus" | tee -a "$out/bench-dp4.log"
+  fi
   rm -f "$out/run.txt" "$out/err.txt"
 fi
 

@@ -127,19 +127,26 @@ void cross_check(const Config& c, std::vector<std::string>& errors) {
     need(sdp == 1, "distributed.context_parallel.size (" + P +
                        ") and distributed.sequence_data_parallel (" + std::to_string(sdp) +
                        ") both share sequences; choose one");
-    if (cp.kind == layers::ContextParallel::ring) {
+    if (cp.kind == layers::ContextParallel::hybrid)
+      need(cp.size % cp.group_size == 0 && m.n_head % cp.group_size == 0 &&
+               m.kv_heads() % cp.group_size == 0,
+           "distributed.context_parallel.group_size (" + std::to_string(cp.group_size) +
+               ") must divide its size (" + P + "), model.n_head (" + std::to_string(m.n_head) +
+               ") and the key/value heads (" + std::to_string(m.kv_heads()) + ")");
+    if (cp.kind != layers::ContextParallel::a2a) {
       need((S / ms) % (2 * cp.size) == 0,
            "a micro-sequence (" + std::to_string(S / ms) +
                " tokens) must divide into 2 x distributed.context_parallel.size (" +
                std::to_string(2 * cp.size) + ") chunks for the ring");
       need(c.data.pad_documents_to <= 1,
-           "distributed.context_parallel.kind ring does not take data.pad_documents_to yet; use "
-           "kind a2a or sequence_data_parallel");
-      need(!m.alibi, "distributed.context_parallel.kind ring does not take model.alibi (its "
-                     "partial attention calls lose the token distance); use kind a2a");
+           "distributed.context_parallel.kind ring and hybrid do not take data.pad_documents_to "
+           "yet; use kind a2a or sequence_data_parallel");
+      need(!m.alibi, "distributed.context_parallel.kind ring and hybrid do not take model.alibi "
+                     "(their partial attention calls lose the token distance); use kind a2a");
       need(m.sliding_window == 0,
-           "distributed.context_parallel.kind ring does not take model.sliding_window (its "
-           "calls over earlier chunks see every key); use kind a2a or sequence_data_parallel");
+           "distributed.context_parallel.kind ring and hybrid do not take model.sliding_window "
+           "(their calls over earlier chunks see every key); use kind a2a or "
+           "sequence_data_parallel");
     } else {
       need((S / ms) % cp.size == 0, "a micro-sequence (" + std::to_string(S / ms) +
                                         " tokens) must divide over distributed.context_parallel.size (" +

@@ -89,7 +89,8 @@ struct TrainingConfig {
 // (Ulysses) trades tokens for heads with all-to-all.
 struct ContextParallelConfig {
   int64_t size = 1;
-  layers::ContextParallel kind = layers::ContextParallel::ring;  // ring | a2a
+  layers::ContextParallel kind = layers::ContextParallel::ring;  // ring | a2a | hybrid
+  int64_t group_size = 1;  // hybrid: ranks per all-to-all group; the ring spans the groups
 };
 
 struct DistributedConfig {

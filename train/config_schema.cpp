@@ -17,8 +17,9 @@ const EnumNames<optim::LrDecay> kLrDecays{
     {"cosine", "linear", "constant"},
     {optim::LrDecay::cosine, optim::LrDecay::linear, optim::LrDecay::constant}};
 // size 1 is no context parallelism whatever the kind: `none` is not a kind.
-const EnumNames<ContextParallel> kContextParallel{{"ring", "a2a"},
-                                                  {ContextParallel::ring, ContextParallel::a2a}};
+const EnumNames<ContextParallel> kContextParallel{
+    {"ring", "a2a", "hybrid"},
+    {ContextParallel::ring, ContextParallel::a2a, ContextParallel::hybrid}};
 const EnumNames<KvExchangeMode> kKvExchange{{"needed", "full"},
                                             {KvExchangeMode::needed, KvExchangeMode::full}};
 const EnumNames<layers::Architecture> kArchitectures{
@@ -102,7 +103,8 @@ void visit_schema_impl(C& c, V&& v) {
   // distributed
   v(Field{"distributed.sequence_data_parallel", "ranks sharing one sequence (SDP)", 1, 1 << 16}, c.distributed.sequence_data_parallel);
   v(Field{"distributed.context_parallel.size", "ranks sharing one sequence by context parallelism (instead of SDP; the world is data_parallel x size)", 1, 1 << 16}, c.distributed.context_parallel.size);
-  v(Field{"distributed.context_parallel.kind", "ring: each rank holds micro-sequence chunks r and 2P-1-r (load-balanced causal) and K/V chunks pass around the ring, each step's send overlapping the attention of the chunk at hand; a2a (Ulysses): all-to-all from tokens to heads before attention and back after it (n_head and n_kv_head divisible by size)"}, enum_ref(c.distributed.context_parallel.kind, kContextParallel));
+  v(Field{"distributed.context_parallel.kind", "ring: each rank holds micro-sequence chunks r and 2P-1-r (load-balanced causal) and K/V chunks pass around the ring, each step's send overlapping the attention of the chunk at hand; a2a (Ulysses): all-to-all from tokens to heads before attention and back after it (n_head and n_kv_head divisible by size); hybrid: a2a inside groups of group_size consecutive ranks and the ring across the size / group_size groups (each group holds the ring's chunk pair, each rank a piece of both), so size may exceed n_kv_head"}, enum_ref(c.distributed.context_parallel.kind, kContextParallel));
+  v(Field{"distributed.context_parallel.group_size", "hybrid only: ranks per all-to-all group (consecutive ranks, a fast link); must divide size, n_head and n_kv_head. group_size = size is a2a's split of heads, 1 the ring's", 1, 1 << 16}, c.distributed.context_parallel.group_size);
   v(Field{"distributed.data_parallel", "ranks splitting the batch", 1, 1 << 16}, c.distributed.data_parallel);
   v(Field{"distributed.zero_stage", "0: all-reduce gradients; 1 (ZeRO-1): reduce-scatter gradients, shard optimizer state over the data group, all-gather parameters", 0, 1}, c.distributed.zero_stage);
   v(Field{"distributed.bucket_mb", "size of the gradient buckets all-reduced during the backward (on GPU overlapped with it, on a side stream); 0: one all-reduce after the backward", 0, 1e5}, c.distributed.bucket_mb);

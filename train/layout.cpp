@@ -7,6 +7,7 @@
 #include "engine/core/error.h"
 #include "layers/attention/routes/all_to_all_route.h"
 #include "layers/attention/routes/buffer_route.h"
+#include "layers/attention/routes/hybrid_route.h"
 #include "layers/attention/routes/local_route.h"
 #include "layers/attention/routes/ring_route.h"
 #include "parallel/process_group.h"
@@ -20,6 +21,7 @@ Layout Layout::from_config(const Config& c, int64_t rank) {
   const ContextParallelConfig& cp = c.distributed.context_parallel;
   l.cp_kind = cp.size > 1 ? cp.kind : ContextParallel::none;
   if (l.cp_kind != ContextParallel::none) l.context_parallel = cp.size;
+  if (l.cp_kind == ContextParallel::hybrid) l.cp_group_size = cp.group_size;
   l.breadth_first = c.schedule.breadth_first;
   l.depth_first = c.schedule.depth_first;
   l.micro_sequences = c.schedule.micro_sequences;
@@ -44,7 +46,11 @@ std::string Layout::describe() const {
   std::ostringstream os;
   os << "dp " << data_parallel << " x sdp " << sequence_data_parallel;
   if (context_parallel > 1)
-    os << " x cp " << context_parallel << (cp_kind == ContextParallel::a2a ? " (a2a)" : " (ring)");
+    os << " x cp " << context_parallel
+       << (cp_kind == ContextParallel::a2a ? " (a2a)"
+           : cp_kind == ContextParallel::ring
+               ? " (ring)"
+               : " (hybrid, groups of " + std::to_string(cp_group_size) + ")");
   os << ", depth-first " << depth_first << " x breadth-first " << breadth_first
      << ", micro-sequences " << micro_sequences;
   return os.str();
@@ -52,9 +58,10 @@ std::string Layout::describe() const {
 
 std::vector<data::ModelInput> rank_inputs(const data::PackedSequence& sequence, int32_t i,
                                           int32_t m, int32_t position, int32_t P,
-                                          ContextParallel kind, int32_t pad_documents_to) {
+                                          ContextParallel kind, int32_t pad_documents_to,
+                                          int32_t G) {
   std::vector<data::ModelInput> out;
-  if (kind == ContextParallel::ring) {
+  if (kind == ContextParallel::ring || kind == ContextParallel::hybrid) {
     const int64_t L = int64_t(sequence.tokens.size()) / std::max(m, 1);
     DL_CHECK(L % (2 * P) == 0, "layout",
              "ring context parallelism cuts a micro-sequence of " << L << " tokens into 2 x " << P
@@ -62,7 +69,9 @@ std::vector<data::ModelInput> rank_inputs(const data::PackedSequence& sequence, 
     DL_CHECK(pad_documents_to <= 1, "layout",
              "ring context parallelism takes no padding between documents (pad_documents_to "
                  << pad_documents_to << ")");
-    for (int64_t chunk : layers::ring_chunks(position, P))
+    const auto chunks = kind == ContextParallel::ring ? layers::ring_chunks(position, P)
+                                                      : layers::hybrid_chunks(position, P, G);
+    for (int64_t chunk : chunks)
       out.push_back(
           data::make_model_input(sequence, {i, m, int32_t(chunk), 2 * P}, pad_documents_to));
   } else {
@@ -71,12 +80,31 @@ std::vector<data::ModelInput> rank_inputs(const data::PackedSequence& sequence, 
   return out;
 }
 
-std::unique_ptr<layers::AttentionRoute> attention_route(const Layout& l,
-                                                        layers::KvExchange* exchange,
-                                                        bool full_kv_exchange,
-                                                        const layers::TestFaults* faults) {
+std::vector<data::ModelInput> attended_inputs(const data::PackedSequence& sequence, int32_t i,
+                                              int32_t m, int32_t position, int32_t P,
+                                              ContextParallel kind, int32_t pad_documents_to,
+                                              int32_t G) {
+  std::vector<data::ModelInput> out;
+  if (kind == ContextParallel::a2a) {
+    out.push_back(data::make_model_input(sequence, {i, m, 0, 1}, pad_documents_to));
+  } else if (kind == ContextParallel::hybrid) {
+    const int32_t groups = P / G;
+    for (int64_t chunk : layers::ring_chunks(position / G, groups))
+      out.push_back(
+          data::make_model_input(sequence, {i, m, int32_t(chunk), 2 * groups}, pad_documents_to));
+  }
+  return out;
+}
+
+std::unique_ptr<layers::AttentionRoute> attention_route(
+    const Layout& l, layers::KvExchange* exchange, bool full_kv_exchange,
+    const layers::TestFaults* faults, layers::KvExchange* cp_group, layers::KvExchange* cp_ring) {
   auto make = [&](layers::KvExchange* ex, bool buffers) -> std::unique_ptr<layers::AttentionRoute> {
     switch (l.cp_kind) {
+      case ContextParallel::hybrid:
+        DL_CHECK((cp_group && cp_ring) || l.context_parallel == 1, "layout",
+                 "hybrid context parallelism needs the group and ring exchanges");
+        return std::make_unique<layers::HybridRoute>(cp_group, cp_ring);
       case ContextParallel::ring:
         return std::make_unique<layers::RingRoute>(ex);
       case ContextParallel::a2a:

@@ -23,6 +23,7 @@ struct Layout {
   // Context parallelism: context_parallel ranks share each sequence (sdp is then 1).
   int64_t context_parallel = 1;
   ContextParallel cp_kind = ContextParallel::none;
+  int64_t cp_group_size = 1;  // hybrid: ranks per all-to-all group (the ring spans the groups)
   int64_t breadth_first = 1, depth_first = 1, micro_sequences = 1;
   int64_t rank = 0;  // world rank
   // Ranks sharing one sequence (SDP or context parallel): process_group.h's sdp group.
@@ -39,20 +40,32 @@ struct Layout {
 // The ModelInputs of one sequence's micro-sequence i (of m) on the rank at `position` among
 // the P ranks sharing the sequence (ARCHITECTURE.md "Who holds which tokens", context_parallel.h):
 // SDP and a2a hold one contiguous chunk of P, the ring chunks position and 2P-1-position of
-// 2P. (a2a also attends the whole micro-sequence: SequencePart {i, m, 0, 1}.)
+// 2P, the hybrid (groups of G) pieces position % G of its group's two ring chunks
+// (hybrid_chunks: chunks of 2P).
 std::vector<data::ModelInput> rank_inputs(const data::PackedSequence& sequence, int32_t i,
                                           int32_t m, int32_t position, int32_t P,
-                                          ContextParallel kind, int32_t pad_documents_to);
+                                          ContextParallel kind, int32_t pad_documents_to,
+                                          int32_t G = 1);
+// What the route attends for each of rank_inputs' entries (PartInput::whole): a2a the whole
+// micro-sequence (SequencePart {i, m, 0, 1}), the hybrid the group's ring chunk of 2P / G;
+// empty for the other kinds.
+std::vector<data::ModelInput> attended_inputs(const data::PackedSequence& sequence, int32_t i,
+                                              int32_t m, int32_t position, int32_t P,
+                                              ContextParallel kind, int32_t pad_documents_to,
+                                              int32_t G = 1);
 
 // The attention route of the layout (layers/attention/routes/): one micro-sequence on one
 // rank reads K/V straight from QKV (local); SDP and micro-sequences go through the K/V
 // buffers over `exchange` (the ranks sharing a sequence; full_kv_exchange: whole chunks);
-// context parallelism takes the ring or the all-to-all. faults (tests only) wrap the route
-// and keep the K/V buffers, where they live.
+// context parallelism takes the ring, the all-to-all or the hybrid (over cp_group, the G ranks
+// of this rank's all-to-all group, and cp_ring, the ranks at its place in the other groups).
+// faults (tests only) wrap the route and keep the K/V buffers, where they live.
 std::unique_ptr<layers::AttentionRoute> attention_route(const Layout& layout,
                                                         layers::KvExchange* exchange,
                                                         bool full_kv_exchange,
-                                                        const layers::TestFaults* faults = nullptr);
+                                                        const layers::TestFaults* faults = nullptr,
+                                                        layers::KvExchange* cp_group = nullptr,
+                                                        layers::KvExchange* cp_ring = nullptr);
 
 // groups[g][mb] = global sequence indices of micro-batch mb of depth-first group g on this
 // rank. Throws when the batch does not divide.

@@ -1,6 +1,7 @@
 // The step plan (step_plan.h).
 #include "train/step_plan.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 namespace driftless::train {
@@ -31,14 +32,16 @@ StepPlan plan_step(const Layout& layout, const data::GlobalBatch& batch,
         for (size_t j = 0; j < group[mb].size(); ++j) {
           const int64_t s = group[mb][j];
           const data::PackedSequence& seq = batch.sequences[size_t(s)];
-          std::optional<data::ModelInput> whole;
-          if (layout.cp_kind == ContextParallel::a2a)
-            whole = data::make_model_input(seq, {int32_t(i), int32_t(m), 0, 1}, pad);
-          for (auto& x : rank_inputs(seq, int32_t(i), int32_t(m), int32_t(layout.sdp_rank()),
-                                     int32_t(layout.sequence_ranks()), layout.cp_kind, pad)) {
-            if (options.shift_positions && x.query_begin > 0)
-              for (int32_t& p : x.position_index) ++p;
-            f.inputs.push_back({std::move(x), slot + int64_t(j), s, whole});
+          const int32_t at = int32_t(layout.sdp_rank()), P = int32_t(layout.sequence_ranks()),
+                        G = int32_t(layout.cp_group_size);
+          auto mine = rank_inputs(seq, int32_t(i), int32_t(m), at, P, layout.cp_kind, pad, G);
+          auto whole = attended_inputs(seq, int32_t(i), int32_t(m), at, P, layout.cp_kind, pad, G);
+          for (size_t k = 0; k < mine.size(); ++k) {
+            std::optional<data::ModelInput> w;
+            if (!whole.empty()) w = whole[std::min(k, whole.size() - 1)];
+            if (options.shift_positions && mine[k].query_begin > 0)
+              for (int32_t& p : mine[k].position_index) ++p;
+            f.inputs.push_back({std::move(mine[k]), slot + int64_t(j), s, w});
           }
         }
         index[mb][size_t(i)] = int64_t(g.forward.size());

@@ -111,7 +111,8 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   if (!config.training.init_from.empty() && !options.resume)
     init_from_checkpoint(config.training.init_from, *model_);
   route_ = attention_route(layout_, options.sdp_exchange,
-                           config.distributed.kv_exchange == KvExchangeMode::full, options.faults);
+                           config.distributed.kv_exchange == KvExchangeMode::full, options.faults,
+                           options.cp_group_exchange, options.cp_ring_exchange);
   const int64_t slots = config.batch.sequences / layout_.data_parallel / layout_.depth_first;
   model_->prepare_route(*route_, slots, config.batch.sequence_length);
 

@@ -38,6 +38,9 @@ struct TrainerOptions {
   // to NCCL's device round trips. nullptr: data_group.
   parallel::Communicator* control = nullptr;
   layers::KvExchange* sdp_exchange = nullptr;  // ranks sharing a sequence
+  // Hybrid context parallelism: this rank's all-to-all group, and the ring across the groups.
+  layers::KvExchange* cp_group_exchange = nullptr;
+  layers::KvExchange* cp_ring_exchange = nullptr;
   const layers::TestFaults* faults = nullptr;  // test-only fault injection (nullptr: none)
   // A signal number (SIGINT, SIGTERM) set by a handler on any rank: every rank finishes the
   // step, they agree on it, write one checkpoint and stop (status 128 + the signal).

@@ -11,8 +11,10 @@ constexpr const char* kOp = "context_parallel";
 }  // namespace
 
 ContextParallel context_parallel_kind(const std::string& kind, int64_t size) {
-  DL_CHECK(kind == "ring" || kind == "a2a", kOp, "kind must be ring or a2a, got '" << kind << "'");
+  DL_CHECK(kind == "ring" || kind == "a2a" || kind == "hybrid", kOp,
+           "kind must be ring, a2a or hybrid, got '" << kind << "'");
   if (size <= 1) return ContextParallel::none;
+  if (kind == "hybrid") return ContextParallel::hybrid;
   return kind == "a2a" ? ContextParallel::a2a : ContextParallel::ring;
 }
 

@@ -20,6 +20,7 @@
 #include "layers/attention/lse_merge.h"
 #include "layers/attention/routes/all_to_all_route.h"
 #include "layers/attention/routes/buffer_route.h"
+#include "layers/attention/routes/hybrid_route.h"
 #include "layers/attention/routes/ring_route.h"
 #include "layers/gpt.h"
 #include "tests/layers/gpt_test_util.h"
@@ -90,14 +91,22 @@ struct RankResult {
 };
 
 // One rank's step over `seqs` in m micro-sequences (ex == nullptr: the plain single run).
+// Hybrid: ex is the all-to-all group, ring the exchange across the groups.
 RankResult run_rank(const GptConfig& cfg, const std::vector<data::PackedSequence>& seqs, int m,
-                    ContextParallel kind, KvExchange* ex) {
+                    ContextParallel kind, KvExchange* ex, KvExchange* ring = nullptr) {
   Gpt model(cfg);
   model.init(11);
   const int64_t S = int64_t(seqs[0].tokens.size());
-  const int32_t P = ex ? int32_t(ex->ranks()) : 1, r = ex ? int32_t(ex->rank()) : 0;
+  int32_t P = ex ? int32_t(ex->ranks()) : 1, r = ex ? int32_t(ex->rank()) : 0;
+  const int32_t G = P;
+  if (kind == ContextParallel::hybrid) {
+    P = G * int32_t(ring->ranks());
+    r = int32_t(ring->rank()) * G + r;
+  }
   std::unique_ptr<AttentionRoute> route;
-  if (kind == ContextParallel::ring)
+  if (kind == ContextParallel::hybrid)
+    route = std::make_unique<HybridRoute>(ex, ring);
+  else if (kind == ContextParallel::ring)
     route = std::make_unique<RingRoute>(ex);
   else if (kind == ContextParallel::a2a)
     route = std::make_unique<AllToAllRoute>(ex);
@@ -115,7 +124,15 @@ RankResult run_rank(const GptConfig& cfg, const std::vector<data::PackedSequence
   std::vector<Tensor> losses;
   for (int i = 0; i < m; ++i) {
     for (const auto& seq : seqs) {
-      if (kind == ContextParallel::ring) {
+      if (kind == ContextParallel::hybrid) {
+        // Written out (not hybrid_chunks): group g holds ring chunks g, 2Q-1-g of 2Q, and
+        // rank a of the group piece a of each.
+        const int32_t Q = P / G, g = r / G, a = r % G;
+        for (int32_t c : {g, 2 * Q - 1 - g}) {
+          inputs[size_t(i)].push_back(data::make_model_input(seq, {i, m, c * G + a, 2 * P}, 0));
+          wholes[size_t(i)].push_back(data::make_model_input(seq, {i, m, c, 2 * Q}, 0));
+        }
+      } else if (kind == ContextParallel::ring) {
         inputs[size_t(i)].push_back(data::make_model_input(seq, {i, m, r, 2 * P}, 0));
         inputs[size_t(i)].push_back(data::make_model_input(seq, {i, m, 2 * P - 1 - r, 2 * P}, 0));
       } else {
@@ -128,7 +145,9 @@ RankResult run_rank(const GptConfig& cfg, const std::vector<data::PackedSequence
     for (size_t j = 0; j < seqs.size(); ++j)
       for (size_t c = 0; c < per; ++c)
         slice.push_back({&inputs[size_t(i)][j * per + c], int64_t(j), int64_t(j),
-                         wholes[size_t(i)].empty() ? nullptr : &wholes[size_t(i)][j]});
+                         wholes[size_t(i)].empty()         ? nullptr
+                         : kind == ContextParallel::hybrid ? &wholes[size_t(i)][j * per + c]
+                                                           : &wholes[size_t(i)][j]});
     losses.push_back(model.loss(slice, 1.0 / double(tokens), o));
   }
   RankResult res;
@@ -154,6 +173,34 @@ RankResult run_parallel(const GptConfig& cfg, const std::vector<data::PackedSequ
         results[size_t(r)] = run_rank(cfg, seqs, m, kind, &ex);
       } catch (const std::exception& e) {
         errors[size_t(r)] = e.what();
+        std::abort();  // the others would wait at the barrier forever
+      }
+    });
+  for (auto& t : threads) t.join();
+  RankResult sum = results[0];
+  for (int64_t r = 1; r < P; ++r) {
+    sum.loss += results[size_t(r)].loss;
+    for (size_t i = 0; i < sum.grads.size(); ++i) sum.grads[i] += results[size_t(r)].grads[i];
+  }
+  return sum;
+}
+
+// The hybrid over Q groups of G threaded ranks: rank r is piece r % G of group r / G.
+RankResult run_hybrid(const GptConfig& cfg, const std::vector<data::PackedSequence>& seqs, int m,
+                      int64_t G, int64_t Q) {
+  std::vector<std::unique_ptr<Hub>> groups, rings;
+  for (int64_t g = 0; g < Q; ++g) groups.push_back(std::make_unique<Hub>(G));
+  for (int64_t a = 0; a < G; ++a) rings.push_back(std::make_unique<Hub>(Q));
+  const int64_t P = G * Q;
+  std::vector<RankResult> results(static_cast<size_t>(P));
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < P; ++r)
+    threads.emplace_back([&, r] {
+      ThreadExchange group(*groups[size_t(r / G)], r % G), ring(*rings[size_t(r % G)], r / G);
+      try {
+        results[size_t(r)] = run_rank(cfg, seqs, m, ContextParallel::hybrid, &group, &ring);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
         std::abort();  // the others would wait at the barrier forever
       }
     });
@@ -211,6 +258,25 @@ TEST(ContextParallel, AllToAllMatchesTheSingleRun) {
   expect_same_as_single(ContextParallel::a2a, 2, 2, 0, true);
 }
 
+// 2 x 2 (a2a pairs, ring of 2), and the degenerate shapes: one group (a2a's head split over
+// the ring's two chunks) and groups of one (the ring itself); with micro-sequences and softcap.
+TEST(ContextParallel, HybridMatchesTheSingleRun) {
+  const auto seqs = batch();
+  for (double softcap : {0.0, 5.0}) {
+    const GptConfig cfg = tiny_config(softcap);
+    const RankResult single = run_rank(cfg, seqs, 1, ContextParallel::none, nullptr);
+    for (auto [G, Q] : {std::pair<int64_t, int64_t>{2, 2}, {2, 1}, {1, 2}, {1, 4}})
+      for (int m : {1, 2}) {
+        if (softcap > 0 && !(G == 2 && Q == 2)) continue;
+        SCOPED_TRACE("hybrid G = " + std::to_string(G) + ", groups = " + std::to_string(Q) +
+                     ", m = " + std::to_string(m) + ", softcap = " + std::to_string(softcap));
+        const RankResult cp = run_hybrid(cfg, seqs, m, G, Q);
+        EXPECT_LT(rms_rel(cp.grads, single.grads), 1e-5);
+        EXPECT_NEAR(cp.loss, single.loss, 1e-5 * std::abs(single.loss));
+      }
+  }
+}
+
 // Without an exchange (one rank, the library used directly) both paths still run.
 TEST(ContextParallel, WithoutAnExchangeBothPathsRunOnOneRank) {
   const GptConfig cfg = tiny_config();
@@ -234,7 +300,7 @@ std::string error_of(const std::function<void()>& f) {
 
 // Inputs the ring or a2a cannot take are refused, naming what is wrong.
 TEST(ContextParallel, BadInputsAreClearErrors) {
-  EXPECT_NE(error_of([] { (void)context_parallel_kind("zigzag", 2); }).find("ring or a2a"),
+  EXPECT_NE(error_of([] { (void)context_parallel_kind("zigzag", 2); }).find("ring, a2a or hybrid"),
             std::string::npos);
   // a2a needs the heads to divide over the ranks.
   KvExchange one;

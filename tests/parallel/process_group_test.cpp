@@ -125,3 +125,28 @@ TEST(ParallelKvExchange, RejectsNonContiguousSpan) {
 
 }  // namespace
 }  // namespace driftless::parallel
+
+namespace driftless::parallel {
+namespace {
+
+// The GPU of a rank comes from its place on its host, never from its global rank: the
+// launcher's local rank first (a wrapper may place ranks as if on several hosts), then
+// SLURM's, then the shared-memory split.
+TEST(ParallelWorld, LocalRankComesFromTheLauncherThenTheHost) {
+  EXPECT_EQ(choose_local_rank(nullptr, nullptr, 3), 3);
+  EXPECT_EQ(choose_local_rank("1", nullptr, 3), 1);
+  EXPECT_EQ(choose_local_rank(nullptr, "2", 3), 2);
+  EXPECT_EQ(choose_local_rank("0", "2", 3), 0);
+  EXPECT_EQ(choose_local_rank("", "", 5), 5);
+  EXPECT_THROW(choose_local_rank("x1", nullptr, 0), Error);
+  EXPECT_THROW(choose_local_rank("-1", nullptr, 0), Error);
+}
+
+// The hybrid's sub-groups are checked against the ranks sharing a sequence.
+TEST(ParallelGroups, HybridGroupMustDivideTheSequenceRanks) {
+  EXPECT_NO_THROW(validate_layout(8, {2, 4, 2}));
+  EXPECT_THROW(validate_layout(6, {1, 6, 4}), Error);
+}
+
+}  // namespace
+}  // namespace driftless::parallel

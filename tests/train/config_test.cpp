@@ -66,8 +66,8 @@ TEST(Config, ContextParallelRules) {
   EXPECT_NE(err.find("both share sequences; choose one"), std::string::npos) << err;
   EXPECT_NE(err.find("must divide into 2 x distributed.context_parallel.size (6) chunks"),
             std::string::npos) << err;
-  EXPECT_NE(err.find("ring does not take data.pad_documents_to"), std::string::npos) << err;
-  EXPECT_NE(err.find("ring does not take model.alibi"), std::string::npos) << err;
+  EXPECT_NE(err.find("hybrid do not take data.pad_documents_to"), std::string::npos) << err;
+  EXPECT_NE(err.find("hybrid do not take model.alibi"), std::string::npos) << err;
   err = error_of([] {
     parse_config_text("distributed: {context_parallel: {size: 4, kind: a2a}}\n"
                       "model: {n_head: 4, n_kv_head: 2, n_embd: 64}\n");
