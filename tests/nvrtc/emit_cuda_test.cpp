@@ -46,6 +46,8 @@ std::string with_kernel(const std::string& functor, const std::string& name, boo
 TEST(EmitCuda, EmittedFunctorsCompileWithNvrtc) {
   int major = 0, minor = 0;
   if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) GTEST_SKIP() << "NVRTC is not usable";
+  // The probe notices broken source (an undefined name), so a pass below means something.
+  ASSERT_NE(compile("extern \"C\" __global__ void probe(float* o) { o[0] = nope; }\n"), "");
   std::vector<ParamDecl> d{{"slope", {4}, {0.5, 0.25, 0.125, 0.0625}, false},
                            {"bias", {4, 16}, std::vector<double>(64, 0.0), true},
                            {"temp", {}, {1.5}, true}};

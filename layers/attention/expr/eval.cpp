@@ -7,6 +7,17 @@
 
 namespace driftless::layers::expr {
 
+namespace {
+// Real -> integer saturates and takes NaN to 0, as the GPU's conversion does (an index of
+// log(0) must not be undefined behaviour; the subscript's clamp then bounds it).
+inline int64_t to_index(double x) {
+  if (std::isnan(x)) return 0;
+  if (x >= 9.2e18) return INT64_MAX;
+  if (x <= -9.2e18) return INT64_MIN;
+  return int64_t(x);
+}
+}  // namespace
+
 template <class T>
 int64_t eval_int(const Node& n, const Bindings<T>& b, T s, int64_t h, int64_t q, int64_t k) {
   auto i = [&](size_t a) { return eval_int(*n.args[a], b, s, h, q, k); };
@@ -41,13 +52,13 @@ int64_t eval_int(const Node& n, const Bindings<T>& b, T s, int64_t h, int64_t q,
     case Op::where:
       return eval_bool(*n.args[0], b, s, h, q, k) ? i(1) : i(2);
     case Op::floor:
-      return int64_t(std::floor(r(0)));
+      return to_index(std::floor(r(0)));
     case Op::ceil:
-      return int64_t(std::ceil(r(0)));
+      return to_index(std::ceil(r(0)));
     case Op::round:
-      return int64_t(std::round(r(0)));
+      return to_index(std::round(r(0)));
     case Op::to_int:
-      return int64_t(r(0));
+      return to_index(r(0));
     default:
       return 0;
   }
