@@ -139,20 +139,9 @@ void resolve_score_mods(Config& c, std::vector<std::string>& errors) {
              "config",
              "distributed.context_parallel.kind ring takes no score_mod of q or k and no "
              "mask_mod (its partial attention calls lose the token distance); use kind a2a");
-    // The model is causal: a query's later keys are in no layout's K extent, so a mask can
-    // only hide. Refuse one that would show a later key rather than silently hiding it.
-    if (mm) {
-      std::vector<const double*> ptrs;
-      for (const auto& d : m.score_mod_decls) ptrs.push_back(d.init.data());
-      layers::expr::Bindings<double> b{ptrs.data(), 0};
-      for (int64_t h = 0; h < m.n_head; ++h)
-        for (int64_t q = 0; q < 64; ++q)
-          for (int64_t k = q + 1; k < 65; ++k)
-            DL_CHECK(!layers::expr::eval_bool(*mm->root, b, 0.0, h, q, k), "config",
-                     "model.mask_mod shows key " << k << " to query " << q << " (head " << h
-                         << "), but the model is causal: the mask is intersected with causality "
-                            "and can only hide keys");
-    }
+    // The model is causal and a mask is intersected with that (a query's later keys are in
+    // no layout's K extent): q - k < 256 is a sliding window; a mask cannot show later keys.
+    (void)mm;
   } catch (const YAML::Exception& e) {
     errors.push_back(std::string("model.score_mod_params: ") + e.what());
   } catch (const Error& e) {
