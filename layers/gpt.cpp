@@ -9,6 +9,7 @@
 #include "engine/autograd/autograd.h"
 #include "engine/core/random.h"
 #include "engine/ops/ops.h"
+#include "layers/attention/expr/model_mod.h"
 #include "layers/attention/routes/local_route.h"
 #include "layers/linear.h"
 #include "layers/lm_loss.h"
@@ -115,6 +116,9 @@ void Gpt::prepare_route(AttentionRoute& route, int64_t slots, int64_t sequence_l
 }
 
 ScoreModSpec Gpt::score_mod(int64_t h0, int64_t n) const {
+  if (!config_.score_mod.empty() || !config_.mask_mod.empty())
+    return expr::model_score_mod(config_.score_mod, config_.mask_mod, config_.score_mod_decls,
+                                 int(config_.n_head), h0);
   if (config_.softcap > 0) return ScoreModSpec::make_softcap(config_.softcap);
   if (config_.alibi) return ScoreModSpec::make_alibi(alibi_slopes_.narrow(0, h0, n).contiguous());
   return ScoreModSpec::none();

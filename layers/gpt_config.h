@@ -3,6 +3,11 @@
 // section of a run config (train/config.h uses this struct directly: one place per concept).
 #pragma once
 #include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "layers/attention/expr/expr.h"
 
 namespace driftless::layers {
 
@@ -27,6 +32,13 @@ struct GptConfig {
   int64_t sliding_window = 0;       // a query sees the last W keys of its document; 0: off
   bool is_llama() const { return architecture == Architecture::llama; }
   int64_t mlp_width() const { return intermediate_size > 0 ? intermediate_size : 4 * n_embd; }
+  // Attention modifier expressions (README "Score and mask expressions"); "" is off. CPU only
+  // until the NVRTC kernels land. score_mod_params: name -> YAML {shape, init, learnable},
+  // resolved by the config into score_mod_decls.
+  std::string score_mod;
+  std::string mask_mod;
+  std::map<std::string, std::string> score_mod_params;
+  std::vector<expr::ParamDecl> score_mod_decls;
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t head_dim() const { return n_embd / n_head; }
 };

@@ -84,6 +84,71 @@ void apply_override(YAML::Node& root, const std::string& spec) {
   set(root, 0);
 }
 
+// model.score_mod / mask_mod / score_mod_params: the parameters read into
+// model.score_mod_decls and both expressions compiled (their errors name the column) at load.
+void resolve_score_mods(Config& c, std::vector<std::string>& errors) {
+  auto& m = c.model;
+  m.score_mod_decls.clear();
+  if (m.score_mod.empty() && m.mask_mod.empty()) {
+    if (!m.score_mod_params.empty())
+      errors.push_back("model.score_mod_params needs model.score_mod or model.mask_mod");
+    return;
+  }
+  try {
+    for (const auto& [name, text] : m.score_mod_params) {
+      const std::string where = "model.score_mod_params." + name;
+      const YAML::Node n = YAML::Load(text);
+      DL_CHECK(n.IsMap(), "config", where << " must be a mapping {shape, init, learnable}");
+      for (const auto& kv : n) {
+        const std::string key = kv.first.as<std::string>();
+        DL_CHECK(key == "shape" || key == "init" || key == "learnable", "config",
+                 where << ": unknown key '" << key << "' (known: shape, init, learnable)");
+      }
+      layers::expr::ParamDecl d;
+      d.name = name;
+      if (n["shape"]) {
+        DL_CHECK(n["shape"].IsSequence(), "config", where << ".shape must be a list: [], [heads] or [heads, n]");
+        for (const auto& s : n["shape"])
+          d.shape.push_back(s.Scalar() == "heads" ? m.n_head : s.as<int64_t>());
+      }
+      d.learnable = n["learnable"] && n["learnable"].as<bool>();
+      DL_CHECK(!d.learnable, "config",
+               where << ": learnable parameters are not in the model's parameter slab yet (the "
+                        "attention op differentiates them: ScoreModSpec::make_expression)");
+      const YAML::Node init = n["init"];
+      DL_CHECK(init, "config", where << ".init is required: a number or " << d.numel() << " values");
+      if (init.IsSequence()) {
+        for (const auto& x : init) d.init.push_back(x.as<double>());
+      } else {
+        d.init.assign(size_t(d.numel()), init.as<double>());
+      }
+      m.score_mod_decls.push_back(d);
+    }
+    std::shared_ptr<const layers::expr::Program> sm, mm;
+    if (!m.score_mod.empty()) sm = layers::expr::compile_score_mod(m.score_mod, m.score_mod_decls, int(m.n_head));
+    if (!m.mask_mod.empty()) mm = layers::expr::compile_mask_mod(m.mask_mod, m.score_mod_decls, int(m.n_head));
+    DL_CHECK(!m.alibi && m.softcap == 0, "config",
+             "model.score_mod / mask_mod replace model.softcap and model.alibi; write them as "
+             "expressions (30 * tanh(score / 30), score - slope[h] * abs(q - k))");
+    DL_CHECK(c.precision.device != Device::cuda, "config",
+             "model.score_mod / mask_mod run on CPU only until the NVRTC kernels land "
+             "(precision.device: cpu)");
+    const auto& cp = c.distributed.context_parallel;
+    DL_CHECK(!(cp.size > 1 && cp.kind == layers::ContextParallel::ring) ||
+                 ((!sm || !sm->reads_positions()) && !mm),
+             "config",
+             "distributed.context_parallel.kind ring takes no score_mod of q or k and no "
+             "mask_mod (its partial attention calls lose the token distance); use kind a2a");
+    // The model is causal and a mask is intersected with that (a query's later keys are in
+    // no layout's K extent): q - k < 256 is a sliding window; a mask cannot show later keys.
+    (void)mm;
+  } catch (const YAML::Exception& e) {
+    errors.push_back(std::string("model.score_mod_params: ") + e.what());
+  } catch (const Error& e) {
+    errors.push_back(e.what());
+  }
+}
+
 void cross_check(const Config& c, std::vector<std::string>& errors) {
   auto need = [&](bool ok, const std::string& msg) {
     if (!ok) errors.push_back(msg);
@@ -189,6 +254,7 @@ static Config parse_config_node(const YAML::Node& root_in, const std::vector<std
   std::vector<std::string> errors;
   read_schema(
       root, [&](const FieldVisitor& v) { visit_schema(config, v); }, errors);
+  if (errors.empty()) resolve_score_mods(config, errors);
   if (errors.empty()) cross_check(config, errors);
   if (!errors.empty()) {
     std::ostringstream os;

@@ -3,6 +3,8 @@
 // of the CPU kernels (ARCHITECTURE.md "Score modifiers": kernels instantiated per modifier).
 #include "layers/attention/attention.h"
 
+#include "layers/attention/expr/expr_mod.h"
+
 namespace driftless::layers {
 
 namespace {
@@ -15,6 +17,17 @@ struct BuiltinBinder {
   template <class T, class F>
   void operator()(T, const AttentionSpec& spec, F&& f) const {
     const BoundScoreMod<T> m = bind_score_mod<T>(spec.score_mod, Device::cpu);
+    if (m.desc.kind == ScoreModKind::expression) {  // host functor: the CPU oracle
+      std::vector<const T*> ptrs;
+      for (const Tensor& t : m.expression_params) ptrs.push_back(t.template data<T>());
+      expr::ExprMod<T> mod;
+      mod.score = spec.score_mod.expression.get();
+      mod.mask = spec.score_mod.mask.get();
+      mod.b.params = ptrs.data();
+      mod.b.head_offset = int(spec.score_mod.head_offset);
+      f(mod);
+      return;
+    }
     score_mod::visit_score_mod(m.desc, f);
   }
 };

@@ -102,12 +102,14 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
 // The one place that picks the backend of a call: true for cuda (every tensor must then be
 // on cuda, and the modifier must be a built-in), false for the CPU kernels.
 template <class Binder>
-bool use_cuda(const Tensor& q, const Tensor& k, const Tensor& v) {
+bool use_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
   DL_CHECK(k.device() == q.device() && v.device() == q.device(), kOp,
            "q, k, v must be on one device, got " << device_name(q.device()) << ", "
                                                  << device_name(k.device()) << ", "
                                                  << device_name(v.device()));
   if (q.device() != Device::cuda) return false;
+  DL_CHECK(spec.score_mod.kind != ScoreModKind::expression, kOp,
+           "score_mod / mask_mod expressions run on CPU only until the NVRTC kernels land");
   DL_CHECK(!Binder::kUserFunctor, kOp,
            "user score modifiers are not on cuda yet; use a built-in modifier or cpu tensors");
   return true;
@@ -125,7 +127,7 @@ AttentionOutputs forward_impl(const Tensor& q, const Tensor& k, const Tensor& v,
                               bool bf16_operands = false) {
   const ResolvedAttention r = validate(spec, q, k, v);
   check_bf16_operands(q, bf16_operands);
-  if (use_cuda<Binder>(q, k, v)) return cuda_forward(r, q, k, v, spec);
+  if (use_cuda<Binder>(q, k, v, spec)) return cuda_forward(r, q, k, v, spec);
   const DType ct = compute_dtype(q.dtype());
   return visit_dtype(ct, [&](auto tag) -> AttentionOutputs {
     using T = decltype(tag);
@@ -151,7 +153,7 @@ AttentionGrads backward_impl(const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& dout, const Binder& bind, bool bf16_operands = false) {
   const ResolvedAttention r = validate(spec, q, k, v);
   check_bf16_operands(q, bf16_operands);
-  const bool on_cuda = use_cuda<Binder>(q, k, v);
+  const bool on_cuda = use_cuda<Binder>(q, k, v, spec);
   const Shape qs{r.t_q, r.heads, r.head_dim};
   DL_CHECK(out.defined() && out.shape() == qs, kOp,
            "out must be " << shape_str(qs) << ", got "
@@ -211,11 +213,14 @@ Tensor attention_node(const Tensor& q, const Tensor& k, const Tensor& v, const A
   AttentionSpec saved = spec;
   if (bias.defined()) saved.bias = bias.detach();
   if (table.defined()) saved.score_mod.relative_position_table = table.detach();
+  std::vector<Tensor> inputs{q, k, v, bias, table};
+  for (Tensor& t : saved.score_mod.expression_params) t = t.detach();
+  for (const Tensor& t : expression_learnables(spec.score_mod)) inputs.push_back(t);
   autograd::Context ctx;
   ctx.save_for_backward({q, k, v, f.out, f.lse});
   ctx.data() = std::move(saved);
   return autograd::record(
-      "attention", {q, k, v, bias, table}, f.out, std::move(ctx),
+      "attention", inputs, f.out, std::move(ctx),
       [bind](autograd::Context& c, const std::vector<Tensor>& grads) -> std::vector<Tensor> {
         const std::vector<Tensor>& s = c.saved_tensors();
         const AttentionSpec& sp = std::any_cast<AttentionSpec&>(c.data());
@@ -223,7 +228,9 @@ Tensor attention_node(const Tensor& q, const Tensor& k, const Tensor& v, const A
         finish_grads(sp, g);
         Tensor dtable =
             sp.score_mod.kind == ScoreModKind::relative_position ? g.dscore_mod : Tensor();
-        return {g.dq, g.dk, g.dv, g.dbias, dtable};
+        std::vector<Tensor> out{g.dq, g.dk, g.dv, g.dbias, dtable};
+        for (Tensor& t : split_expression_grad(sp.score_mod, g.dscore_mod)) out.push_back(t);
+        return out;
       });
 }
 

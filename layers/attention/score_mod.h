@@ -36,7 +36,9 @@
 
 namespace driftless::layers {
 
-enum class ScoreModKind { none, softcap, alibi, relative_position };
+// expression: a user expression (layers/attention/expr/), CPU only for now; its functor is
+// host code (expr_mod.h), so visit_score_mod does not make it.
+enum class ScoreModKind { none, softcap, alibi, relative_position, expression };
 
 // A built-in modifier as the kernels take it. Only the fields of `kind` are read; the
 // pointers address memory of the device the kernels run on and are not owned.
@@ -179,6 +181,8 @@ inline void visit_score_mod(const ScoreModDesc<T>& d, F&& f) {
     case ScoreModKind::relative_position:
       f(RelativePosition<T>{d.relative_position_table, d.relative_position_heads,
                             d.relative_position_max_distance});
+      return;
+    case ScoreModKind::expression:
       return;
   }
 }

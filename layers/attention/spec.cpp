@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "layers/attention/expr/expr.h"
+
 namespace driftless::layers {
 
 namespace {
@@ -105,6 +107,50 @@ ScoreModSpec ScoreModSpec::make_relative_position(Tensor table, int64_t max_dist
   return s;
 }
 
+ScoreModSpec ScoreModSpec::make_expression(std::shared_ptr<const expr::Program> score,
+                                           std::shared_ptr<const expr::Program> mask,
+                                           std::vector<Tensor> params, int64_t head_offset) {
+  ScoreModSpec s;
+  s.kind = ScoreModKind::expression;
+  s.expression = std::move(score);
+  s.mask = std::move(mask);
+  s.expression_params = std::move(params);
+  s.head_offset = head_offset;
+  return s;
+}
+
+namespace {
+const std::vector<expr::ParamDecl>* expression_decls(const ScoreModSpec& m) {
+  if (m.kind != ScoreModKind::expression) return nullptr;
+  const expr::Program* p = m.expression ? m.expression.get() : m.mask.get();
+  return p ? &p->params : nullptr;
+}
+}  // namespace
+
+std::vector<Tensor> expression_learnables(const ScoreModSpec& m) {
+  std::vector<Tensor> out;
+  const auto* decls = expression_decls(m);
+  if (!decls || !m.expression) return out;
+  for (size_t i = 0; i < decls->size() && i < m.expression_params.size(); ++i)
+    if ((*decls)[i].learnable) out.push_back(m.expression_params[i]);
+  return out;
+}
+
+std::vector<Tensor> split_expression_grad(const ScoreModSpec& m, const Tensor& flat) {
+  std::vector<Tensor> out;
+  const auto* decls = expression_decls(m);
+  if (!decls || !m.expression) return out;
+  int64_t at = 0;
+  for (size_t i = 0; i < decls->size(); ++i) {
+    if (!(*decls)[i].learnable) continue;
+    const Tensor& p = m.expression_params[i];
+    out.push_back(flat.defined() ? flat.narrow(0, at, p.numel()).reshape(p.shape()).to(p.dtype())
+                                 : Tensor());
+    at += p.numel();
+  }
+  return out;
+}
+
 template <class T>
 BoundScoreMod<T> bind_score_mod(const ScoreModSpec& m, Device device) {
   BoundScoreMod<T> b;
@@ -126,6 +172,10 @@ BoundScoreMod<T> bind_score_mod(const ScoreModSpec& m, Device device) {
       d.relative_position_heads = int(b.relative_position_table.size(0));
       d.relative_position_max_distance = int(m.relative_position_max_distance);
       return b;
+    case ScoreModKind::expression:
+      for (const Tensor& t : m.expression_params)
+        b.expression_params.push_back(t.to(device, dtype_of<T>).contiguous());
+      return b;
   }
   DL_FAIL(kOp, "unknown score modifier kind " << int(m.kind));
 }
@@ -143,6 +193,8 @@ const char* score_mod_name(ScoreModKind kind) {
       return "alibi";
     case ScoreModKind::relative_position:
       return "relative_position";
+    case ScoreModKind::expression:
+      return "expression";
   }
   return "?";
 }
@@ -238,6 +290,30 @@ ResolvedAttention validate(const AttentionSpec& spec, const Tensor& q, const Ten
                "relative_position table must be floating (H, 2 * max_distance + 1) = ("
                    << r.heads << ", " << 2 * md + 1 << "), got "
                    << (t.defined() ? shape_str(t.shape()) : "undefined"));
+      break;
+    }
+    case ScoreModKind::expression: {
+      DL_CHECK(m.expression || m.mask, kOp,
+               "an expression modifier needs a score or a mask expression");
+      const auto& decls = *expression_decls(m);
+      const expr::Program& prog = m.expression ? *m.expression : *m.mask;
+      DL_CHECK(!m.expression || !m.expression->is_mask, kOp, "the score expression is a mask");
+      DL_CHECK(!m.mask || m.mask->is_mask, kOp, "the mask expression is a score expression");
+      DL_CHECK(!m.expression || !m.mask || m.mask->heads == m.expression->heads, kOp,
+               "score and mask expressions were compiled for different head counts");
+      DL_CHECK(m.head_offset >= 0 && m.head_offset + r.heads <= prog.heads, kOp,
+               "expression heads [" << m.head_offset << ", " << m.head_offset + r.heads
+                                    << ") exceed the " << prog.heads << " it was compiled for");
+      DL_CHECK(m.expression_params.size() == decls.size(), kOp,
+               "expression has " << decls.size() << " parameters, got "
+                                 << m.expression_params.size() << " tensors");
+      for (size_t i = 0; i < decls.size(); ++i) {
+        const Tensor& t = m.expression_params[i];
+        DL_CHECK(t.defined() && is_floating(t.dtype()) && t.shape() == Shape(decls[i].shape), kOp,
+                 "expression parameter '" << decls[i].name << "' must be floating "
+                                          << shape_str(Shape(decls[i].shape)) << ", got "
+                                          << (t.defined() ? shape_str(t.shape()) : "undefined"));
+      }
       break;
     }
   }

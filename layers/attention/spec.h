@@ -16,6 +16,7 @@
 // into it; nothing before it exists for attention.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -23,6 +24,10 @@
 #include "layers/attention/score_mod.h"
 
 namespace driftless::layers {
+
+namespace expr {
+struct Program;
+}
 
 // A built-in score modifier as the user gives it: its kind (score_mod.h) and its parameters
 // as tensors, which own their memory and carry autograd. bind_score_mod turns it into the
@@ -34,12 +39,28 @@ struct ScoreModSpec {
   Tensor alibi_slopes;             // (H) floating, not learnable
   Tensor relative_position_table;  // (H, 2 * max_distance + 1) floating, learnable
   int64_t relative_position_max_distance = 0;
+  // expression: a checked score expression (null: the identity) and/or mask expression
+  // (null: no mask), their parameters (one tensor per declared parameter, in declaration
+  // order; learnable ones carry autograd) and the global head of the call's head 0 (a2a
+  // calls hold heads [head_offset, head_offset + H) of the model's).
+  std::shared_ptr<const expr::Program> expression, mask;
+  std::vector<Tensor> expression_params;
+  int64_t head_offset = 0;
 
   static ScoreModSpec none() { return {}; }
   static ScoreModSpec make_softcap(double cap);
   static ScoreModSpec make_alibi(Tensor slopes);
   static ScoreModSpec make_relative_position(Tensor table, int64_t max_distance);
+  static ScoreModSpec make_expression(std::shared_ptr<const expr::Program> score,
+                                      std::shared_ptr<const expr::Program> mask,
+                                      std::vector<Tensor> params, int64_t head_offset = 0);
 };
+
+// The learnable parameters of an expression modifier, in declaration order (empty for the
+// other kinds); and the flat gradient of attention (AttentionGrads::dscore_mod) cut into
+// one tensor per learnable parameter, of its shape and dtype.
+std::vector<Tensor> expression_learnables(const ScoreModSpec& m);
+std::vector<Tensor> split_expression_grad(const ScoreModSpec& m, const Tensor& flat);
 
 const char* score_mod_name(ScoreModKind kind);
 
@@ -50,6 +71,7 @@ template <class T>
 struct BoundScoreMod {
   ScoreModDesc<T> desc;
   Tensor alibi_slopes, relative_position_table;
+  std::vector<Tensor> expression_params;  // expression: each parameter in T, contiguous
 };
 
 // The description of m for kernels computing in T (float or double) on `device`. Throws

@@ -47,6 +47,13 @@ struct Problem {
   bool bf16_operands = false;
 };
 
+// A modifier with a mask (expression masks, expr_mod.h): visible(b, h, q_idx, k_idx) hides
+// pairs inside the range the spec's masks leave; it can only hide, never reveal.
+template <class M>
+concept HasMask = requires(const M& m) {
+  {m.visible(0, 0, 0, 0)};
+};
+
 namespace detail {
 
 template <class T>
@@ -113,6 +120,12 @@ void flash_forward(const Problem<T>& p, const Mod& mod, T* out, T* lse) {
             T tile_max = neg_inf;
             for (int64_t j = jl; j <= jh; ++j) {
               const int64_t row_k = doc.k_offset + j;
+              if constexpr (HasMask<Mod>) {
+                if (!mod.visible(int(b), int(h), qpos, int(j))) {
+                  s[j - j0] = neg_inf;  // exp gives 0; an all-hidden tile is skipped below
+                  continue;
+                }
+              }
               T sc = detail::pre_score(p, qrow, p.k + (row_k * Hkv + kh) * D, h, row_q, row_k);
               sc = mod.value(sc, int(b), int(h), qpos, int(j));
               s[j - j0] = sc;
@@ -189,6 +202,9 @@ void flash_backward(const Problem<T>& p, const Mod& mod, const T* out, const T* 
             const T dl = delta[row_q * H + h];
             const int qpos = int(query_position(i, doc.q_len, doc.k_len));
             for (int64_t j = jl; j <= jh; ++j) {
+              if constexpr (HasMask<Mod>) {
+                if (!mod.visible(int(b), int(h), qpos, int(j))) continue;
+              }
               const int64_t row_k = doc.k_offset + j;
               const int64_t ko = (row_k * Hkv + kh) * D;
               const T* krow = p.k + ko;

@@ -1,0 +1,179 @@
+// CUDA source of a modifier expression (expr.h emit_cuda): a self-contained device functor
+// with the score_mod.h interface in float, for kernels compiled at run time with NVRTC.
+// Same operation order and conversions as the CPU evaluation (eval.cpp) in float.
+#include <charconv>
+#include <sstream>
+
+#include "layers/attention/expr/expr.h"
+
+namespace driftless::layers::expr {
+
+namespace {
+
+const char* kHelpers = R"(#ifndef DL_EXPR_HELPERS
+#define DL_EXPR_HELPERS
+template <class X> __device__ __forceinline__ X dl_min(X a, X b) { return b < a ? b : a; }
+template <class X> __device__ __forceinline__ X dl_max(X a, X b) { return a < b ? b : a; }
+template <class X> __device__ __forceinline__ X dl_clamp(X x, X lo, X hi) {
+  return x < lo ? lo : (x > hi ? hi : x);
+}
+__device__ __forceinline__ float dl_abs(float x) { return fabsf(x); }
+__device__ __forceinline__ long long dl_abs(long long x) { return x < 0 ? -x : x; }
+#endif
+)";
+
+struct Emitter {
+  const Program& p;
+  bool members;
+
+  std::string real_literal(double v) {
+    char buf[64];
+    auto r = std::to_chars(buf, buf + sizeof buf, v);
+    std::string s(buf, r.ptr);
+    if (s.find_first_of(".e") == std::string::npos) s += ".0";
+    return "((float)" + s + ")";
+  }
+  std::string args(const Node& n, const char* f) {
+    std::string s = std::string(f) + "(";
+    for (size_t i = 0; i < n.args.size(); ++i) s += (i ? ", " : "") + e(*n.args[i]);
+    return s + ")";
+  }
+  std::string bin(const Node& n, const char* op) {
+    return "(" + e(*n.args[0]) + " " + op + " " + e(*n.args[1]) + ")";
+  }
+  std::string e(const Node& n) {
+    switch (n.op) {
+      case Op::literal:
+        if (members && n.slot >= 0)
+          return (n.type == Type::integer ? "ci[" : "c[") + std::to_string(n.slot) + "]";
+        return n.type == Type::integer ? "(" + std::to_string(int64_t(n.value)) + "LL)"
+                                       : real_literal(n.value);
+      case Op::score:
+        return "score";
+      case Op::q:
+        return "q";
+      case Op::k:
+        return "k";
+      case Op::h:
+        return "hg";
+      case Op::param: {
+        std::string idx = "0LL";
+        for (size_t d = 0; d < n.args.size(); ++d)
+          idx = "(" + idx + " * " + std::to_string(n.shape[d]) + "LL + " + e(*n.args[d]) + ")";
+        return "p_" + p.params[size_t(n.param)].name + "[" + idx + "]";
+      }
+      case Op::to_real:
+        return "((float)" + e(*n.args[0]) + ")";
+      case Op::neg:
+        return "(-" + e(*n.args[0]) + ")";
+      case Op::lnot:
+        return "(!" + e(*n.args[0]) + ")";
+      case Op::add:
+        return bin(n, "+");
+      case Op::sub:
+        return bin(n, "-");
+      case Op::mul:
+        return bin(n, "*");
+      case Op::div:
+        return bin(n, "/");
+      case Op::lt:
+        return bin(n, "<");
+      case Op::le:
+        return bin(n, "<=");
+      case Op::gt:
+        return bin(n, ">");
+      case Op::ge:
+        return bin(n, ">=");
+      case Op::eq:
+        return bin(n, "==");
+      case Op::ne:
+        return bin(n, "!=");
+      case Op::land:
+        return bin(n, "&&");
+      case Op::lor:
+        return bin(n, "||");
+      case Op::where:
+        return "(" + e(*n.args[0]) + " ? " + e(*n.args[1]) + " : " + e(*n.args[2]) + ")";
+      case Op::abs:
+        return args(n, "dl_abs");
+      case Op::min:
+        return args(n, "dl_min");
+      case Op::max:
+        return args(n, "dl_max");
+      case Op::clamp:
+        return args(n, "dl_clamp");
+      case Op::exp:
+        return args(n, "expf");
+      case Op::log:
+        return args(n, "logf");
+      case Op::tanh:
+        return args(n, "tanhf");
+      case Op::sqrt:
+        return args(n, "sqrtf");
+      case Op::pow:
+        return args(n, "powf");
+      case Op::sigmoid:
+        return "(1.0f / (1.0f + expf(-" + e(*n.args[0]) + ")))";
+      case Op::floor:
+        return "((long long)floorf(" + e(*n.args[0]) + "))";
+      case Op::ceil:
+        return "((long long)ceilf(" + e(*n.args[0]) + "))";
+      case Op::round:
+        return "((long long)roundf(" + e(*n.args[0]) + "))";
+      case Op::to_int:
+        return "((long long)" + e(*n.args[0]) + ")";
+    }
+    return "0";
+  }
+};
+
+}  // namespace
+
+std::string emit_cuda(const Program& p, const std::string& name, bool constants_as_members) {
+  Emitter em{p, constants_as_members};
+  std::ostringstream o;
+  const char* locals =
+      "    const long long hg = (long long)h + head_offset, q = q_idx, k = k_idx;\n"
+      "    (void)b; (void)hg; (void)q; (void)k;\n";
+  o << kHelpers << "// " << (p.is_mask ? "mask_mod: " : "score_mod: ") << p.canonical() << "\n"
+    << "struct " << name << " {\n";
+  for (const ParamDecl& d : p.params)
+    o << "  const float* p_" << d.name << ";  // " << (d.learnable ? "learnable " : "") << "("
+      << (d.shape.empty() ? "" : std::to_string(d.shape[0]))
+      << (d.shape.size() > 1 ? ", " + std::to_string(d.shape[1]) : "") << ")\n";
+  o << "  int head_offset;  // h of the expression = head_offset + the call's head\n";
+  const size_t slots = p.constants().size();
+  if (constants_as_members && slots > 0)
+    o << "  float c[" << slots << "];  // real literals by slot\n"
+      << "  long long ci[" << slots << "];  // integer literals by slot\n";
+  if (p.is_mask) {
+    o << "  __device__ bool visible(int b, int h, int q_idx, int k_idx) const {\n"
+      << locals << "    (void)h;\n    return " << em.e(*p.root) << ";\n  }\n};\n";
+    return o.str();
+  }
+  o << "  __device__ float value(float score, int b, int h, int q_idx, int k_idx) const {\n"
+    << locals << "    return " << em.e(*p.root) << ";\n  }\n"
+    << "  __device__ float derivative(float score, int b, int h, int q_idx, int k_idx) const {\n"
+    << locals << "    return " << em.e(*p.d_score) << ";\n  }\n";
+  if (p.param_count > 0) {
+    o << "  __host__ __device__ long long param_count() const { return " << p.param_count
+      << "LL; }\n"
+      << "  // grad += dvalue * d value / d params; the kernel decides how grad is shared.\n"
+      << "  __device__ void param_grad(float dvalue, float score, int b, int h, int q_idx, "
+         "int k_idx, float* grad) const {\n"
+      << locals;
+    for (size_t i = 0; i < p.occurrences.size(); ++i) {
+      const Node& occ = *p.occurrences[i];
+      std::string idx = "0LL";
+      for (size_t d = 0; d < occ.args.size(); ++d)
+        idx = "(" + idx + " * " + std::to_string(occ.shape[d]) + "LL + " + em.e(*occ.args[d]) + ")";
+      o << "    grad[" << p.grad_offset[size_t(occ.param)] << "LL + " << idx << "] += dvalue * "
+        << em.e(*p.d_occurrence[i]) << ";\n";
+    }
+    o << "  }\n";
+  }
+  o << "};\n";
+  return o.str();
+}
+
+}  // namespace driftless::layers::expr

@@ -1,0 +1,151 @@
+// The score/mask modifier expression language (README "Score and mask expressions";
+// ARCHITECTURE.md "Score modifiers"): the AST, the parser and static checks, evaluation on
+// the CPU, symbolic derivatives, canonical text for a kernel cache, and the CUDA emitter.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace driftless::layers::expr {
+
+// Static types: indices (q, k, h, integer literals and integer arithmetic) are exact
+// integers; score and parameters are real; comparisons are boolean and only feed
+// where(), ?:, &&, || and !.
+enum class Type { integer, real, boolean };
+
+enum class Op {
+  literal,
+  score,
+  q,
+  k,
+  h,
+  param,  // leaves (param: a table entry, args are its subscripts)
+  neg,
+  add,
+  sub,
+  mul,
+  div,  // arithmetic
+  lt,
+  le,
+  gt,
+  ge,
+  eq,
+  ne,
+  land,
+  lor,
+  lnot,  // boolean
+  where,
+  abs,
+  min,
+  max,
+  clamp,
+  exp,
+  log,
+  tanh,
+  sqrt,
+  pow,
+  sigmoid,
+  floor,
+  ceil,
+  round,
+  to_int,  // real -> integer: not differentiable
+  to_real  // integer -> real (inserted by the type checker)
+};
+
+struct Node;
+using NodePtr = std::shared_ptr<const Node>;
+
+struct Node {
+  Op op = Op::literal;
+  Type type = Type::real;
+  double value = 0;            // literal
+  int slot = -1;               // literal: its index in constants(); -1 for one made by derive()
+  int param = -1;              // param: index into Program::params
+  int occurrence = -1;         // param: which learnable occurrence (derivative variable), or -1
+  int column = 0;              // 1-based column in the source, for errors
+  std::vector<int64_t> shape;  // param: the table's declared shape
+  std::vector<NodePtr> args;
+};
+
+// A parameter declared in model.score_mod_params: a scalar, (heads) or (heads, n) table.
+struct ParamDecl {
+  std::string name;
+  std::vector<int64_t> shape;  // {} scalar, {H} or {H, n}
+  std::vector<double> init;    // numel() values, row-major
+  bool learnable = false;
+  int64_t numel() const;
+};
+
+struct Literal {
+  double value;
+  bool integer;
+};
+
+// A checked score or mask expression. Built by compile_*; immutable afterwards.
+struct Program {
+  std::string source;
+  bool is_mask = false;
+  int heads = 0;  // the model's query heads: h is in [0, heads)
+  std::vector<ParamDecl> params;
+  NodePtr root;  // real for a score modifier, boolean for a mask
+  // Score modifiers only: d root / d score, and d root / d (occurrence i) for every
+  // occurrence of a learnable parameter in root, with that occurrence's node.
+  NodePtr d_score;
+  std::vector<NodePtr> d_occurrence;
+  std::vector<const Node*> occurrences;
+  std::vector<int64_t> grad_offset;  // per param: offset in the flat gradient, -1 if constant
+  int64_t param_count = 0;           // learnable scalars
+
+  bool reads_positions() const;  // mentions q or k
+  bool reads_score() const;
+
+  // Normalized text: independent of whitespace, redundant parentheses and how a number is
+  // written (30, 30.0, 3e1 in a real context are one literal).
+  std::string canonical() const;
+  // The same with every source literal replaced by a slot ($i real, #i integer), and the
+  // literals in slot order: a kernel cache compiles the structure once and passes constants.
+  std::string canonical_structure() const;
+  std::vector<Literal> constants() const;
+};
+
+// "[score_mod] <message> at column N:\n  <source>\n  <caret>" on any error; `heads` bounds h.
+std::shared_ptr<const Program> compile_score_mod(const std::string& source,
+                                                 const std::vector<ParamDecl>& params, int heads);
+std::shared_ptr<const Program> compile_mask_mod(const std::string& source,
+                                                const std::vector<ParamDecl>& params, int heads);
+
+// Printing (canonical form) of any node; with_slots prints $i / #i for source literals.
+std::string to_string(const Node& n, const Program& p, bool with_slots = false);
+
+// d n / d x where x is `score` (occurrence < 0) or learnable occurrence i, simplified.
+NodePtr derive(const NodePtr& n, int occurrence);
+// Folds derived literals (never source ones, whose values a kernel cache passes at run time).
+NodePtr simplify(const NodePtr& n);
+
+// Values of the parameters a program reads, one pointer per declared parameter.
+template <class T>
+struct Bindings {
+  const T* const* params = nullptr;
+  int head_offset = 0;  // h of the expression = head_offset + the call's local head
+};
+
+// Evaluation in T (float or double); indices in exact integers. h is the global head.
+template <class T>
+T eval_real(const Node& n, const Bindings<T>& b, T score, int64_t h, int64_t q, int64_t k);
+template <class T>
+bool eval_bool(const Node& n, const Bindings<T>& b, T score, int64_t h, int64_t q, int64_t k);
+template <class T>
+int64_t eval_int(const Node& n, const Bindings<T>& b, T score, int64_t h, int64_t q, int64_t k);
+// Row-major flat index of a param node's entry.
+template <class T>
+int64_t param_index(const Node& n, const Bindings<T>& b, T score, int64_t h, int64_t q, int64_t k);
+
+// CUDA source of a device functor with the score_mod.h interface for T = float, named
+// `name`: value, derivative, param_count, param_grad (and visible(b, h, q, k) for a mask).
+// constants_as_members: literals read from a member array `c` (the kernel cache's form)
+// instead of being written into the code.
+std::string emit_cuda(const Program& p, const std::string& name, bool constants_as_members = false);
+
+}  // namespace driftless::layers::expr

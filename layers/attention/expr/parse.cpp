@@ -1,0 +1,626 @@
+// Parser and static checks of modifier expressions (expr.h): every error names the column
+// and shows the source with a caret, before any attention work; subscripts are proven in
+// range by interval arithmetic, so evaluation never reads outside a table.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+#include "engine/core/error.h"
+#include "layers/attention/expr/expr.h"
+
+namespace driftless::layers::expr {
+
+namespace {
+
+struct ParseError {
+  std::string message;
+  int column;
+};
+
+[[noreturn]] void fail(const std::string& m, int column) {
+  throw ParseError{m, column};
+}
+
+const char* kKnown =
+    "score, q, k, h, the parameters of model.score_mod_params, where, abs, min, max, clamp, "
+    "exp, log, tanh, sqrt, pow, sigmoid, floor, ceil, round, int";
+
+struct Func {
+  const char* name;
+  Op op;
+  int arity;
+};
+const Func kFuncs[] = {
+    {"where", Op::where, 3}, {"abs", Op::abs, 1},         {"min", Op::min, 2},
+    {"max", Op::max, 2},     {"clamp", Op::clamp, 3},     {"exp", Op::exp, 1},
+    {"log", Op::log, 1},     {"tanh", Op::tanh, 1},       {"sqrt", Op::sqrt, 1},
+    {"pow", Op::pow, 2},     {"sigmoid", Op::sigmoid, 1}, {"floor", Op::floor, 1},
+    {"ceil", Op::ceil, 1},   {"round", Op::round, 1},     {"int", Op::to_int, 1}};
+
+class Parser {
+ public:
+  Parser(const std::string& s, const std::vector<ParamDecl>& params) : s_(s), params_(params) {}
+
+  NodePtr parse_all() {
+    NodePtr n = ternary();
+    skip();
+    if (i_ < s_.size()) fail("unexpected '" + std::string(1, s_[i_]) + "'", col());
+    return n;
+  }
+
+ private:
+  int col() const { return int(i_) + 1; }
+  void skip() {
+    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
+  }
+  bool eat(const char* tok) {
+    skip();
+    const size_t n = std::char_traits<char>::length(tok);
+    if (s_.compare(i_, n, tok) != 0) return false;
+    // '<' must not eat the first char of '<=', '!' not of '!=', '=' alone is not an operator
+    if (n == 1 && i_ + 1 < s_.size() && s_[i_ + 1] == '=' && std::strchr("<>!", tok[0]))
+      return false;
+    i_ += n;
+    return true;
+  }
+  void expect(const char* tok, const std::string& what) {
+    if (!eat(tok)) {
+      skip();
+      fail("expected '" + std::string(tok) + "' " + what +
+               (i_ < s_.size() ? ", got '" + std::string(1, s_[i_]) + "'" : ", got the end"),
+           col());
+    }
+  }
+  static NodePtr make(Op op, int column, std::vector<NodePtr> args) {
+    auto n = std::make_shared<Node>();
+    n->op = op;
+    n->column = column;
+    n->args = std::move(args);
+    return n;
+  }
+
+  NodePtr ternary() {
+    NodePtr c = logic_or();
+    skip();
+    const int at = col();
+    if (!eat("?")) return c;
+    NodePtr a = ternary();
+    expect(":", "in a ? b : c");
+    NodePtr b = ternary();
+    return make(Op::where, at, {c, a, b});
+  }
+  NodePtr logic_or() {
+    NodePtr l = logic_and();
+    for (;;) {
+      skip();
+      const int at = col();
+      if (!eat("||")) return l;
+      l = make(Op::lor, at, {l, logic_and()});
+    }
+  }
+  NodePtr logic_and() {
+    NodePtr l = compare();
+    for (;;) {
+      skip();
+      const int at = col();
+      if (!eat("&&")) return l;
+      l = make(Op::land, at, {l, compare()});
+    }
+  }
+  NodePtr compare() {
+    NodePtr l = additive();
+    skip();
+    const int at = col();
+    static const std::pair<const char*, Op> ops[] = {{"<=", Op::le}, {">=", Op::ge}, {"==", Op::eq},
+                                                     {"!=", Op::ne}, {"<", Op::lt},  {">", Op::gt}};
+    for (const auto& [tok, op] : ops)
+      if (eat(tok)) {
+        NodePtr r = make(op, at, {l, additive()});
+        skip();
+        for (const auto& [t2, o2] : ops)
+          if (s_.compare(i_, std::char_traits<char>::length(t2), t2) == 0)
+            fail("comparisons do not chain; write (a < b) && (b < c)", col());
+        return r;
+      }
+    return l;
+  }
+  NodePtr additive() {
+    NodePtr l = multiplicative();
+    for (;;) {
+      skip();
+      const int at = col();
+      if (eat("+"))
+        l = make(Op::add, at, {l, multiplicative()});
+      else if (eat("-"))
+        l = make(Op::sub, at, {l, multiplicative()});
+      else
+        return l;
+    }
+  }
+  NodePtr multiplicative() {
+    NodePtr l = unary();
+    for (;;) {
+      skip();
+      const int at = col();
+      if (eat("*"))
+        l = make(Op::mul, at, {l, unary()});
+      else if (eat("/"))
+        l = make(Op::div, at, {l, unary()});
+      else
+        return l;
+    }
+  }
+  NodePtr unary() {
+    skip();
+    const int at = col();
+    if (eat("-")) return make(Op::neg, at, {unary()});
+    if (eat("+")) return unary();
+    if (eat("!")) return make(Op::lnot, at, {unary()});
+    return primary();
+  }
+  std::vector<NodePtr> list(const char* close) {
+    std::vector<NodePtr> args;
+    if (eat(close)) return args;
+    for (;;) {
+      args.push_back(ternary());
+      if (eat(close)) return args;
+      expect(",", std::string("or '") + close + "' in an argument list");
+    }
+  }
+  NodePtr primary() {
+    skip();
+    const int at = col();
+    if (i_ >= s_.size()) fail("expected a value, got the end", at);
+    const char c = s_[i_];
+    if (eat("(")) {
+      NodePtr n = ternary();
+      expect(")", "to close the '(' at column " + std::to_string(at));
+      return n;
+    }
+    if (std::isdigit(static_cast<unsigned char>(c)) || c == '.') return number();
+    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      size_t j = i_;
+      while (j < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[j])) || s_[j] == '_'))
+        ++j;
+      const std::string id = s_.substr(i_, j - i_);
+      i_ = j;
+      skip();
+      const bool call = i_ < s_.size() && s_[i_] == '(';
+      const bool index = i_ < s_.size() && s_[i_] == '[';
+      for (size_t p = 0; p < params_.size(); ++p)
+        if (params_[p].name == id) {
+          auto n = std::make_shared<Node>();
+          n->op = Op::param;
+          n->param = int(p);
+          n->shape = params_[p].shape;
+          n->column = at;
+          if (index) {
+            ++i_;
+            n->args = list("]");
+          }
+          const size_t want = params_[p].shape.size();
+          if (n->args.size() != want)
+            fail("parameter '" + id + "' has " + std::to_string(want) +
+                     " dimension(s) but is indexed with " + std::to_string(n->args.size()) +
+                     " subscript(s)" +
+                     (want ? " (write " + id + (want == 1 ? "[h]" : "[h, i]") + ")" : ""),
+                 at);
+          return n;
+        }
+      if (call) {
+        ++i_;
+        for (const Func& f : kFuncs)
+          if (id == f.name) {
+            std::vector<NodePtr> args = list(")");
+            if (int(args.size()) != f.arity)
+              fail(id + "() takes " + std::to_string(f.arity) + " argument(s), got " +
+                       std::to_string(args.size()),
+                   at);
+            return make(f.op, at, std::move(args));
+          }
+        fail("unknown function '" + id + "'; known: " + kKnown, at);
+      }
+      if (index) fail("'" + id + "' is not a parameter and cannot be indexed", at);
+      if (id == "score") return make(Op::score, at, {});
+      if (id == "q") return make(Op::q, at, {});
+      if (id == "k") return make(Op::k, at, {});
+      if (id == "h") return make(Op::h, at, {});
+      if (id == "doc" || id == "b")
+        fail("'" + id +
+                 "' (the document index) is not available: it is the index within one "
+                 "attention call, which changes with micro-sequences and ranks",
+             at);
+      std::string known = std::string(kKnown);
+      for (const auto& p : params_) known += ", " + p.name;
+      fail("unknown identifier '" + id + "'; known: " + known, at);
+    }
+    fail("unexpected '" + std::string(1, c) + "'", at);
+  }
+  NodePtr number() {
+    const size_t start = i_;
+    bool integer = true;
+    while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_]))) ++i_;
+    if (i_ < s_.size() && s_[i_] == '.') {
+      integer = false;
+      ++i_;
+      while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_]))) ++i_;
+    }
+    if (i_ < s_.size() && (s_[i_] == 'e' || s_[i_] == 'E')) {
+      integer = false;
+      ++i_;
+      if (i_ < s_.size() && (s_[i_] == '+' || s_[i_] == '-')) ++i_;
+      if (i_ >= s_.size() || !std::isdigit(static_cast<unsigned char>(s_[i_])))
+        fail("malformed number", int(start) + 1);
+      while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_]))) ++i_;
+    }
+    const std::string text = s_.substr(start, i_ - start);
+    if (text == ".") fail("malformed number", int(start) + 1);
+    auto n = std::make_shared<Node>();
+    n->op = Op::literal;
+    n->value = std::stod(text);
+    n->type = integer ? Type::integer : Type::real;
+    n->column = int(start) + 1;
+    if (integer && n->value > double(std::numeric_limits<int32_t>::max()))
+      fail("integer literal " + text + " does not fit 32 bits", n->column);
+    return n;
+  }
+
+  const std::string& s_;
+  const std::vector<ParamDecl>& params_;
+  size_t i_ = 0;
+};
+
+// ---- typing -------------------------------------------------------------------------
+
+const char* type_name(Type t) {
+  return t == Type::integer ? "an integer" : (t == Type::real ? "a real" : "a boolean");
+}
+
+struct Interval {
+  double lo = -INFINITY, hi = INFINITY;
+};
+
+struct Typer {
+  const std::vector<ParamDecl>& params;
+  int heads;
+  bool is_mask;
+
+  // Integer arithmetic of literals only (-2, 2 * 3): exact in reals too.
+  static bool literal_only(const Node& n) {
+    if (n.op == Op::literal) return true;
+    if (n.op != Op::neg && n.op != Op::add && n.op != Op::sub && n.op != Op::mul) return false;
+    for (const auto& a : n.args)
+      if (!literal_only(*a)) return false;
+    return true;
+  }
+  NodePtr as_real(const NodePtr& n) {
+    if (n->type == Type::real) return n;
+    if (n->type == Type::boolean)
+      fail("a boolean is used as a number; use where(cond, a, b)", n->column);
+    if (literal_only(*n)) {  // 30 in a real context is the real 30: one canonical form
+      auto r = std::make_shared<Node>(*n);
+      r->type = Type::real;
+      for (auto& a : r->args) a = as_real(a);
+      return r;
+    }
+    auto r = std::make_shared<Node>();
+    r->op = Op::to_real;
+    r->type = Type::real;
+    r->column = n->column;
+    r->args = {n};
+    return r;
+  }
+  void want(const NodePtr& n, Type t, const std::string& where) {
+    if (n->type != t)
+      fail(where + " must be " + type_name(t) + ", got " + type_name(n->type), n->column);
+  }
+  bool depends(const Node& n) const {  // on score or a learnable parameter
+    if (n.op == Op::score) return true;
+    if (n.op == Op::param && params[size_t(n.param)].learnable) return true;
+    for (const auto& a : n.args)
+      if (depends(*a)) return true;
+    return false;
+  }
+
+  NodePtr type(const NodePtr& in) {
+    auto n = std::make_shared<Node>(*in);
+    for (auto& a : n->args) a = type(a);
+    auto& a = n->args;
+    auto numeric = [&](const NodePtr& x, const char* what) {
+      if (x->type == Type::boolean)
+        fail(std::string(what) + " takes numbers, got a boolean", x->column);
+    };
+    auto join = [&](size_t from) {  // integer if all integer, else all real
+      bool all_int = true;
+      for (size_t i = from; i < a.size(); ++i) {
+        numeric(a[i], "this operator");
+        all_int = all_int && a[i]->type == Type::integer;
+      }
+      if (!all_int)
+        for (size_t i = from; i < a.size(); ++i) a[i] = as_real(a[i]);
+      n->type = all_int ? Type::integer : Type::real;
+    };
+    switch (n->op) {
+      case Op::literal:
+        break;
+      case Op::score:
+        if (is_mask)
+          fail("mask_mod cannot read score (a mask decides visibility first)", n->column);
+        n->type = Type::real;
+        break;
+      case Op::q:
+      case Op::k:
+      case Op::h:
+        n->type = Type::integer;
+        break;
+      case Op::param:
+        for (size_t i = 0; i < a.size(); ++i) {
+          if (a[i]->type != Type::integer)
+            fail("subscript " + std::to_string(i) + " of '" + params[size_t(n->param)].name +
+                     "' must be an integer index expression, got " + type_name(a[i]->type) +
+                     " (use floor(), int() or round())",
+                 a[i]->column);
+          const Interval r = range(*a[i]);
+          const int64_t dim = params[size_t(n->param)].shape[i];
+          if (!(r.lo >= 0 && r.hi <= double(dim - 1))) {
+            std::ostringstream m;
+            m << "subscript " << i << " of '" << params[size_t(n->param)].name
+              << "' may be outside [0, " << dim - 1 << "] (it can be in [" << r.lo << ", " << r.hi
+              << "]); bound it with clamp()";
+            fail(m.str(), a[i]->column);
+          }
+        }
+        n->type = Type::real;
+        break;
+      case Op::neg:
+      case Op::add:
+      case Op::sub:
+      case Op::mul:
+      case Op::min:
+      case Op::max:
+      case Op::abs:
+      case Op::clamp:
+        join(0);
+        break;
+      case Op::div:
+        numeric(a[0], "/");
+        numeric(a[1], "/");
+        a[0] = as_real(a[0]);
+        a[1] = as_real(a[1]);
+        n->type = Type::real;
+        break;
+      case Op::lt:
+      case Op::le:
+      case Op::gt:
+      case Op::ge:
+      case Op::eq:
+      case Op::ne:
+        join(0);
+        n->type = Type::boolean;
+        break;
+      case Op::land:
+      case Op::lor:
+      case Op::lnot:
+        for (auto& x : a) want(x, Type::boolean, "an operand of &&, || and !");
+        n->type = Type::boolean;
+        break;
+      case Op::where:
+        want(a[0], Type::boolean, "the condition of where() / ?:");
+        join(1);
+        break;
+      case Op::exp:
+      case Op::log:
+      case Op::tanh:
+      case Op::sqrt:
+      case Op::sigmoid:
+        numeric(a[0], "this function");
+        a[0] = as_real(a[0]);
+        n->type = Type::real;
+        break;
+      case Op::pow:
+        numeric(a[0], "pow()");
+        a[0] = as_real(a[0]);
+        if (a[1]->op != Op::literal && !(a[1]->op == Op::neg && a[1]->args[0]->op == Op::literal))
+          fail("the exponent of pow() must be a number", a[1]->column);
+        if (a[1]->op == Op::neg) {  // fold -c into a literal
+          auto l = std::make_shared<Node>(*a[1]->args[0]);
+          l->value = -l->value;
+          l->column = a[1]->column;
+          a[1] = l;
+        }
+        a[1] = as_real(a[1]);
+        n->type = Type::real;
+        break;
+      case Op::floor:
+      case Op::ceil:
+      case Op::round:
+      case Op::to_int:
+        numeric(a[0], "this function");
+        if (depends(*a[0]))
+          fail(
+              "this rounds an expression of score or of a learnable parameter, which has no "
+              "derivative; use it only on index expressions",
+              n->column);
+        a[0] = as_real(a[0]);
+        n->type = Type::integer;
+        break;
+      case Op::to_real:
+        n->type = Type::real;
+        break;
+    }
+    return n;
+  }
+
+  // Bounds of an integer expression (q, k >= 0; 0 <= h < heads). Unknown: unbounded.
+  Interval range(const Node& n) const {
+    auto r = [&](size_t i) { return range(*n.args[i]); };
+    auto mul = [](double x, double y) { return (x == 0 || y == 0) ? 0.0 : x * y; };
+    switch (n.op) {
+      case Op::literal:
+        return {n.value, n.value};
+      case Op::q:
+      case Op::k:
+        return {0, INFINITY};
+      case Op::h:
+        return {0, double(heads - 1)};
+      case Op::neg: {
+        const Interval a = r(0);
+        return {-a.hi, -a.lo};
+      }
+      case Op::add: {
+        const Interval a = r(0), b = r(1);
+        return {a.lo + b.lo, a.hi + b.hi};
+      }
+      case Op::sub: {
+        const Interval a = r(0), b = r(1);
+        return {a.lo - b.hi, a.hi - b.lo};
+      }
+      case Op::mul: {
+        const Interval a = r(0), b = r(1);
+        const double c[4] = {mul(a.lo, b.lo), mul(a.lo, b.hi), mul(a.hi, b.lo), mul(a.hi, b.hi)};
+        return {*std::min_element(c, c + 4), *std::max_element(c, c + 4)};
+      }
+      case Op::abs: {
+        const Interval a = r(0);
+        if (a.lo >= 0) return a;
+        if (a.hi <= 0) return {-a.hi, -a.lo};
+        return {0, std::max(-a.lo, a.hi)};
+      }
+      case Op::min: {
+        const Interval a = r(0), b = r(1);
+        return {std::min(a.lo, b.lo), std::min(a.hi, b.hi)};
+      }
+      case Op::max: {
+        const Interval a = r(0), b = r(1);
+        return {std::max(a.lo, b.lo), std::max(a.hi, b.hi)};
+      }
+      case Op::clamp: {
+        const Interval x = r(0), lo = r(1), hi = r(2);
+        return {std::max(x.lo, lo.lo), std::min(std::max(x.hi, lo.hi), hi.hi)};
+      }
+      case Op::where: {
+        const Interval a = r(1), b = r(2);
+        return {std::min(a.lo, b.lo), std::max(a.hi, b.hi)};
+      }
+      default:
+        return {};
+    }
+  }
+};
+
+void collect_occurrences(const NodePtr& n, const std::vector<ParamDecl>& params,
+                         std::vector<const Node*>& out) {
+  for (const auto& a : n->args) collect_occurrences(a, params, out);
+  if (n->op == Op::param && params[size_t(n->param)].learnable) {
+    const_cast<Node&>(*n).occurrence = int(out.size());
+    out.push_back(n.get());
+  }
+}
+
+void number_slots(const NodePtr& n, int& next) {
+  if (n->op == Op::literal) const_cast<Node&>(*n).slot = next++;
+  for (const auto& a : n->args) number_slots(a, next);
+}
+
+void check_params(const std::vector<ParamDecl>& params, int heads, const char* op) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ParamDecl& p = params[i];
+    DL_CHECK(!p.name.empty() &&
+                 (std::isalpha(static_cast<unsigned char>(p.name[0])) || p.name[0] == '_'),
+             op, "parameter name '" << p.name << "' is not an identifier");
+    for (const Func& f : kFuncs)
+      DL_CHECK(p.name != f.name, op, "parameter name '" << p.name << "' is a function name");
+    for (const char* r : {"score", "q", "k", "h", "doc", "b"})
+      DL_CHECK(p.name != r, op, "parameter name '" << p.name << "' is reserved");
+    for (size_t j = 0; j < i; ++j)
+      DL_CHECK(params[j].name != p.name, op, "parameter '" << p.name << "' is declared twice");
+    DL_CHECK(p.shape.size() <= 2 && (p.shape.empty() || p.shape[0] == heads), op,
+             "parameter '" << p.name << "' must be a scalar, (heads) = (" << heads
+                           << ") or (heads, n), got " << p.shape.size() << " dimension(s)"
+                           << (p.shape.empty() ? "" : " with first " + std::to_string(p.shape[0])));
+    DL_CHECK(p.shape.size() < 2 || p.shape[1] > 0, op,
+             "parameter '" << p.name << "' needs n > 0 in (heads, n)");
+    DL_CHECK(int64_t(p.init.size()) == p.numel(), op,
+             "parameter '" << p.name << "' has " << p.init.size() << " initial values, expected "
+                           << p.numel());
+  }
+}
+
+std::shared_ptr<const Program> compile(const std::string& source,
+                                       const std::vector<ParamDecl>& params, int heads, bool mask) {
+  const char* op = mask ? "mask_mod" : "score_mod";
+  DL_CHECK(heads > 0, op, "heads must be positive, got " << heads);
+  check_params(params, heads, op);
+  auto p = std::make_shared<Program>();
+  p->source = source;
+  p->is_mask = mask;
+  p->heads = heads;
+  p->params = params;
+  try {
+    NodePtr root = Parser(source, params).parse_all();
+    Typer t{params, heads, mask};
+    root = t.type(root);
+    if (mask) {
+      t.want(root, Type::boolean, "a mask_mod");
+    } else {
+      if (root->type == Type::boolean)
+        fail("a score_mod must be a number, got a boolean (a mask belongs in mask_mod)", 1);
+      root = t.as_real(root);
+    }
+    int slots = 0;
+    number_slots(root, slots);
+    p->root = root;
+  } catch (const ParseError& e) {
+    std::ostringstream m;
+    m << e.message << " at column " << e.column << ":\n  " << source << "\n  "
+      << std::string(size_t(std::max(e.column - 1, 0)), ' ') << "^";
+    DL_FAIL(op, m.str());
+  }
+  if (!mask) {
+    collect_occurrences(p->root, p->params, p->occurrences);
+    p->d_score = simplify(derive(p->root, -1));
+    for (size_t i = 0; i < p->occurrences.size(); ++i)
+      p->d_occurrence.push_back(simplify(derive(p->root, int(i))));
+  }
+  for (const ParamDecl& d : p->params) {
+    p->grad_offset.push_back(d.learnable ? p->param_count : -1);
+    if (d.learnable) p->param_count += d.numel();
+  }
+  return p;
+}
+
+bool mentions(const Node& n, Op op) {
+  if (n.op == op) return true;
+  for (const auto& a : n.args)
+    if (mentions(*a, op)) return true;
+  return false;
+}
+
+}  // namespace
+
+int64_t ParamDecl::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+bool Program::reads_positions() const {
+  return mentions(*root, Op::q) || mentions(*root, Op::k);
+}
+bool Program::reads_score() const {
+  return mentions(*root, Op::score);
+}
+
+std::shared_ptr<const Program> compile_score_mod(const std::string& source,
+                                                 const std::vector<ParamDecl>& params, int heads) {
+  return compile(source, params, heads, false);
+}
+std::shared_ptr<const Program> compile_mask_mod(const std::string& source,
+                                                const std::vector<ParamDecl>& params, int heads) {
+  return compile(source, params, heads, true);
+}
+
+}  // namespace driftless::layers::expr
