@@ -116,7 +116,9 @@ if [[ $parts == *context* ]]; then
   read -ra mpi4 <<<"$(mpi_n 4)"
   table="$out/bench-context.jsonl"
   : >"$table"
-  for S in 16384 65536 131072 262144 524288 1048576; do
+  # CONTEXT_SIZES, CONTEXT_LAYOUTS (of: sdp4 ring a2a hybrid) and CONTEXT_ONE_GPU=0 narrow
+  # a run to the rows wanted.
+  for S in ${CONTEXT_SIZES:-16384 65536 131072 262144 524288 1048576}; do
     [ "$S" -le "${CONTEXT_MAX:-262144}" ] || continue
     doc=(--config configs/models/gpt2_124m.yaml --set batch.sequence_length=$S --set batch.sequences=1
          --set model.n_positions=$S --set data.random_distribution=fixed
@@ -131,15 +133,18 @@ if [[ $parts == *context* ]]; then
         python3 -c "import json,sys; d=json.load(sys.stdin); d.update(layout='$name', S=$S); print(json.dumps(d))" \
           >>"$table" 2>/dev/null || echo "{\"layout\": \"$name\", \"S\": $S, \"error\": 1}" >>"$table"
     }
-    if [ "$S" -le 131072 ]; then
+    if [ "$S" -le 131072 ] && [ "${CONTEXT_ONE_GPU:-1}" = 1 ]; then
       row "1 GPU" "$dl" bench train "${doc[@]}"
       cp "$out/run.txt" "$out/dl-document-$S.txt"
       python3 tests/reference/bench_one_document.py --seq "$S" --steps 3 --warmup 1 $compile_flag \
         --driftless "$out/dl-document-$S.txt" 2>&1 | grep -v Warning | tee -a "$out/bench-context.log"
     fi
     if [ "$gpus" -ge 4 ]; then
-      row sdp4 "${mpi4[@]}" "$dl" bench train "${doc[@]}" --set distributed.sequence_data_parallel=4
+      layouts=" ${CONTEXT_LAYOUTS:-sdp4 ring a2a hybrid} "
+      [[ $layouts == *" sdp4 "* ]] &&
+        row sdp4 "${mpi4[@]}" "$dl" bench train "${doc[@]}" --set distributed.sequence_data_parallel=4
       for kind in ring a2a hybrid; do
+        [[ $layouts == *" $kind "* ]] || continue
         row "cp4 $kind" "${mpi4[@]}" "$dl" bench train "${doc[@]}" \
           --set distributed.context_parallel.size=4 --set distributed.context_parallel.kind=$kind \
           --set distributed.context_parallel.group_size=2
@@ -226,9 +231,10 @@ if [[ $parts == *million* ]]; then
   }
   if [ "$gpus" -ge 4 ]; then
     read -ra mpi4 <<<"$(mpi_n 4)"
-    for S in 524288 1048576; do
-      for kind in a2a ring; do
-        for ms in 1 4; do
+    # MILLION_SIZES, MILLION_KINDS, MILLION_MS and MILLION_ONE_GPU narrow a run.
+    for S in ${MILLION_SIZES:-524288 1048576}; do
+      for kind in ${MILLION_KINDS:-a2a ring}; do
+        for ms in ${MILLION_MS:-1 4}; do
           echo "== one document of S=$S, cp4 $kind, recompute full, micro_sequences $ms" |
             tee -a "$out/bench-million.log"
           # shellcheck disable=SC2046
@@ -239,8 +245,8 @@ if [[ $parts == *million* ]]; then
       done
     done
   fi
-  for S in 131072 262144 524288; do
-    for ms in 1 4; do
+  for S in ${MILLION_ONE_GPU:-131072 262144 524288}; do
+    for ms in ${MILLION_MS:-1 4}; do
       echo "== one document of S=$S, 1 GPU, recompute full, micro_sequences $ms" |
         tee -a "$out/bench-million.log"
       # shellcheck disable=SC2046
