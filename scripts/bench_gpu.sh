@@ -227,7 +227,8 @@ if [[ $parts == *million* ]]; then
     echo --config configs/models/gpt2_124m.yaml --set batch.sequence_length="$1" \
       --set batch.sequences=1 --set model.n_positions="$1" --set data.random_distribution=fixed \
       --set data.random_mean_length="$1" --set data.random_max_length="$1" \
-      --set training.recompute=full --set schedule.micro_sequences="$2" --steps 3 --warmup 1
+      --set training.recompute=full --set schedule.micro_sequences="$2" \
+      --steps "${MILLION_STEPS:-3}" --warmup 1
   }
   if [ "$gpus" -ge 4 ]; then
     read -ra mpi4 <<<"$(mpi_n 4)"
