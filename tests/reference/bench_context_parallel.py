@@ -85,9 +85,10 @@ def main():
     pos = torch.arange(a.seq, device="cuda").unsqueeze(0)
 
     def step():
-        # The buffers are sharded in place (load-balanced) on entry; nothing needs restoring.
-        with context_parallel(mesh, buffers=[idx, tgt, pos], buffer_seq_dims=[1, 1, 1],
-                              no_restore_buffers={idx, tgt, pos}), \
+        # The buffers are sharded in place (load-balanced) on entry and restored on exit: a
+        # buffer left sharded would be sharded again by the next step, which then trains on a
+        # quarter of the sequence (measured so: tokens/s rising with S, 441k at 262144).
+        with context_parallel(mesh, buffers=[idx, tgt, pos], buffer_seq_dims=[1, 1, 1]), \
                 sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
                              SDPBackend.CUDNN_ATTENTION]), \
                 torch.autocast("cuda", dtype=torch.bfloat16):
