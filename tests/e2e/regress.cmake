@@ -37,6 +37,12 @@ add_test(NAME regress_dropout
                  -o ${PROJECT_BINARY_DIR}/e2e/regress_dropout)
 set_tests_properties(regress_dropout PROPERTIES LABELS "e2e;mpi" TIMEOUT 600
                      ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
+# User score and mask expressions (docs/score-expressions.md) on micro-sequences, SDP and a2a.
+add_test(NAME regress_tiny_expr
+         COMMAND driftless regress -c ${PROJECT_SOURCE_DIR}/configs/regress/tiny_expr.yaml
+                 -o ${PROJECT_BINARY_DIR}/e2e/regress_tiny_expr)
+set_tests_properties(regress_tiny_expr PROPERTIES LABELS "e2e;mpi" TIMEOUT 600
+                     ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
 # Llama (rotary positions, RMSNorm, SwiGLU, GQA): the layouts of configs/regress/tiny_llama.yaml
 # on 1, 2 and 4 ranks, and a planted off-by-one of the rotary positions at micro-sequence,
 # SDP and context-parallel boundaries that must fail at layer 0's rotary output.

@@ -155,7 +155,7 @@ TEST(Config, ArchitectureRules) {
   EXPECT_EQ(c.model.mlp_width(), 176);
   EXPECT_EQ(c.model.rope_theta, 100000.0);
   EXPECT_FALSE(c.model.tie_word_embeddings);
-  EXPECT_EQ(parse_config_text("model: {n_embd: 64}").model.mlp_width(), 256);
+  EXPECT_EQ(parse_config_text("model: {n_embd: 64, n_head: 4}").model.mlp_width(), 256);
   // gpt2 names every llama-only key set away from its default.
   std::string err = error_of([] {
     parse_config_text("model: {rope_theta: 500000, sliding_window: 8, tie_word_embeddings: false}");
@@ -175,7 +175,7 @@ TEST(Config, ArchitectureRules) {
         "model: {architecture: llama, n_embd: 64, n_head: 4, sliding_window: 8}\n"
         "distributed: {context_parallel: {size: 2, kind: ring}}\n");
   });
-  EXPECT_NE(err.find("kind ring does not take model.sliding_window"), std::string::npos) << err;
+  EXPECT_NE(err.find("kind ring and hybrid do not take model.sliding_window"), std::string::npos) << err;
   EXPECT_NO_THROW(parse_config_text(
       "model: {architecture: llama, n_embd: 64, n_head: 4, sliding_window: 8}\n"
       "distributed: {context_parallel: {size: 2, kind: a2a}}\n"));
