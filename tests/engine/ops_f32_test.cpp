@@ -11,16 +11,7 @@ namespace {
 
 using testing::rnd;
 
-// rms(t - r) / rms(r), the drift metric of ARCHITECTURE.md.
-double rms_rel(const Tensor& t, const Tensor& r) {
-  auto a = t.to_vector<double>(), b = r.to_vector<double>();
-  double d = 0, s = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    d += (a[i] - b[i]) * (a[i] - b[i]);
-    s += b[i] * b[i];
-  }
-  return std::sqrt(d / (s + 1e-300));
-}
+using testing::rms_rel;
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 

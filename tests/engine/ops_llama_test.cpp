@@ -14,16 +14,7 @@ using testing::all_close;
 using testing::gradcheck;
 using testing::rnd;
 
-// rms(t - r) / rms(r).
-double rms_rel(const Tensor& t, const Tensor& r) {
-  auto a = t.to_vector<double>(), b = r.to_vector<double>();
-  double d = 0, s = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    d += (a[i] - b[i]) * (a[i] - b[i]);
-    s += b[i] * b[i];
-  }
-  return std::sqrt(d / (s + 1e-300));
-}
+using testing::rms_rel;
 
 // The op on f32 copies against the op in f64: output and every floating input's gradient
 // within 1e-5 relative (CONTRIBUTING.md).

@@ -46,6 +46,17 @@ template <class F>
   return ::testing::AssertionFailure() << "did not throw";
 }
 
+// rms(t - r) / rms(r), the drift metric of ARCHITECTURE.md.
+inline double rms_rel(const Tensor& t, const Tensor& r) {
+  auto a = t.to_vector<double>(), b = r.to_vector<double>();
+  double d = 0, s = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    d += (a[i] - b[i]) * (a[i] - b[i]);
+    s += b[i] * b[i];
+  }
+  return std::sqrt(d / (s + 1e-300));
+}
+
 }  // namespace driftless::testing
 
 #define EXPECT_DL_ERROR(stmt, ...) \
