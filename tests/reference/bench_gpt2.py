@@ -54,15 +54,12 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
 
 
-def bench(name, batch, seq, compile_, steps, warmup):
-    L, H, C = MODELS[name]
-    torch.manual_seed(0)
-    model = GPT(L, H, C).cuda()
-    n_params = sum(p.numel() for p in model.parameters())
+def median_step_seconds(model, compile_, idx, tgt, steps, warmup):
+    """Median seconds of a training step of model(idx, tgt) -> loss (bf16 autocast, fused
+    AdamW, optionally under torch.compile) after `warmup` untimed steps; the peak-memory
+    counter is reset after the warm-up."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     step_model = torch.compile(model) if compile_ else model
-    idx = torch.randint(0, 50257, (batch, seq), device="cuda")
-    tgt = torch.randint(0, 50257, (batch, seq), device="cuda")
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -81,7 +78,17 @@ def bench(name, batch, seq, compile_, steps, warmup):
         step()
         torch.cuda.synchronize()
         secs.append(time.perf_counter() - t0)
-    med = statistics.median(secs)
+    return statistics.median(secs)
+
+
+def bench(name, batch, seq, compile_, steps, warmup):
+    L, H, C = MODELS[name]
+    torch.manual_seed(0)
+    model = GPT(L, H, C).cuda()
+    n_params = sum(p.numel() for p in model.parameters())
+    idx = torch.randint(0, 50257, (batch, seq), device="cuda")
+    tgt = torch.randint(0, 50257, (batch, seq), device="cuda")
+    med = median_step_seconds(model, compile_, idx, tgt, steps, warmup)
     tokens = batch * seq
     matmul_params = L * 12 * C * C + 50257 * C
     flops = 3 * (2 * matmul_params * tokens + L * 4 * C * batch * seq * (seq + 1) / 2)

@@ -14,12 +14,15 @@ model written here, for a second opinion.
 """
 import argparse
 import json
-import statistics
-import time
+import os
+import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_gpt2 import median_step_seconds  # noqa: E402
 
 # layers, hidden, heads, kv heads, intermediate, vocab, rope theta
 MODELS = {
@@ -107,29 +110,9 @@ def bench(name, batch, seq, compile_, steps, warmup, use_hf):
     torch.manual_seed(0)
     model = (hf_model(*MODELS[name]) if use_hf else Llama(L, C, H, HKV, FF, V, theta)).cuda()
     n_params = sum(p.numel() for p in model.parameters())
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    step_model = torch.compile(model) if compile_ else model
     idx = torch.randint(0, V, (batch, seq), device="cuda")
     tgt = torch.randint(0, V, (batch, seq), device="cuda")
-
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = step_model(idx, tgt)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    for _ in range(warmup):
-        step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    secs = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        torch.cuda.synchronize()
-        secs.append(time.perf_counter() - t0)
-    med = statistics.median(secs)
+    med = median_step_seconds(model, compile_, idx, tgt, steps, warmup)
     tokens = batch * seq
     D = C // H
     matmul_params = L * (C * (H + 2 * HKV) * D + C * C + 3 * C * FF) + V * C
