@@ -1,0 +1,62 @@
+// The bounded cache of run-time compiled attention kernels (issue 39): in memory, the
+// least recently used of at most `capacity` loaded kernels; on disk, the compiled binaries,
+// shared by the ranks of one host through atomic writes, so a restarted run compiles nothing.
+// Keyed only by text: the key is the full description of what was compiled (program text,
+// options, architecture, compiler and driftless versions), never an address.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace driftless::layers::jit {
+
+struct KernelCacheStats {
+  int64_t hits = 0;         // found loaded in memory
+  int64_t misses = 0;       // not in memory: then read from disk or compiled
+  int64_t disk_hits = 0;    // misses served by the on-disk cache
+  int64_t compiles = 0;     // misses that compiled
+  int64_t evictions = 0;    // loaded kernels dropped by the capacity bound
+  int64_t disk_errors = 0;  // unreadable, truncated or foreign files ignored; failed writes
+};
+
+struct KernelCacheOptions {
+  int64_t capacity = 64;  // loaded kernels held in memory, >= 1
+  std::string dir;        // on-disk cache directory; "" = memory only
+};
+
+// A loaded kernel (on the GPU: the module and its functions); opaque to the cache.
+using Loaded = std::shared_ptr<const void>;
+
+class KernelCache {
+ public:
+  explicit KernelCache(KernelCacheOptions options);
+  ~KernelCache();
+  KernelCache(const KernelCache&) = delete;
+  KernelCache& operator=(const KernelCache&) = delete;
+
+  // The loaded kernel of `key`: from memory; else from the disk cache (a file whose stored
+  // key is not exactly `key` is a miss, never a hit); else compile() (the binary), written
+  // to disk atomically. load() turns a binary into its Loaded. Thread-safe.
+  Loaded get(const std::string& key, const std::function<std::string()>& compile,
+             const std::function<Loaded(const std::string& binary)>& load);
+
+  KernelCacheStats stats() const;
+  int64_t size() const;  // loaded kernels held now, <= capacity
+  const KernelCacheOptions& options() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// $DRIFTLESS_KERNEL_CACHE, else $XDG_CACHE_HOME/driftless/kernels, else
+// $HOME/.cache/driftless/kernels, else "" (no disk cache).
+std::string default_cache_dir();
+
+// The process's cache, which the attention kernels use; configure() replaces it (called
+// once at start-up from the run config's attention.kernel_cache).
+KernelCache& process_kernel_cache();
+void configure_process_kernel_cache(const KernelCacheOptions& options);
+
+}  // namespace driftless::layers::jit
