@@ -301,7 +301,8 @@ TEST(FusedCuda, LayerNormAddsTheResidualGradient) {
 
 // RMS norm's weight gradient goes straight into f32 storage from f32 column sums, and the
 // residual stream's pending gradient is added to dx in its kernel, as for layer norm above:
-// Llama widths (4096) and odd ones, 300 rows (a partial last chunk of 32).
+// Llama widths (4096; 576 and 1024 take the bf16 unit kernels) and odd ones, 300 rows (a
+// partial last chunk of 32).
 TEST(FusedCuda, RmsNormGradIntoF32Storage) {
   DL_REQUIRE_GPU();
   auto fn = [](const auto& x) { return ops::rms_norm(x[0], x[1], 1e-5); };
@@ -318,7 +319,7 @@ TEST(FusedCuda, RmsNormAddsTheResidualGradient) {
     return ops::add(h, ops::rms_norm(h, x[1], 1e-5));
   };
   for (DType dt : {DType::f32, DType::bf16})
-    for (auto [rows, c] : {std::pair<int64_t, int64_t>{300, 4096}, {37, 45}}) {
+    for (auto [rows, c] : {std::pair<int64_t, int64_t>{300, 4096}, {37, 45}, {300, 576}}) {
       const std::vector<Tensor> in{rnd({rows, c}), rnd({c}, 0.5)};
       const int64_t before = autograd::pending_grads_taken();
       check("rms_norm", shape_str({rows, c}) + " + residual", fn, in, dt, dt, {});

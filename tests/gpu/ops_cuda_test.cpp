@@ -1,10 +1,10 @@
 // Backends agree (CONTRIBUTING.md tier 2) for the generic ops (engine/ops/ops.h): every op's
 // CUDA result, forward and input gradients (autograd::backward on both devices with the
-// same cotangent), equals its CPU result within the tolerance of kTolerances below, on
+// same cotangent), equals its CPU result within the tolerance of ops_check.h's table, on
 // fresh random inputs (the seed is printed) at odd shapes. Outputs come from cache blocks
 // poisoned with NaN, so an element a kernel forgets to write shows. Each CUDA computation
 // runs twice and must repeat bit for bit. Also gradient clipping on cuda (AdamW:
-// optim_cuda_test.cpp). Skips when no GPU is present.
+// optim_cuda_test.cpp; the Llama ops: ops_llama_cuda_test.cpp). Skips when no GPU is present.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,162 +22,13 @@
 #include "engine/ops/ops.h"
 #include "engine/optim/clip.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/ops_check.h"
 
 namespace driftless {
 namespace {
 
-// ---- The one tolerance table ----
-// Metric, per element: |cuda - cpu| / (|cpu| + rms(cpu)); the test asserts its maximum over
-// the tensor is <= the entry (rms(cpu) keeps elements that cancel to ~0 meaningful).
-// The CPU reference runs in f32 for f32 and bf16 (on the same bf16-rounded inputs) and in
-// f64 for f64.
-// f32: 0 where both backends do the same IEEE operations (add, mul, scalar ops applied
-//   in double then rounded, gathers, copies, the dropout mask); 2e-6 for gelu (device
-//   tanhf vs libm, ~2 ulp, plus FMA contraction); 1e-5 for reductions, matmul, norms and
-//   softmaxes (fp32 sums in another order than the CPU's double or Eigen's: ~sqrt(n) ulp
-//   of the scale for n <= 1e5; the softmaxes' exp is the ex2 approximation, ~2^-22
-//   relative plus the rounding of v log2 e).
-// bf16: the CUDA op computes in fp32 and rounds its output once (<= 2^-9 relative); a
-//   gradient passes through a few such roundings (cotangent, saved output, the backward's
-//   own output), so 4 roundings (1.6e-2) for most ops; 3e-2 for softmax / log_softmax /
-//   cross-entropy, whose backward re-reads a rounded output through exp().
-// f64: both backends accumulate in f64 in different orders: 1e-12.
-// swiglu, rope f32: 5e-6, a few ulp of the scale: device expf / sincosf (<= 2 ulp, sincosf
-//   over the full range, the same f32 angle on both sides) against libm, plus FMA
-//   contraction of the products. rms_norm bf16 rounds twice in its forward (the normalised
-//   row, then times the weight, as HF does) against the f32 reference: within 1.6e-2.
-struct Tol {
-  double f32, bf16, f64;
-};
-const std::map<std::string, Tol> kTolerances = {
-    {"add", {1e-5, 1.6e-2, 1e-12}},  // 0 forward; backward sums broadcast dims
-    {"sub", {1e-5, 1.6e-2, 1e-12}},
-    {"mul", {1e-5, 1.6e-2, 1e-12}},
-    {"scale", {0, 1.6e-2, 0}},
-    {"add_scalar", {0, 1.6e-2, 0}},
-    {"neg", {0, 0, 0}},
-    {"broadcast_to", {1e-5, 1.6e-2, 1e-12}},  // backward is sum_to
-    {"sum_to", {1e-5, 1.6e-2, 1e-12}},
-    {"sum", {1e-5, 1.6e-2, 1e-12}},
-    {"mean", {1e-5, 1.6e-2, 1e-12}},
-    {"sum_all", {1e-5, 1.6e-2, 1e-12}},
-    {"gelu", {2e-6, 1.6e-2, 1e-12}},
-    {"layer_norm", {1e-5, 1.6e-2, 1e-12}},
-    {"rms_norm", {1e-5, 1.6e-2, 1e-12}},
-    {"swiglu", {5e-6, 1.6e-2, 1e-12}},
-    {"rope", {5e-6, 1.6e-2, 1e-12}},
-    {"softmax", {1e-5, 3e-2, 1e-12}},
-    {"log_softmax", {1e-5, 3e-2, 1e-12}},
-    {"cross_entropy", {1e-5, 3e-2, 1e-12}},
-    {"matmul", {1e-5, 1.6e-2, 1e-12}},
-    {"embedding", {1e-5, 1.6e-2, 1e-12}},  // backward sums repeated ids
-    {"shape", {0, 0, 0}},  // concat, split, narrow, reshape, transpose, permute, contiguous
-    {"dropout", {0, 1.6e-2, 0}},
-};
+using namespace ops_check;
 
-double rms(const std::vector<double>& r) {
-  double s = 0;
-  for (double v : r) s += v * v;
-  return std::sqrt(s / double(std::max<size_t>(r.size(), 1)));
-}
-
-// max_i |t_i - r_i| / (|r_i| + rms(r)); NaN anywhere in t gives NaN.
-double max_err(const Tensor& t, const Tensor& r) {
-  std::vector<double> a = t.to_vector<double>(), b = r.to_vector<double>();
-  EXPECT_EQ(a.size(), b.size());
-  const double scale = rms(b) + 1e-30;
-  double worst = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (std::isnan(a[i]) && !std::isnan(b[i])) return std::nan("");
-    const double e = std::abs(a[i] - b[i]) / (std::abs(b[i]) + scale);
-    if (e > worst) worst = e;
-  }
-  return worst;
-}
-
-double tolerance(const std::string& op, DType dt) {
-  const Tol& t = kTolerances.at(op);
-  return dt == DType::f32 ? t.f32 : dt == DType::bf16 ? t.bf16 : t.f64;
-}
-
-void expect_close(const std::string& op, const std::string& what, DType dt, const Tensor& t,
-                  const Tensor& r) {
-  ASSERT_TRUE(t.defined() && r.defined()) << op << " " << what;
-  ASSERT_EQ(t.shape(), r.shape()) << op << " " << what;
-  EXPECT_EQ(t.device(), Device::cuda) << op << " " << what;
-  const double e = max_err(t, r), tol = tolerance(op, dt);
-  std::printf("[ops_cuda] %-13s %-4s %-28s max_err %.3g (tol %.3g)\n", op.c_str(), dtype_name(dt),
-              what.c_str(), e, tol);
-  EXPECT_TRUE(e <= tol) << op << " " << dtype_name(dt) << " " << what << ": max error " << e
-                        << " > tolerance " << tol << " (shape " << shape_str(r.shape()) << ")";
-}
-
-void expect_bitwise(const std::string& op, const std::string& what, const Tensor& a,
-                    const Tensor& b) {
-  EXPECT_EQ(a.to_vector<double>(), b.to_vector<double>())
-      << op << " " << what << ": two cuda runs on the same inputs differ";
-}
-
-using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
-
-struct Result {
-  Tensor out;
-  std::vector<Tensor> grads;
-};
-
-// Runs fn on `inputs` (leaves requiring grad where floating), then backward with `cot`.
-Result run(const Fn& fn, const std::vector<Tensor>& inputs, const Tensor& cot, bool backward) {
-  std::vector<Tensor> leaves;
-  for (const Tensor& t : inputs) {
-    Tensor l = t.detach();
-    if (backward && is_floating(l.dtype())) l.set_requires_grad();
-    leaves.push_back(l);
-  }
-  if (inputs.empty() || inputs[0].device() == Device::cuda) testing::poison_cache();
-  Result r;
-  r.out = fn(leaves);
-  if (backward) {
-    if (r.out.device() == Device::cuda) testing::poison_cache();
-    autograd::backward(r.out, cot);
-    for (const Tensor& l : leaves) r.grads.push_back(l.requires_grad() ? l.grad() : Tensor());
-  }
-  return r;
-}
-
-// in: f64 cpu tensors (floating ones are rounded to dt first) or integer tensors. Compares
-// the cuda result at dt with the cpu result (f32, or f64 for f64) on the same values.
-// positive_cotangent: |N(0, 1)| + 0.25, where a gradient sums many terms into one element
-// (signed terms can cancel to ~0, where the relative error is unbounded).
-void check(const std::string& op, const std::string& name, const Fn& fn,
-           const std::vector<Tensor>& in, DType dt, bool backward = true,
-           bool positive_cotangent = false) {
-  SCOPED_TRACE(op + " " + name + " " + dtype_name(dt));
-  const DType cpu_dt = dt == DType::f64 ? DType::f64 : DType::f32;
-  std::vector<Tensor> cpu_in, gpu_in;
-  testing::inputs_for(in, dt, cpu_in, gpu_in);
-  // The cotangent: random values representable in dt.
-  Tensor probe = fn(cpu_in);
-  Tensor cot64 = Tensor::randn(probe.shape(), testing::fresh_seed("ops_cuda"), DType::f64);
-  cot64 = (positive_cotangent ? testing::positive(cot64) : cot64).to(dt);
-  Result ref = run(fn, cpu_in, cot64.to(cpu_dt), backward);
-  Result a = run(fn, gpu_in, cot64.to(Device::cuda), backward);
-  Result b = run(fn, gpu_in, cot64.to(Device::cuda), backward);
-  EXPECT_EQ(a.out.dtype(), dt);
-  expect_close(op, name + " out", dt, a.out, ref.out);
-  expect_bitwise(op, name + " out", a.out, b.out);
-  for (size_t i = 0; i < a.grads.size(); ++i) {
-    if (!ref.grads[i].defined()) continue;
-    const std::string what = name + " d" + std::to_string(i);
-    expect_close(op, what, dt, a.grads[i], ref.grads[i]);
-    expect_bitwise(op, what, a.grads[i], b.grads[i]);
-  }
-}
-
-Tensor rnd(const Shape& shape) {
-  return Tensor::randn(shape, testing::fresh_seed("ops_cuda"), DType::f64);
-}
-
-const DType kDtypes[] = {DType::f32, DType::bf16, DType::f64};
 
 TEST(OpsCuda, Matmul) {
   DL_REQUIRE_GPU();
@@ -333,91 +184,6 @@ TEST(OpsCuda, LayerNorm) {
     check("layer_norm", "no affine", no_affine, {rnd({129, 7})}, dt);
     check("layer_norm", "weight only", weight_only, {rnd({13, 33}), rnd({33})}, dt);
   }
-}
-
-// x times factor, an f64 cpu tensor (inputs over a wider range than N(0, 1)).
-Tensor scaled(const Tensor& x, double factor) {
-  std::vector<double> v = x.to_vector<double>();
-  for (double& e : v) e *= factor;
-  return Tensor::from_vector(v, x.shape());
-}
-
-TEST(OpsCuda, RmsNorm) {
-  DL_REQUIRE_GPU();
-  for (DType dt : kDtypes) {
-    auto fn = [](const auto& x) { return ops::rms_norm(x[0], x[1], 1e-6); };
-    check("rms_norm", "(7,65)", fn, {rnd({7, 65}), rnd({65})}, dt);
-    check("rms_norm", "(3,5,768)", fn, {rnd({3, 5, 768}), rnd({768})}, dt);
-    // 200 rows: six whole chunks of 32 for the weight gradient's partials and a partial one.
-    check("rms_norm", "(200,129) chunks", fn, {rnd({200, 129}), rnd({129})}, dt);
-    // One element: dx = w g (1 - x^2 / (x^2 + eps)) / sqrt(x^2 + eps) is a difference of
-    // two nearly equal terms unless eps is comparable with x^2; each backend then keeps only
-    // eps / (x^2 + eps) of its precision (measured: f64 5.2e-12 apart at eps 1e-6, f32 3.7e-5
-    // relative at eps 1e-2). eps 1 keeps the term >= 0.1 for |x| <= 3: inside both bounds.
-    check(
-        "rms_norm", "(1,1)", [](const auto& x) { return ops::rms_norm(x[0], x[1], 1.0); },
-        {rnd({1, 1}), rnd({1})}, dt);
-    check("rms_norm", "(9,4096)", fn, {rnd({9, 4096}), rnd({4096})}, dt);
-    check(
-        "rms_norm", "eps 0.5", [](const auto& x) { return ops::rms_norm(x[0], x[1], 0.5); },
-        {rnd({13, 33}), rnd({33})}, dt);
-    check(
-        "rms_norm", "transposed view",
-        [](const auto& x) { return ops::rms_norm(ops::transpose(x[0], 0, 1), x[1], 1e-6); },
-        {rnd({65, 7}), rnd({65})}, dt);
-  }
-}
-
-TEST(OpsCuda, Swiglu) {
-  DL_REQUIRE_GPU();
-  auto fn = [](const auto& x) { return ops::swiglu(x[0]); };
-  for (DType dt : kDtypes) {
-    check("swiglu", "(7,130)", fn, {rnd({7, 130})}, dt);
-    check("swiglu", "(3,5,22)", fn, {rnd({3, 5, 22})}, dt);
-    check("swiglu", "(1,2)", fn, {rnd({1, 2})}, dt);
-    check("swiglu", "(129,5504)", fn, {rnd({129, 5504})}, dt);
-    // Gates out to +-100: exp(-gate) overflows to inf, sigmoid to 0, without NaN.
-    check("swiglu", "wide range", fn, {scaled(rnd({7, 64}), 30)}, dt);
-    check(
-        "swiglu", "transposed view",
-        [](const auto& x) { return ops::swiglu(ops::transpose(x[0], 0, 1)); }, {rnd({10, 7})}, dt);
-  }
-}
-
-TEST(OpsCuda, Rope) {
-  DL_REQUIRE_GPU();
-  auto pos = [](const std::vector<int32_t>& p) { return Tensor::from_vector(p); };
-  // n positions drawn from [0, max] (a fresh seed each run).
-  auto random_pos = [](int64_t n, int32_t max) {
-    std::mt19937_64 g(testing::fresh_seed("ops_cuda"));
-    std::vector<int32_t> p(static_cast<size_t>(n));
-    for (auto& v : p) v = int32_t(g() % (uint64_t(max) + 1));
-    return Tensor::from_vector(p);
-  };
-  auto fn = [](int64_t h, int64_t hkv, double theta) {
-    return [=](const auto& x) { return ops::rope(x[0], x[1], h, hkv, theta); };
-  };
-  for (DType dt : kDtypes) {
-    check("rope", "N5 H2 Hkv1 D6 restarts", fn(2, 1, 1e4), {rnd({5, 24}), pos({0, 1, 2, 0, 1})},
-          dt);
-    // Llama-like heads (H 8, H_kv 2, D 128) at positions up to 1e6: angles of 1e6 radians,
-    // which only a full-range sincosf gets right.
-    check("rope", "N129 H8 Hkv2 D128", fn(8, 2, 5e5), {rnd({129, 1536}), random_pos(129, 1000000)},
-          dt);
-    check("rope", "D2", fn(1, 1, 1e4), {rnd({3, 6}), pos({0, 7, 1000000})}, dt);
-    check("rope", "D512", fn(1, 1, 1e4), {rnd({2, 1536}), pos({3, 999999})}, dt);
-    check("rope", "MHA H3 D10", fn(3, 3, 1e4), {rnd({7, 90}), random_pos(7, 100)}, dt);
-    check("rope", "no rows", fn(2, 1, 1e4), {rnd({0, 24}), pos({})}, dt, false);
-    // All positions 0: the identity, bit for bit.
-    std::vector<Tensor> cpu_in, gpu_in;
-    testing::inputs_for({rnd({5, 24}), pos({0, 0, 0, 0, 0})}, dt, cpu_in, gpu_in);
-    EXPECT_EQ(ops::rope(gpu_in[0], gpu_in[1], 2, 1, 1e4).to_vector<double>(),
-              gpu_in[0].to_vector<double>())
-        << dtype_name(dt);
-  }
-  // The kernel's frequencies travel in the launch: head dims up to 512.
-  Tensor wide = Tensor::zeros({1, 3 * 514}, DType::f32, Device::cuda);
-  EXPECT_THROW(ops::rope(wide, pos({0}).to(Device::cuda), 1, 1, 1e4), Error);
 }
 
 TEST(OpsCuda, Softmax) {

@@ -54,10 +54,11 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
 
 
-def median_step_seconds(model, compile_, idx, tgt, steps, warmup):
+def median_step_seconds(model, compile_, idx, tgt, steps, warmup, profile_rows=0):
     """Median seconds of a training step of model(idx, tgt) -> loss (bf16 autocast, fused
     AdamW, optionally under torch.compile) after `warmup` untimed steps; the peak-memory
-    counter is reset after the warm-up."""
+    counter is reset after the warm-up. profile_rows > 0: one more step runs under
+    torch.profiler and its `profile_rows` costliest GPU kernels are printed."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     step_model = torch.compile(model) if compile_ else model
 
@@ -78,6 +79,13 @@ def median_step_seconds(model, compile_, idx, tgt, steps, warmup):
         step()
         torch.cuda.synchronize()
         secs.append(time.perf_counter() - t0)
+    if profile_rows > 0:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            step()
+            torch.cuda.synchronize()
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=profile_rows,
+                                        max_name_column_width=90))
     return statistics.median(secs)
 
 

@@ -105,14 +105,14 @@ def hf_model(layers, c, h, hkv, f, vocab, theta):
     return Wrap()
 
 
-def bench(name, batch, seq, compile_, steps, warmup, use_hf):
+def bench(name, batch, seq, compile_, steps, warmup, use_hf, profile_rows=0):
     L, C, H, HKV, FF, V, theta = MODELS[name]
     torch.manual_seed(0)
     model = (hf_model(*MODELS[name]) if use_hf else Llama(L, C, H, HKV, FF, V, theta)).cuda()
     n_params = sum(p.numel() for p in model.parameters())
     idx = torch.randint(0, V, (batch, seq), device="cuda")
     tgt = torch.randint(0, V, (batch, seq), device="cuda")
-    med = median_step_seconds(model, compile_, idx, tgt, steps, warmup)
+    med = median_step_seconds(model, compile_, idx, tgt, steps, warmup, profile_rows)
     tokens = batch * seq
     D = C // H
     matmul_params = L * (C * (H + 2 * HKV) * D + C * C + 3 * C * FF) + V * C
@@ -134,14 +134,16 @@ def main():
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--no-eager", action="store_true")
     ap.add_argument("--hf", action="store_true", help="transformers' LlamaForCausalLM instead")
+    ap.add_argument("--profile", type=int, default=0, metavar="ROWS",
+                    help="print the ROWS costliest GPU kernels of one more step")
     ap.add_argument("--driftless", help="output of `driftless bench train` (last line JSON)")
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True
     rows = []
     if not a.no_eager:
-        rows.append(bench(a.model, a.batch, a.seq, False, a.steps, a.warmup, a.hf))
+        rows.append(bench(a.model, a.batch, a.seq, False, a.steps, a.warmup, a.hf, a.profile))
     if not a.no_compile:
-        rows.append(bench(a.model, a.batch, a.seq, True, a.steps, a.warmup, a.hf))
+        rows.append(bench(a.model, a.batch, a.seq, True, a.steps, a.warmup, a.hf, a.profile))
     dl = None
     if a.driftless:
         with open(a.driftless) as f:

@@ -1,7 +1,9 @@
 // RMS norm over the last dim (Llama's RMSNorm), laid out as layer norm's kernels (norm.cu):
 // one warp per row with fp32 (f64 for f64) statistics; the backward makes dx per row and
 // sums dweight over fixed chunks of rows, then over the chunks in order (no atomics:
-// bitwise reproducible).
+// bitwise reproducible). bf16 rows of up to kMaxUnits * 32 16-byte units (c <= 1024, a
+// multiple of 8) keep a row in registers, 8 elements a load, and the backward sums
+// dweight's partials of its 32 rows in the same pass (no second read of g and x).
 #include <cstdint>
 
 #include "engine/core/cuda/launch.cuh"
@@ -103,15 +105,123 @@ __global__ void rms_norm_dw_final_kernel(const acc_t<T>* part, void* dw, int64_t
   });
 }
 
+constexpr int kMaxUnits = 4;  // 16-byte units per lane in the unit kernels: c <= 1024
+
+// rms_norm_forward_kernel over units: cu = c / 8 units per row, lane l holds l, l + 32, ...
+__global__ void rms_norm_forward_units_kernel(const uint4* x, const uint4* w, uint4* out,
+                                              float* rstd, int64_t rows, int cu, double eps) {
+  cuda::dependent_kernel_begin();
+  const int lane = threadIdx.x & 31;
+  const int64_t r = blockIdx.x * int64_t(kRowsPerBlock) + (threadIdx.x >> 5);
+  if (r >= rows) return;
+  float xv[kMaxUnits][8];
+  float s = 0;
+#pragma unroll
+  for (int k = 0; k < kMaxUnits; ++k) {
+    const int u = lane + 32 * k;
+    if (u >= cu) break;
+    unpack_bf16x8(x[r * cu + u], xv[k]);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) s += xv[k][e] * xv[k][e];
+  }
+  const float rs = rsqrt_acc(warp_sum(s) / float(8 * cu) + float(eps));
+  if (lane == 0) rstd[r] = rs;
+#pragma unroll
+  for (int k = 0; k < kMaxUnits; ++k) {
+    const int u = lane + 32 * k;
+    if (u >= cu) break;
+    float wv[8], y[8];
+    unpack_bf16x8(w[u], wv);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) y[e] = __bfloat162float(__float2bfloat16_rn(xv[k][e] * rs)) * wv[e];
+    out[r * cu + u] = pack_bf16x8(y);
+  }
+}
+
+// rms_norm_dx_kernel and rms_norm_dw_partial_kernel in one pass over units: block b takes
+// the kChunkRows rows of chunk b, warp j its rows j, j + 8, ...; with part, the warps' sums
+// of g * xhat meet in shared memory and are added in warp order (fixed: reproducible).
+__global__ void rms_norm_backward_units_kernel(const uint4* g, const uint4* x, const uint4* w,
+                                               const float* rstd, const uint4* add, uint4* dx,
+                                               float* part, int64_t rows, int cu) {
+  cuda::dependent_kernel_begin();
+  __shared__ float red[kRowsPerBlock][kMaxUnits * 32 * 8];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int c = 8 * cu;
+  float wv[kMaxUnits][8], acc[kMaxUnits][8];
+#pragma unroll
+  for (int k = 0; k < kMaxUnits; ++k) {
+    const int u = lane + 32 * k;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[k][e] = 0.f;
+    if (u < cu) unpack_bf16x8(w[u], wv[k]);
+  }
+  for (int64_t r = blockIdx.x * kChunkRows + warp; r < min(rows, (blockIdx.x + 1) * kChunkRows);
+       r += kRowsPerBlock) {
+    const float rs = rstd[r];
+    float gv[kMaxUnits][8], xv[kMaxUnits][8];
+    float s = 0;
+#pragma unroll
+    for (int k = 0; k < kMaxUnits; ++k) {
+      const int u = lane + 32 * k;
+      if (u >= cu) break;
+      unpack_bf16x8(g[r * cu + u], gv[k]);
+      unpack_bf16x8(x[r * cu + u], xv[k]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) s += gv[k][e] * wv[k][e] * (xv[k][e] * rs);
+    }
+    const float mean_dx = warp_sum(s) / float(c);
+#pragma unroll
+    for (int k = 0; k < kMaxUnits; ++k) {
+      const int u = lane + 32 * k;
+      if (u >= cu) break;
+      float v[8], av[8];
+      if (add) unpack_bf16x8(add[r * cu + u], av);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        v[e] = rs * (gv[k][e] * wv[k][e] - xv[k][e] * rs * mean_dx);
+        if (add) v[e] += av[e];
+        acc[k][e] += gv[k][e] * (xv[k][e] * rs);
+      }
+      dx[r * cu + u] = pack_bf16x8(v);
+    }
+  }
+  if (!part) return;
+#pragma unroll
+  for (int k = 0; k < kMaxUnits; ++k) {
+    const int u = lane + 32 * k;
+    if (u >= cu) break;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) red[warp][u * 8 + e] = acc[k][e];
+  }
+  __syncthreads();
+  for (int col = threadIdx.x; col < c; col += blockDim.x) {
+    float t = 0;
+    for (int j = 0; j < kRowsPerBlock; ++j) t += red[j][col];
+    part[blockIdx.x * int64_t(c) + col] = t;
+  }
+}
+
+bool units_path(DType dtype, int64_t c, std::initializer_list<const void*> ptrs) {
+  return dtype == DType::bf16 && c % 8 == 0 && c <= kMaxUnits * 32 * 8 && aligned16(ptrs);
+}
+
 }  // namespace
 
 void launch_rms_norm_forward(DType dtype, const void* x, const void* w, void* out, void* rstd,
                              int64_t rows, int64_t c, double eps) {
   if (rows == 0) return;
+  const unsigned blocks = unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  if (units_path(dtype, c, {x, w, out})) {
+    cuda::launch(rms_norm_forward_units_kernel, blocks, 32 * kRowsPerBlock, 0,
+                 static_cast<const uint4*>(x), static_cast<const uint4*>(w),
+                 static_cast<uint4*>(out), static_cast<float*>(rstd), rows, int(c / 8), eps);
+    DL_CUDA_LAUNCH_CHECK();
+    return;
+  }
   dispatch_float("rms_norm", dtype, [&](auto z) {
     using T = decltype(z);
     using A = acc_t<T>;
-    const unsigned blocks = unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock);
     cuda::launch(rms_norm_forward_kernel<T>, blocks, 32 * kRowsPerBlock, 0,
                  static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(out),
                  static_cast<A*>(rstd), rows, c, eps);
@@ -127,6 +237,21 @@ void launch_rms_norm_backward(DType dtype, const void* g, const void* x, const v
                               const void* rstd, const void* add, void* dx, void* dw, void* scratch,
                               int64_t rows, int64_t c, bool accumulate) {
   if (rows == 0) return;
+  const int64_t chunks = rms_norm_chunks(rows);
+  if (units_path(dtype, c, {g, x, w, add, dx})) {
+    DL_CHECK(chunks <= int64_t(0x7fffffff), "rms_norm", "too many rows (" << rows << ")");
+    float* part = dw ? static_cast<float*>(scratch) : nullptr;
+    cuda::launch(rms_norm_backward_units_kernel, unsigned(chunks), 32 * kRowsPerBlock, 0,
+                 static_cast<const uint4*>(g), static_cast<const uint4*>(x),
+                 static_cast<const uint4*>(w), static_cast<const float*>(rstd),
+                 static_cast<const uint4*>(add), static_cast<uint4*>(dx), part, rows, int(c / 8));
+    DL_CUDA_LAUNCH_CHECK();
+    if (!dw) return;
+    cuda::launch(rms_norm_dw_final_kernel<bf16_t>, col_sum_blocks(c), kColSumThreads, 0,
+                 static_cast<const float*>(part), dw, chunks, c, accumulate);
+    DL_CUDA_LAUNCH_CHECK();
+    return;
+  }
   dispatch_float("rms_norm", dtype, [&](auto z) {
     using T = decltype(z);
     using A = acc_t<T>;
@@ -139,7 +264,6 @@ void launch_rms_norm_backward(DType dtype, const void* g, const void* x, const v
                  rows, c);
     DL_CUDA_LAUNCH_CHECK();
     if (!dw) return;
-    const int64_t chunks = rms_norm_chunks(rows);
     DL_CHECK(chunks <= 65535, "rms_norm", "too many rows (" << rows << ") for the cuda backward");
     DL_CHECK((!accumulate || std::is_same_v<A, float>), "rms_norm",
              "accumulating f32 gradients needs an f32 accumulator");

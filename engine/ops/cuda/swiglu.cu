@@ -1,5 +1,7 @@
 // SwiGLU, silu(gate) * up over rows of (gate | up), as one elementwise kernel each way: fp32
-// math (f64 for f64), bf16 read and written once, silu(gate) never stored.
+// math (f64 for f64), bf16 read and written once, silu(gate) never stored. bf16 rows of a
+// multiple of 8 go 16 bytes at a time (the per-element kernels ran at a third of the
+// memory bandwidth, BENCHMARKS.md); the math per element is the same, so are the bits.
 #include <cstdint>
 
 #include "engine/core/cuda/launch.cuh"
@@ -47,10 +49,58 @@ __global__ void swiglu_backward_kernel(const T* g, const T* x, T* d, int64_t row
   }
 }
 
+// The same two kernels over 16-byte units of 8 bf16: fu = f / 8 units per half row.
+__global__ void swiglu_forward_units_kernel(const uint4* x, uint4* out, int64_t rows, int64_t fu) {
+  cuda::dependent_kernel_begin();
+  const int64_t n = rows * fu;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / fu, j = i - r * fu;
+    float a[8], u[8], y[8];
+    unpack_bf16x8(x[r * 2 * fu + j], a);
+    unpack_bf16x8(x[r * 2 * fu + fu + j], u);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) y[e] = a[e] * sigmoid_acc(a[e]) * u[e];
+    out[i] = pack_bf16x8(y);
+  }
+}
+
+__global__ void swiglu_backward_units_kernel(const uint4* g, const uint4* x, uint4* d,
+                                             int64_t rows, int64_t fu) {
+  cuda::dependent_kernel_begin();
+  const int64_t n = rows * fu;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / fu, j = i - r * fu;
+    float a[8], u[8], go[8], da[8], du[8];
+    unpack_bf16x8(x[r * 2 * fu + j], a);
+    unpack_bf16x8(x[r * 2 * fu + fu + j], u);
+    unpack_bf16x8(g[i], go);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float s = sigmoid_acc(a[e]);
+      da[e] = go[e] * u[e] * s * (1.f + a[e] * (1.f - s));
+      du[e] = go[e] * a[e] * s;
+    }
+    d[r * 2 * fu + j] = pack_bf16x8(da);
+    d[r * 2 * fu + fu + j] = pack_bf16x8(du);
+  }
+}
+
+bool units_path(DType dtype, int64_t f, std::initializer_list<const void*> ptrs) {
+  return dtype == DType::bf16 && f % 8 == 0 && aligned16(ptrs);
+}
+
 }  // namespace
 
 void launch_swiglu_forward(DType dtype, const void* gate_up, void* out, int64_t rows, int64_t f) {
   if (rows * f == 0) return;
+  if (units_path(dtype, f, {gate_up, out})) {
+    cuda::launch(swiglu_forward_units_kernel, grid_for(rows * (f / 8), kThreads), kThreads, 0,
+                 static_cast<const uint4*>(gate_up), static_cast<uint4*>(out), rows, f / 8);
+    DL_CUDA_LAUNCH_CHECK();
+    return;
+  }
   dispatch_float("swiglu", dtype, [&](auto z) {
     using T = decltype(z);
     cuda::launch(swiglu_forward_kernel<T>, grid_for(rows * f, kThreads), kThreads, 0,
@@ -62,6 +112,13 @@ void launch_swiglu_forward(DType dtype, const void* gate_up, void* out, int64_t 
 void launch_swiglu_backward(DType dtype, const void* g, const void* gate_up, void* d, int64_t rows,
                             int64_t f) {
   if (rows * f == 0) return;
+  if (units_path(dtype, f, {g, gate_up, d})) {
+    cuda::launch(swiglu_backward_units_kernel, grid_for(rows * (f / 8), kThreads), kThreads, 0,
+                 static_cast<const uint4*>(g), static_cast<const uint4*>(gate_up),
+                 static_cast<uint4*>(d), rows, f / 8);
+    DL_CUDA_LAUNCH_CHECK();
+    return;
+  }
   dispatch_float("swiglu", dtype, [&](auto z) {
     using T = decltype(z);
     cuda::launch(swiglu_backward_kernel<T>, grid_for(rows * f, kThreads), kThreads, 0,
