@@ -338,11 +338,6 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   }
 }
 
-bool aligned16(std::initializer_list<const void*> ps) {
-  for (const void* p : ps)
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
-  return true;
-}
 
 // Packs per lane when the vectorized kernels take rows of c elements of T, else 0.
 template <class T>
