@@ -43,11 +43,14 @@ int run_bench_train(const BenchTrainArgs& a) {
     for (int64_t s = 0; s < a.warmup; ++s) t.train_step(s);
     reset_peak_memory(dev);
     std::vector<double> secs, flop_rates;  // random documents: FLOPs differ per step
+    std::vector<double> prepare, issue;    // host time of each step (StepStats)
     double flops = 0;
     int64_t tokens = 0;
     for (int64_t s = a.warmup; s < a.warmup + a.steps; ++s) {
       const train::StepStats st = t.train_step(s);  // ends with the loss on the host: synced
       secs.push_back(st.seconds);
+      prepare.push_back(st.prepare_seconds);
+      issue.push_back(st.issue_seconds);
       flop_rates.push_back(st.flops / st.seconds);
       flops = st.flops;
       tokens = st.tokens;
@@ -56,6 +59,8 @@ int run_bench_train(const BenchTrainArgs& a) {
                   << st.seconds * 1e3 << " ms, loss " << std::setprecision(4) << st.loss << "\n";
     }
     std::sort(secs.begin(), secs.end());
+    std::sort(prepare.begin(), prepare.end());
+    std::sort(issue.begin(), issue.end());
     std::sort(flop_rates.begin(), flop_rates.end());
     const double median = secs[secs.size() / 2];
     const double median_rate = flop_rates[flop_rates.size() / 2];
@@ -84,7 +89,10 @@ int run_bench_train(const BenchTrainArgs& a) {
                 << " tokens/s";
       if (mfu > 0) std::cout << ", MFU " << std::setprecision(1) << 100 * mfu << "%";
       std::cout << ", peak memory " << std::setprecision(2) << peak_max / double(1 << 30)
-                << " GiB per GPU (max over ranks)\n";
+                << " GiB per GPU (max over ranks)\n"
+                << "  host (median): " << std::setprecision(1) << prepare[prepare.size() / 2] * 1e3
+                << " ms making the batch and plan, " << issue[issue.size() / 2] * 1e3
+                << " ms issuing the forwards and backwards\n";
       std::cout << nlohmann::json{{"parameters", t.model().num_parameters()},
                                   {"layout", t.layout().describe()},
                                   {"world", world},
@@ -92,6 +100,8 @@ int run_bench_train(const BenchTrainArgs& a) {
                                   {"sequence_length", c.batch.sequence_length},
                                   {"compute", dtype_name(c.precision.compute)},
                                   {"median_step_s", median},
+                                  {"median_prepare_s", prepare[prepare.size() / 2]},
+                                  {"median_issue_s", issue[issue.size() / 2]},
                                   {"tokens_per_s", tps},
                                   {"flops_last_step", flops},
                                   {"mfu", mfu},

@@ -228,7 +228,8 @@ double Trainer::all_reduce_scalar(double v) const {
 }
 
 double Trainer::run_plan(const StepPlan& plan, const layers::ForwardOptions& fo,
-                         double loss_scale) {
+                         double loss_scale, double* issue_seconds) {
+  const auto t0 = std::chrono::steady_clock::now();
   model_->slab().zero_grads();
   std::vector<Tensor> loss_parts;  // read after the backward: no host sync inside the step
   for (const PlannedGroup& group : plan.groups) {
@@ -248,6 +249,8 @@ double Trainer::run_plan(const StepPlan& plan, const layers::ForwardOptions& fo,
                          last && buckets_ ? buckets_->hook() : autograd::LeafDoneHook());
     }
   }
+  if (issue_seconds)
+    *issue_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   double loss_sum = 0;
   for (const Tensor& l : loss_parts) loss_sum += l.item();
   return loss_sum;
@@ -346,8 +349,12 @@ StepStats Trainer::train_step(int64_t step) {
   po.reverse_micro_sequences = options_.faults && options_.faults->reverse_micro_sequences;
   po.shift_positions = options_.faults && options_.faults->shift_positions;
   const StepPlan plan = plan_step(layout_, batch, po);
-  const double loss_sum = run_plan(plan, fo, loss_scale);
+  const auto t1 = std::chrono::steady_clock::now();
+  double issue_seconds = 0;
+  const double loss_sum = run_plan(plan, fo, loss_scale, &issue_seconds);
   StepStats st = reduce_and_update(step, loss_sum, batch, logger.get());
+  st.prepare_seconds = std::chrono::duration<double>(t1 - t0).count();
+  st.issue_seconds = issue_seconds;
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   next_step_ = step + 1;
   return st;

@@ -57,6 +57,10 @@ struct StepStats {
   int64_t tokens = 0;  // tokens of the global batch
   double flops = 0;    // model FLOPs of the step (forward + backward, all ranks)
   double seconds = 0;
+  // Host time (part of seconds): making the batch and its plan before any GPU work, and
+  // issuing the forwards and backwards (on a GPU, a stretch as long as their GPU time means
+  // the host, not the GPU, sets the pace).
+  double prepare_seconds = 0, issue_seconds = 0;
   // A non-finite step (update skipped): the first parameter whose gradient is not finite,
   // or "" when only the loss is.
   std::string non_finite;
@@ -104,7 +108,9 @@ class Trainer {
   void all_gather_slab(const Tensor& slab, const Tensor& own_shard);
   // The forwards and backwards of the step's plan; returns the sum of its losses (read
   // after the last backward: no host sync inside the step).
-  double run_plan(const StepPlan& plan, const layers::ForwardOptions& fo, double loss_scale);
+  // issue_seconds (or null): set to the host time spent issuing the forwards and backwards.
+  double run_plan(const StepPlan& plan, const layers::ForwardOptions& fo, double loss_scale,
+                  double* issue_seconds = nullptr);
   // The gradients reduced over the data group, their norm and clipping, the AdamW update
   // (ZeRO-1: of this rank's shard, then the parameters gathered), and the tensor logs of
   // gradients and parameters.

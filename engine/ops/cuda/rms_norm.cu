@@ -139,65 +139,65 @@ __global__ void rms_norm_forward_units_kernel(const uint4* x, const uint4* w, ui
 }
 
 // rms_norm_dx_kernel and rms_norm_dw_partial_kernel in one pass over units: block b takes
-// the kChunkRows rows of chunk b, warp j its rows j, j + 8, ...; with part, the warps' sums
-// of g * xhat meet in shared memory and are added in warp order (fixed: reproducible).
-__global__ void rms_norm_backward_units_kernel(const uint4* g, const uint4* x, const uint4* w,
-                                               const float* rstd, const uint4* add, uint4* dx,
-                                               float* part, int64_t rows, int cu) {
+// the kChunkRows rows of chunk b, warp j its rows j, j + 8, ...; U units a lane at most. With
+// part, each warp adds its rows' g * xhat into its own shared-memory sums (lane fastest:
+// conflict-free), then the warps' sums are added in warp order (fixed: reproducible). The
+// row's g and x stay in registers between its two passes; w is re-read (L1) per row.
+template <int U>
+__global__ void __launch_bounds__(32 * kRowsPerBlock)
+    rms_norm_backward_units_kernel(const uint4* g, const uint4* x, const uint4* w,
+                                   const float* rstd, const uint4* add, uint4* dx, float* part,
+                                   int64_t rows, int cu) {
   cuda::dependent_kernel_begin();
-  __shared__ float red[kRowsPerBlock][kMaxUnits * 32 * 8];
+  __shared__ float sums[kRowsPerBlock][U * 8 * 32];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int c = 8 * cu;
-  float wv[kMaxUnits][8], acc[kMaxUnits][8];
-#pragma unroll
-  for (int k = 0; k < kMaxUnits; ++k) {
-    const int u = lane + 32 * k;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[k][e] = 0.f;
-    if (u < cu) unpack_bf16x8(w[u], wv[k]);
-  }
-  for (int64_t r = blockIdx.x * kChunkRows + warp; r < min(rows, (blockIdx.x + 1) * kChunkRows);
-       r += kRowsPerBlock) {
+  float* mine = sums[warp];
+  if (part)
+    for (int i = lane; i < U * 8 * 32; i += 32) mine[i] = 0.f;
+  const int64_t r_end = min(rows, int64_t(blockIdx.x + 1) * kChunkRows);
+  for (int64_t r = int64_t(blockIdx.x) * kChunkRows + warp; r < r_end; r += kRowsPerBlock) {
     const float rs = rstd[r];
-    float gv[kMaxUnits][8], xv[kMaxUnits][8];
+    float gw[U][8], xh[U][8];  // g * w and x * rstd
     float s = 0;
 #pragma unroll
-    for (int k = 0; k < kMaxUnits; ++k) {
+    for (int k = 0; k < U; ++k) {
       const int u = lane + 32 * k;
       if (u >= cu) break;
-      unpack_bf16x8(g[r * cu + u], gv[k]);
-      unpack_bf16x8(x[r * cu + u], xv[k]);
+      float gv[8], wv[8];
+      unpack_bf16x8(g[r * cu + u], gv);
+      unpack_bf16x8(x[r * cu + u], xh[k]);
+      unpack_bf16x8(w[u], wv);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) s += gv[k][e] * wv[k][e] * (xv[k][e] * rs);
+      for (int e = 0; e < 8; ++e) {
+        xh[k][e] *= rs;
+        gw[k][e] = gv[e] * wv[e];
+        s += gw[k][e] * xh[k][e];
+        if (part) mine[(k * 8 + e) * 32 + lane] += gv[e] * xh[k][e];
+      }
     }
     const float mean_dx = warp_sum(s) / float(c);
 #pragma unroll
-    for (int k = 0; k < kMaxUnits; ++k) {
+    for (int k = 0; k < U; ++k) {
       const int u = lane + 32 * k;
       if (u >= cu) break;
       float v[8], av[8];
       if (add) unpack_bf16x8(add[r * cu + u], av);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        v[e] = rs * (gv[k][e] * wv[k][e] - xv[k][e] * rs * mean_dx);
+        v[e] = rs * (gw[k][e] - xh[k][e] * mean_dx);
         if (add) v[e] += av[e];
-        acc[k][e] += gv[k][e] * (xv[k][e] * rs);
       }
       dx[r * cu + u] = pack_bf16x8(v);
     }
   }
   if (!part) return;
-#pragma unroll
-  for (int k = 0; k < kMaxUnits; ++k) {
-    const int u = lane + 32 * k;
-    if (u >= cu) break;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) red[warp][u * 8 + e] = acc[k][e];
-  }
   __syncthreads();
   for (int col = threadIdx.x; col < c; col += blockDim.x) {
+    const int u = col / 8, e = col - 8 * u;
+    const int at = ((u / 32) * 8 + e) * 32 + (u % 32);
     float t = 0;
-    for (int j = 0; j < kRowsPerBlock; ++j) t += red[j][col];
+    for (int j = 0; j < kRowsPerBlock; ++j) t += sums[j][at];
     part[blockIdx.x * int64_t(c) + col] = t;
   }
 }
@@ -241,10 +241,17 @@ void launch_rms_norm_backward(DType dtype, const void* g, const void* x, const v
   if (units_path(dtype, c, {g, x, w, add, dx})) {
     DL_CHECK(chunks <= int64_t(0x7fffffff), "rms_norm", "too many rows (" << rows << ")");
     float* part = dw ? static_cast<float*>(scratch) : nullptr;
-    cuda::launch(rms_norm_backward_units_kernel, unsigned(chunks), 32 * kRowsPerBlock, 0,
-                 static_cast<const uint4*>(g), static_cast<const uint4*>(x),
-                 static_cast<const uint4*>(w), static_cast<const float*>(rstd),
-                 static_cast<const uint4*>(add), static_cast<uint4*>(dx), part, rows, int(c / 8));
+    auto run = [&](auto kernel) {
+      cuda::launch(kernel, unsigned(chunks), 32 * kRowsPerBlock, 0, static_cast<const uint4*>(g),
+                   static_cast<const uint4*>(x), static_cast<const uint4*>(w),
+                   static_cast<const float*>(rstd), static_cast<const uint4*>(add),
+                   static_cast<uint4*>(dx), part, rows, int(c / 8));
+    };
+    const int64_t per_lane = (c / 8 + 31) / 32;  // units a lane holds: 1 ... kMaxUnits
+    if (per_lane == 1) run(rms_norm_backward_units_kernel<1>);
+    else if (per_lane == 2) run(rms_norm_backward_units_kernel<2>);
+    else if (per_lane == 3) run(rms_norm_backward_units_kernel<3>);
+    else run(rms_norm_backward_units_kernel<4>);
     DL_CUDA_LAUNCH_CHECK();
     if (!dw) return;
     cuda::launch(rms_norm_dw_final_kernel<bf16_t>, col_sum_blocks(c), kColSumThreads, 0,
