@@ -42,9 +42,13 @@ struct FakeCompiler {
   }
 };
 
-Loaded load_string(const std::string& binary) { return std::make_shared<std::string>(binary); }
+Loaded load_string(const std::string& binary) {
+  return std::make_shared<std::string>(binary);
+}
 
-std::string text(const Loaded& l) { return *static_cast<const std::string*>(l.get()); }
+std::string text(const Loaded& l) {
+  return *static_cast<const std::string*>(l.get());
+}
 
 Loaded get(KernelCache& cache, FakeCompiler& fc, const std::string& key) {
   return cache.get(key, fc.compile(key), load_string);
@@ -200,7 +204,10 @@ TEST(KernelCache, DamagedOrForeignFilesAreRecompiledNeverReturned) {
     const std::string dir = testing::scratch_dir() + "/kernels";
     const std::string path = DiskStore(dir).path_of(key);
     FakeCompiler fc;
-    { KernelCache writer({4, dir}); get(writer, fc, key); }
+    {
+      KernelCache writer({4, dir});
+      get(writer, fc, key);
+    }
     write_file(path, corrupt(read_file(path)));
     KernelCache reader({4, dir});
     EXPECT_EQ(text(get(reader, fc, key)), "bin:" + key);
@@ -219,7 +226,10 @@ TEST(KernelCache, DamagedOrForeignFilesAreRecompiledNeverReturned) {
 TEST(KernelCache, AStoredBinaryThatNoLongerLoadsIsCompiledAgain) {
   const std::string dir = testing::scratch_dir() + "/kernels";
   FakeCompiler fc;
-  { KernelCache writer({4, dir}); get(writer, fc, "k"); }
+  {
+    KernelCache writer({4, dir});
+    get(writer, fc, "k");
+  }
   KernelCache reader({4, dir});
   int loads = 0;
   const Loaded l = reader.get("k", fc.compile("k"), [&](const std::string& b) {
@@ -259,10 +269,10 @@ TEST(KernelCache, CreatesItsDirectoryOnTheFirstWrite) {
 TEST(KernelCache, AThrowingCompileOrLoadLeavesNothingCached) {
   const std::string dir = testing::scratch_dir() + "/kernels";
   KernelCache cache({4, dir});
-  EXPECT_THROW(cache.get(
-                   "k", [] () -> std::string { throw std::runtime_error("nvrtc: error"); },
-                   load_string),
-               std::runtime_error);
+  EXPECT_THROW(
+      cache.get(
+          "k", []() -> std::string { throw std::runtime_error("nvrtc: error"); }, load_string),
+      std::runtime_error);
   EXPECT_THROW(cache.get(
                    "k", [] { return std::string("bin:k"); },
                    [](const std::string&) -> Loaded { throw std::runtime_error("no module"); }),
@@ -415,8 +425,10 @@ TEST(KernelCache, DefaultDirFollowsTheEnvironment) {
   unsetenv("HOME");
   EXPECT_EQ(default_cache_dir(), "");
   auto restore = [](const char* n, const std::optional<std::string>& v) {
-    if (v) setenv(n, v->c_str(), 1);
-    else unsetenv(n);
+    if (v)
+      setenv(n, v->c_str(), 1);
+    else
+      unsetenv(n);
   };
   restore("DRIFTLESS_KERNEL_CACHE", k);
   restore("XDG_CACHE_HOME", x);

@@ -138,7 +138,9 @@ int64_t KernelCache::size() const {
   return int64_t(impl_->lru.size());
 }
 
-const KernelCacheOptions& KernelCache::options() const { return impl_->options; }
+const KernelCacheOptions& KernelCache::options() const {
+  return impl_->options;
+}
 
 std::string default_cache_dir() {
   auto env = [](const char* name) {
