@@ -327,7 +327,8 @@ std::vector<std::pair<std::string, std::string>> config_entries(const Config& co
 
 layers::jit::KernelCacheOptions kernel_cache_options(const Config& config) {
   const KernelCacheConfig& k = config.attention.kernel_cache;
-  return {k.capacity, k.dir == "off" ? "" : k.dir.empty() ? layers::jit::default_cache_dir() : k.dir};
+  if (k.dir == "off") return {k.capacity, ""};
+  return {k.capacity, k.dir.empty() ? layers::jit::default_cache_dir() : k.dir};
 }
 
 std::string config_reference() {
