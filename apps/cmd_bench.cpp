@@ -18,6 +18,7 @@
 #include "engine/core/device_ops.h"
 #include "train/trainer.h"
 #include "layers/attention/attention.h"
+#include "layers/attention/jit/kernel_cache.h"
 #ifdef DRIFTLESS_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -165,6 +166,7 @@ int run_memory(const BenchArgs& a) {
     overrides.push_back("schedule.micro_sequences=" + std::to_string(m));
     overrides.push_back("training.eval_interval=0");
     train::Config c = train::load_config(a.config, overrides);
+    layers::jit::configure_process_kernel_cache(train::kernel_cache_options(c));
     train::TrainerOptions o;
     o.progress = false;
     train::Trainer trainer(c, o);

@@ -10,6 +10,7 @@
 #include "data/tokenizer.h"
 #include "engine/core/error.h"
 #include "engine/core/safetensors.h"
+#include "layers/attention/jit/kernel_cache.h"
 #include "layers/generate.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
@@ -63,6 +64,7 @@ int run_sample(const SampleArgs& a) {
   }
   const train::CheckpointInfo info = train::read_checkpoint_info(path);
   const train::Config config = train::parse_config_text(info.config_yaml);
+  layers::jit::configure_process_kernel_cache(train::kernel_cache_options(config));
   // Token ids need no tokenizer (nor GPT-2's vocabulary files).
   std::unique_ptr<data::Tokenizer> tokenizer;
   if (!a.ids) {

@@ -1,6 +1,7 @@
 // run_distributed (distributed_run.h).
 #include "apps/distributed_run.h"
 
+#include "layers/attention/jit/kernel_cache.h"
 #include "parallel/kv_exchange.h"
 #include "parallel/process_group.h"
 #include "train/rank_agreement.h"
@@ -9,6 +10,7 @@ namespace driftless::apps {
 
 int run_distributed(const train::Config& config,
                     const std::function<int(train::TrainerOptions&)>& body) {
+  layers::jit::configure_process_kernel_cache(train::kernel_cache_options(config));
   parallel::WorldOptions wo;
   wo.comm.timeout_s = config.distributed.timeout_seconds;
   parallel::World world(wo);

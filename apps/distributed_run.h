@@ -9,7 +9,8 @@
 
 namespace driftless::apps {
 
-// Calls body(options) with rank, data group and SDP exchange filled in; returns its status.
+// Configures the process kernel cache from the config, then calls body(options) with rank,
+// data group and SDP exchange filled in; returns its status.
 // One process: errors propagate to main (one "driftless: error:" line).
 int run_distributed(const train::Config& config,
                     const std::function<int(train::TrainerOptions&)>& body);

@@ -325,6 +325,12 @@ std::vector<std::pair<std::string, std::string>> config_entries(const Config& co
   return out;
 }
 
+layers::jit::KernelCacheOptions kernel_cache_options(const Config& config) {
+  const KernelCacheConfig& k = config.attention.kernel_cache;
+  if (k.dir == "off") return {k.capacity, ""};
+  return {k.capacity, k.dir.empty() ? layers::jit::default_cache_dir() : k.dir};
+}
+
 std::string config_reference() {
   Config defaults;
   return schema_reference([&](const FieldVisitor& v) { visit_schema(defaults, v); });

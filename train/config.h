@@ -12,6 +12,7 @@
 #include "engine/core/dtype.h"
 #include "engine/optim/schedule.h"
 #include "layers/attention/context_parallel.h"
+#include "layers/attention/jit/kernel_cache.h"
 #include "layers/gpt_config.h"
 #include "layers/recompute.h"
 
@@ -31,6 +32,16 @@ const std::string& config_name(optim::LrDecay v);
 const std::string& config_name(layers::ContextParallel v);
 const std::string& config_name(KvExchangeMode v);
 const std::string& config_name(layers::Recompute v);
+
+// The cache of run-time compiled attention kernels (layers/attention/jit/kernel_cache.h).
+struct KernelCacheConfig {
+  int64_t capacity = 64;  // loaded kernels held in memory
+  std::string dir;        // "": default_cache_dir(); "off": memory only
+};
+
+struct AttentionConfig {
+  KernelCacheConfig kernel_cache;
+};
 
 struct DataConfig {
   DataFormat format = DataFormat::random;
@@ -121,6 +132,7 @@ struct RunConfig {
 
 struct Config {
   ModelConfig model;
+  AttentionConfig attention;
   DataConfig data;
   BatchConfig batch;
   ScheduleConfig schedule;
@@ -145,5 +157,8 @@ std::string config_to_yaml(const Config& config);
 std::vector<std::pair<std::string, std::string>> config_entries(const Config& config);
 // A Markdown table of every key: path, type, default, allowed values, help.
 std::string config_reference();
+// The process kernel cache's options of attention.kernel_cache (its dir resolved: "" is
+// default_cache_dir(), "off" none); every command that runs a model configures it with them.
+layers::jit::KernelCacheOptions kernel_cache_options(const Config& config);
 
 }  // namespace driftless::train

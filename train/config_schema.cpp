@@ -62,6 +62,9 @@ void visit_schema_impl(C& c, V&& v) {
   v(Field{"model.score_mod", "attention score modifier expression of score, q, k, h and score_mod_params (README \"Score and mask expressions\"); CPU only; empty is off"}, c.model.score_mod);
   v(Field{"model.mask_mod", "attention mask expression of q, k, h: a boolean, intersected with the causal and document masks; CPU only; empty is off"}, c.model.mask_mod);
   v(Field{"model.score_mod_params", "parameters of score_mod / mask_mod: name -> {shape: [] | [heads] | [heads, n], init: a number or n values, learnable: false}"}, c.model.score_mod_params);
+  // attention
+  v(Field{"attention.kernel_cache.capacity", "run-time compiled attention kernels (of score_mod / mask_mod expressions) held loaded in memory; the least recently used beyond it are dropped", 1, 1e6}, c.attention.kernel_cache.capacity);
+  v(Field{"attention.kernel_cache.dir", "directory of the compiled kernels' binaries, shared by later runs and the ranks of a host (a restarted run compiles nothing); empty: $DRIFTLESS_KERNEL_CACHE, else $XDG_CACHE_HOME/driftless/kernels, else ~/.cache/driftless/kernels; off: memory only"}, c.attention.kernel_cache.dir);
   // data
   v(Field{"data.format", "dataset format"}, enum_ref(c.data.format, kDataFormats));
   v(Field{"data.path", "memmap .bin/.idx prefix, or llm.c shard; relative to the working directory"}, c.data.path);

@@ -1,5 +1,6 @@
 // Reading a run's metrics.jsonl (README "Run configs"), written by the trainer: one line
-// {step, loss, lr, grad_norm, tokens, tokens_per_second, mfu, step_seconds} per step and
+// {step, loss, lr, grad_norm, tokens, tokens_per_second, mfu, step_seconds} per step (and the
+// kernel cache's kernel_cache_* counters once run-time compiled kernels are used) and
 // {step, val_loss} per evaluation. Used by `driftless plot` and the regress report's plot.
 // MetricsWriter is the trainer's side: a failed write stops the run instead of losing lines.
 #pragma once

@@ -32,7 +32,9 @@ std::string newest_intact_checkpoint(const std::string& run_dir, std::ostream& l
 }
 
 bool changes_no_numbers(const std::string& key, const Config& stored, const Config& now) {
-  static const std::set<std::string> kFree = {"training.eval_interval",
+  static const std::set<std::string> kFree = {"attention.kernel_cache.capacity",
+                                              "attention.kernel_cache.dir",
+                                              "training.eval_interval",
                                               "training.eval_batches",
                                               "training.checkpoint_interval",
                                               "training.keep_checkpoints",

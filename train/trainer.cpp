@@ -18,6 +18,7 @@
 #include "engine/core/device_ops.h"
 #include "engine/core/random.h"
 #include "engine/optim/clip.h"
+#include "layers/attention/jit/kernel_cache.h"
 #include "train/checkpoint.h"
 #include "train/flops.h"
 #include "train/metrics_file.h"
@@ -415,6 +416,18 @@ namespace {
 const char* signal_name(int sig) {
   return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
 }
+
+// The process kernel cache's counters so far (rank 0's), on the lines of runs that used it.
+void add_kernel_cache_stats(nlohmann::json& line) {
+  const layers::jit::KernelCacheStats s = layers::jit::process_kernel_cache().stats();
+  if (s.hits == 0 && s.misses == 0 && s.evictions == 0 && s.disk_errors == 0) return;
+  line["kernel_cache_hits"] = s.hits;
+  line["kernel_cache_misses"] = s.misses;
+  line["kernel_cache_disk_hits"] = s.disk_hits;
+  line["kernel_cache_compiles"] = s.compiles;
+  line["kernel_cache_evictions"] = s.evictions;
+  line["kernel_cache_disk_errors"] = s.disk_errors;
+}
 }  // namespace
 
 int Trainer::run() {
@@ -457,15 +470,16 @@ int Trainer::run() {
     const double mfu =
         peak_flops_ > 0 ? flops_done / std::max(train_seconds, 1e-9) / (peak_flops_ * world) : 0;
     if (is_root()) {
-      metrics.write(nlohmann::json{{"step", step},
-                                   {"loss", last.loss},
-                                   {"lr", last.lr},
-                                   {"grad_norm", last.grad_norm},
-                                   {"tokens", last.tokens},
-                                   {"tokens_per_second", tps},
-                                   {"mfu", mfu},
-                                   {"step_seconds", last.seconds}}
-                        .dump());
+      nlohmann::json line{{"step", step},
+                          {"loss", last.loss},
+                          {"lr", last.lr},
+                          {"grad_norm", last.grad_norm},
+                          {"tokens", last.tokens},
+                          {"tokens_per_second", tps},
+                          {"mfu", mfu},
+                          {"step_seconds", last.seconds}};
+      add_kernel_cache_stats(line);
+      metrics.write(line.dump());
       std::ostringstream extra;
       extra << "loss " << std::fixed << std::setprecision(4) << last.loss << "  "
             << std::setprecision(0) << tps << " tok/s";

@@ -7,6 +7,7 @@
 
 #include "engine/core/error.h"
 #include "train/config.h"
+#include "train/resume.h"
 #include "tests/test_paths.h"
 
 namespace driftless::train {
@@ -145,6 +146,25 @@ TEST(Config, DumpRoundTrips) {
       << err;
   EXPECT_EQ(d.run.tensor_logs.steps, (std::vector<int64_t>{0, 3}));
   EXPECT_NE(config_reference().find("| `model.n_layer` | int | `12` |"), std::string::npos);
+}
+
+TEST(Config, KernelCacheKeys) {
+  const Config d = parse_config_text("");
+  EXPECT_EQ(d.attention.kernel_cache.capacity, 64);
+  EXPECT_EQ(kernel_cache_options(d).capacity, 64);
+  EXPECT_EQ(kernel_cache_options(d).dir, layers::jit::default_cache_dir());
+  const Config off = parse_config_text("attention: {kernel_cache: {capacity: 3, dir: 'off'}}");
+  EXPECT_EQ(kernel_cache_options(off).capacity, 3);
+  EXPECT_EQ(kernel_cache_options(off).dir, "");
+  const Config at = parse_config_text("", {"attention.kernel_cache.dir=/scratch/kernels"});
+  EXPECT_EQ(kernel_cache_options(at).dir, "/scratch/kernels");
+  EXPECT_EQ(parse_config_text(config_to_yaml(off)).attention.kernel_cache.dir, "off");
+  const std::string err =
+      error_of([] { parse_config_text("", {"attention.kernel_cache.capacity=0"}); });
+  EXPECT_NE(err.find("attention.kernel_cache.capacity"), std::string::npos) << err;
+  // Where compiled kernels are kept changes no number of a run: --resume takes either.
+  EXPECT_TRUE(changes_no_numbers("attention.kernel_cache.dir", off, at));
+  EXPECT_TRUE(changes_no_numbers("attention.kernel_cache.capacity", off, at));
 }
 
 TEST(Config, ArchitectureRules) {

@@ -1,8 +1,8 @@
 // The trainer on small random-data configs: resume is bit for bit (with dropout too),
 // evaluation is the token mean of the validation loss, the loss falls on data a tiny model
 // can learn, every batch layout gives the gradients of `simple` (ARCHITECTURE.md "Data
-// flow": rms_rel <= 1e-5), Ctrl-C stops after the step with a checkpoint, and a bad layout is
-// an error before any work.
+// flow": rms_rel <= 1e-5), Ctrl-C stops after the step with a checkpoint, metrics lines carry
+// the kernel cache's counters once it is used, and a bad layout is an error before any work.
 #include "train/trainer.h"
 
 #include <gtest/gtest.h>
@@ -20,6 +20,7 @@
 
 #include "engine/autograd/autograd.h"
 #include "engine/core/error.h"
+#include "layers/attention/jit/kernel_cache.h"
 #include "tests/test_paths.h"
 #include "tests/train/tiny_run.h"
 #include "train/checkpoint.h"
@@ -266,6 +267,37 @@ TEST(Trainer, StopFlagEndsAfterOneStepWithACheckpoint) {
             std::string::npos);
   EXPECT_EQ(latest_checkpoint(dir), checkpoint_path(dir, 1));
   EXPECT_EQ(losses(dir).size(), 2u);
+}
+
+// The first metrics.jsonl line of a 2-step run into a fresh scratch directory.
+nlohmann::json first_metrics_line(const std::string& dir) {
+  Quiet q;
+  Trainer t(make_config(dir, {"training.steps=2", "training.eval_interval=0"}), q.options());
+  EXPECT_EQ(t.run(), 0);
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::string line;
+  std::getline(in, line);
+  return nlohmann::json::parse(line);
+}
+
+TEST(Trainer, MetricsCarryTheKernelCacheCountersOnceItIsUsed) {
+  layers::jit::configure_process_kernel_cache({4, ""});
+  const nlohmann::json unused = first_metrics_line(testing::scratch_dir() + "/unused");
+  EXPECT_FALSE(unused.contains("kernel_cache_misses")) << unused.dump();
+  auto& cache = layers::jit::process_kernel_cache();
+  const auto load = [](const std::string& b) -> layers::jit::Loaded {
+    return std::make_shared<std::string>(b);
+  };
+  cache.get("kernel", [] { return std::string("bin"); }, load);
+  cache.get("kernel", [] { return std::string("bin"); }, load);
+  const nlohmann::json used = first_metrics_line(testing::scratch_dir() + "/used");
+  EXPECT_EQ(used.value("kernel_cache_hits", -1), 1) << used.dump();
+  EXPECT_EQ(used.value("kernel_cache_misses", -1), 1);
+  EXPECT_EQ(used.value("kernel_cache_compiles", -1), 1);
+  EXPECT_EQ(used.value("kernel_cache_disk_hits", -1), 0);
+  EXPECT_EQ(used.value("kernel_cache_evictions", -1), 0);
+  EXPECT_TRUE(used.contains("loss") && used.contains("step_seconds"));  // the usual keys remain
+  layers::jit::configure_process_kernel_cache({64, ""});  // no counters for later tests
 }
 
 TEST(Trainer, BadLayoutIsAnErrorBeforeAnyWork) {

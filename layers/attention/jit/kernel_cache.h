@@ -1,4 +1,4 @@
-// The bounded cache of run-time compiled attention kernels (issue 39): in memory, the
+// The bounded cache of run-time compiled attention kernels: in memory, the
 // least recently used of at most `capacity` loaded kernels; on disk, the compiled binaries,
 // shared by the ranks of one host through atomic writes, so a restarted run compiles nothing.
 // Keyed only by text: the key is the full description of what was compiled (program text,
@@ -12,7 +12,7 @@
 namespace driftless::layers::jit {
 
 struct KernelCacheStats {
-  int64_t hits = 0;         // found loaded in memory
+  int64_t hits = 0;         // found loaded in memory (or loaded meanwhile by another thread)
   int64_t misses = 0;       // not in memory: then read from disk or compiled
   int64_t disk_hits = 0;    // misses served by the on-disk cache
   int64_t compiles = 0;     // misses that compiled
@@ -37,7 +37,10 @@ class KernelCache {
 
   // The loaded kernel of `key`: from memory; else from the disk cache (a file whose stored
   // key is not exactly `key` is a miss, never a hit); else compile() (the binary), written
-  // to disk atomically. load() turns a binary into its Loaded. Thread-safe.
+  // to disk atomically. load() turns a binary into its Loaded. Thread-safe: threads asking
+  // for one key wait for one compile; other keys compile meanwhile. An exception of
+  // compile() or load() reaches the caller (and the threads waiting on that key) and leaves
+  // nothing cached; a stored binary that load() refuses is a disk error, compiled again.
   Loaded get(const std::string& key, const std::function<std::string()>& compile,
              const std::function<Loaded(const std::string& binary)>& load);
 
@@ -54,8 +57,10 @@ class KernelCache {
 // $HOME/.cache/driftless/kernels, else "" (no disk cache).
 std::string default_cache_dir();
 
-// The process's cache, which the attention kernels use; configure() replaces it (called
-// once at start-up from the run config's attention.kernel_cache).
+// The process's cache, which the attention kernels use (capacity 64, default_cache_dir()
+// until configured); configure() replaces it, unless its options are the same, and is called
+// at start-up from the run config's attention.kernel_cache, before any kernel is fetched:
+// a reference to the cache it replaces is no longer valid.
 KernelCache& process_kernel_cache();
 void configure_process_kernel_cache(const KernelCacheOptions& options);
 
