@@ -62,6 +62,11 @@ Gpt::Gpt(const GptConfig& c, Device device, DType compute) : config_(c), device_
     slab_.declare("ln_f.weight", {C}, false);
     slab_.declare("ln_f.bias", {C}, false);
   }
+  // Learnable expression parameters (model.score_mod_params, learnable: true): one copy per
+  // layer, not weight-decayed (like gains and biases).
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    for (const expr::ParamDecl& d : c.score_mod_decls)
+      if (d.learnable) slab_.declare(score_mod_param_name(l, d.name), Shape(d.shape), false);
   slab_.allocate(device, compute);
   if (c.alibi) {
     std::vector<float> slopes(size_t(c.n_head));
@@ -80,7 +85,10 @@ void Gpt::init(uint64_t seed) {
     auto ends_with = [&](const std::string& s) {
       return n.size() >= s.size() && n.compare(n.size() - s.size(), s.size(), s) == 0;
     };
-    if (ends_with("ln_1.weight") || ends_with("ln_2.weight") || n == "ln_f.weight" ||
+    if (const expr::ParamDecl* d = score_mod_decl(n)) {
+      std::vector<float> v(d->init.begin(), d->init.end());  // its configured init values
+      prm.value.copy_(Tensor::from_vector(v).reshape(prm.value.shape()));
+    } else if (ends_with("ln_1.weight") || ends_with("ln_2.weight") || n == "ln_f.weight" ||
         ends_with("layernorm.weight") || n == "norm.weight") {
       prm.value.fill_(1.0);
     } else if (ends_with(".bias")) {
@@ -93,6 +101,38 @@ void Gpt::init(uint64_t seed) {
     ++index;
   }
   slab_.sync_compute();
+}
+
+std::string Gpt::score_mod_param_name(int64_t l, const std::string& name) const {
+  return layer_prefix(l) + "score_mod." + name;
+}
+
+const expr::ParamDecl* Gpt::score_mod_decl(const std::string& slab_name) const {
+  const size_t at = slab_name.find(".score_mod.");
+  if (at == std::string::npos) return nullptr;
+  const std::string name = slab_name.substr(at + std::string(".score_mod.").size());
+  for (const expr::ParamDecl& d : config_.score_mod_decls)
+    if (d.learnable && d.name == name) return &d;
+  return nullptr;
+}
+
+std::vector<Tensor> Gpt::attention_parameters(int64_t l) const {
+  const std::string at = layer_prefix(l);
+  std::vector<Tensor> out;
+  const std::vector<std::string> parts =
+      config_.is_llama() ? std::vector<std::string>{"self_attn.qkv_proj.weight", "self_attn.o_proj.weight"}
+                         : std::vector<std::string>{"attn.c_attn.weight", "attn.c_attn.bias",
+                                                    "attn.c_proj.weight", "attn.c_proj.bias"};
+  for (const std::string& part : parts) out.push_back(p(at + part));
+  for (const Tensor& t : score_mod_parameters(l)) out.push_back(t);
+  return out;
+}
+
+std::vector<Tensor> Gpt::score_mod_parameters(int64_t l) const {
+  std::vector<Tensor> out;
+  for (const expr::ParamDecl& d : config_.score_mod_decls)
+    if (d.learnable) out.push_back(p(score_mod_param_name(l, d.name)));
+  return out;
 }
 
 std::string Gpt::layer_prefix(int64_t l) const {
@@ -115,10 +155,14 @@ void Gpt::prepare_route(AttentionRoute& route, int64_t slots, int64_t sequence_l
   route.prepare(attention_shape(), slots, sequence_length, compute_dtype(), device_);
 }
 
-ScoreModSpec Gpt::score_mod(int64_t h0, int64_t n) const {
-  if (!config_.score_mod.empty() || !config_.mask_mod.empty())
+ScoreModSpec Gpt::score_mod(int64_t l, int64_t h0, int64_t n) const {
+  if (!config_.score_mod.empty() || !config_.mask_mod.empty()) {
+    std::vector<Tensor> learnable;  // per declaration: the layer's slab tensor, or undefined
+    for (const expr::ParamDecl& d : config_.score_mod_decls)
+      learnable.push_back(d.learnable ? p(score_mod_param_name(l, d.name)) : Tensor());
     return expr::model_score_mod(config_.score_mod, config_.mask_mod, config_.score_mod_decls,
-                                 int(config_.n_head), h0);
+                                 int(config_.n_head), h0, learnable);
+  }
   if (config_.softcap > 0) return ScoreModSpec::make_softcap(config_.softcap);
   if (config_.alibi) return ScoreModSpec::make_alibi(alibi_slopes_.narrow(0, h0, n).contiguous());
   return ScoreModSpec::none();
@@ -234,9 +278,7 @@ Tensor Gpt::self_attention(int64_t l, const Tensor& x, const std::vector<PartInp
           return self_attention(l, in[0], keep->slice, keep->run(again), keep->rows,
                                 in.size() > 1 ? in[1] : Tensor());
         },
-        in,
-        {p(layer_name(l, "attn.c_attn.weight")), p(layer_name(l, "attn.c_attn.bias")),
-         p(layer_name(l, "attn.c_proj.weight")), p(layer_name(l, "attn.c_proj.bias"))});
+        in, attention_parameters(l));
   }
   Tensor qkv = linear(x, p(layer_name(l, "attn.c_attn.weight")),
                       p(layer_name(l, "attn.c_attn.bias")));  // (T, (H + 2 Hkv) D)
@@ -254,7 +296,7 @@ Tensor Gpt::route_attention(int64_t l, const Tensor& qkv, const std::vector<Part
   call.layer = l;
   call.slice = &slice;
   call.shape = attention_shape();
-  call.score_mod = [this](int64_t h0, int64_t n) { return score_mod(h0, n); };
+  call.score_mod = [this, l](int64_t h0, int64_t n) { return score_mod(l, h0, n); };
   call.deterministic = o.deterministic;
   // HF/Mistral: a query at p sees keys j with p - W < j <= p.
   call.window_left = config_.sliding_window > 0 ? config_.sliding_window - 1 : -1;

@@ -102,8 +102,18 @@ class Gpt {
   Tensor self_attention(int64_t layer, const Tensor& x, const std::vector<PartInput>& slice,
                         const ForwardOptions& options, const std::vector<PartRows>& rows,
                         const Tensor& residual = Tensor());
-  // The modifier of every attention call (softcap, or ALiBi slopes of heads [h0, h0 + n)).
-  ScoreModSpec score_mod(int64_t h0, int64_t n) const;
+  // The modifier of layer `layer`'s attention calls (softcap, ALiBi slopes of heads
+  // [h0, h0 + n), or the model's expressions with the layer's learnable parameters).
+  ScoreModSpec score_mod(int64_t layer, int64_t h0, int64_t n) const;
+  // Layer l's learnable expression parameter `name` in the slab: "<layer prefix>score_mod.name",
+  // and all of layer l's (the extra inputs of a recomputed attention branch).
+  std::string score_mod_param_name(int64_t layer, const std::string& name) const;
+  std::vector<Tensor> score_mod_parameters(int64_t layer) const;
+  // The declaration of a slab parameter made by score_mod_param_name, or null.
+  const expr::ParamDecl* score_mod_decl(const std::string& slab_name) const;
+  // The leaves of layer l's attention branch (its projections and score_mod parameters): the
+  // extra inputs of its checkpoint under training.recompute attention.
+  std::vector<Tensor> attention_parameters(int64_t layer) const;
   const Tensor& p(const std::string& name) const { return slab_[name]; }
 
   GptConfig config_;

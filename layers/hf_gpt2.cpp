@@ -32,6 +32,8 @@ nlohmann::json hf_gpt2_config(const GptConfig& c, int64_t end_of_text) {
                              << ") cannot be expressed in a transformers GPT2Config");
   DL_CHECK(c.softcap <= 0, kOp, "softcap " << c.softcap << " cannot be expressed in GPT2Config");
   DL_CHECK(!c.alibi, kOp, "ALiBi cannot be expressed in GPT2Config (GPT-2 uses learned positions)");
+  DL_CHECK(c.score_mod.empty() && c.mask_mod.empty(), kOp,
+           "model.score_mod / mask_mod expressions cannot be expressed in GPT2Config");
   nlohmann::json j;
   j["architectures"] = {"GPT2LMHeadModel"};
   j["model_type"] = "gpt2";

@@ -69,6 +69,8 @@ nlohmann::json hf_llama_config(const GptConfig& c, int64_t end_of_text) {
                                 "context there); that is MistralForCausalLM's, not exported");
   DL_CHECK(c.softcap <= 0, kOp, "softcap " << c.softcap << " cannot be expressed in LlamaConfig");
   DL_CHECK(!c.alibi, kOp, "ALiBi cannot be expressed in LlamaConfig (Llama uses RoPE)");
+  DL_CHECK(c.score_mod.empty() && c.mask_mod.empty(), kOp,
+           "model.score_mod / mask_mod expressions cannot be expressed in LlamaConfig");
   DL_CHECK(c.n_embd % c.n_head == 0 && c.n_head % c.kv_heads() == 0, kOp,
            "n_embd " << c.n_embd << ", n_head " << c.n_head << ", n_kv_head " << c.kv_heads()
                      << ": heads must divide n_embd and kv heads divide heads");

@@ -90,7 +90,7 @@ Tensor Gpt::llama_attention(int64_t l, const Tensor& h, const Tensor& positions,
           return llama_attention(l, in[0], positions, keep->slice, keep->run(again), keep->rows,
                                  in.size() > 1 ? in[1] : Tensor());
         },
-        in, {p(n("self_attn.qkv_proj.weight")), p(n("self_attn.o_proj.weight"))});
+        in, attention_parameters(l));
   }
   const GptConfig& c = config_;
   Tensor qkv = linear(h, p(n("self_attn.qkv_proj.weight")), Tensor());  // (T, (H + 2 Hkv) D)

@@ -112,9 +112,10 @@ void resolve_score_mods(Config& c, std::vector<std::string>& errors) {
           d.shape.push_back(s.Scalar() == "heads" ? m.n_head : s.as<int64_t>());
       }
       d.learnable = n["learnable"] && n["learnable"].as<bool>();
-      DL_CHECK(!d.learnable, "config",
-               where << ": learnable parameters are not in the model's parameter slab yet (the "
-                        "attention op differentiates them: ScoreModSpec::make_expression)");
+      DL_CHECK(!d.learnable || c.precision.device != Device::cuda, "config",
+               where << ": learnable expression parameters train on the CPU only (the CUDA "
+                        "kernels take fixed parameters); set learnable: false or "
+                        "precision.device: cpu");
       const YAML::Node init = n["init"];
       DL_CHECK(init, "config", where << ".init is required: a number or " << d.numel() << " values");
       if (init.IsSequence()) {

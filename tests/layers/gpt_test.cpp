@@ -66,6 +66,37 @@ TEST(Gpt, LossAndGradientsReachEveryParameter) {
   }
 }
 
+// model.score_mod_params with learnable: true: one slab parameter per layer, initialised
+// to the configured values, reached by the gradient; fixed ones are not in the slab.
+TEST(Gpt, LearnableExpressionParametersArePerLayerSlabParameters) {
+  GptConfig c = tiny_config();
+  c.score_mod = "score - slope[h] * abs(q - k) + bias[h, clamp(q - k, 0, 3)]";
+  c.score_mod_decls = {{"slope", {c.n_head}, std::vector<double>(size_t(c.n_head), 0.25), false},
+                       {"bias", {c.n_head, 4}, std::vector<double>(size_t(4 * c.n_head), 0.5),
+                        true}};
+  Gpt model(c);
+  model.init(1);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const Parameter& b = model.slab().get("h." + std::to_string(l) + ".score_mod.bias");
+    EXPECT_EQ(b.value.shape(), (Shape{c.n_head, 4}));
+    EXPECT_FALSE(b.weight_decay);
+    for (float v : b.value.to_vector<float>()) EXPECT_EQ(v, 0.5f);
+  }
+  for (const auto& p : model.slab().parameters())
+    EXPECT_EQ(p.name.find("slope"), std::string::npos) << "a fixed parameter in the slab";
+  auto seqs = std::vector<data::PackedSequence>{packed({5, 0, 11, 3, 13}, 37, 2)};
+  auto g = gradients(model, seqs, 1);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const Parameter& b = model.slab().get("h." + std::to_string(l) + ".score_mod.bias");
+    double norm = 0;
+    for (int64_t i = b.begin; i < b.end; ++i) norm += std::abs(g[size_t(i)]);
+    EXPECT_GT(norm, 0.0) << b.name;
+  }
+  // Micro-sequences see the same document positions: the same gradients.
+  auto g2 = gradients(model, seqs, 2);
+  EXPECT_LT(rms_rel(g2, g), 1e-5);
+}
+
 TEST(Gpt, MicroSequencesGiveTheGradientsOfOnePass) {
   Gpt model(tiny_config());
   model.init(3);

@@ -167,6 +167,25 @@ TEST(Config, KernelCacheKeys) {
   EXPECT_TRUE(changes_no_numbers("attention.kernel_cache.capacity", off, at));
 }
 
+// model.score_mod_params: learnable tables become declarations the model puts in its slab;
+// a CUDA run refuses them (its kernels take fixed parameters) with the key in the message.
+TEST(Config, LearnableExpressionParameters) {
+  const std::string model =
+      "model: {n_embd: 64, n_head: 4, score_mod: 'score + bias[h, clamp(q - k, 0, 3)]',\n"
+      "        score_mod_params: {bias: {shape: [heads, 4], init: 0.5, learnable: true}}}\n";
+  Config c = parse_config_text(model);
+  ASSERT_EQ(c.model.score_mod_decls.size(), 1u);
+  EXPECT_TRUE(c.model.score_mod_decls[0].learnable);
+  EXPECT_EQ(c.model.score_mod_decls[0].shape, (std::vector<int64_t>{4, 4}));
+  EXPECT_EQ(c.model.score_mod_decls[0].init, std::vector<double>(16, 0.5));
+  const std::string err =
+      error_of([&] { parse_config_text(model + "precision: {device: cuda}\n"); });
+  EXPECT_NE(err.find("model.score_mod_params.bias: learnable expression parameters train on "
+                     "the CPU only"),
+            std::string::npos)
+      << err;
+}
+
 TEST(Config, ArchitectureRules) {
   Config c = parse_config_text(
       "model: {architecture: llama, n_embd: 64, n_head: 4, n_kv_head: 2, intermediate_size: 176, "

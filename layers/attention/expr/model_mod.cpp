@@ -4,6 +4,8 @@
 #include <map>
 #include <mutex>
 
+#include "engine/core/error.h"
+
 namespace driftless::layers::expr {
 
 namespace {
@@ -39,9 +41,17 @@ const Compiled& compiled(const std::string& score, const std::string& mask,
 }  // namespace
 
 ScoreModSpec model_score_mod(const std::string& score, const std::string& mask,
-                             const std::vector<ParamDecl>& params, int heads, int64_t head_offset) {
+                             const std::vector<ParamDecl>& params, int heads, int64_t head_offset,
+                             const std::vector<Tensor>& learnable) {
   const Compiled& c = compiled(score, mask, params, heads);
-  return ScoreModSpec::make_expression(c.score, c.mask, c.params, head_offset);
+  std::vector<Tensor> values = c.params;
+  for (size_t i = 0; i < learnable.size() && i < values.size(); ++i)
+    if (params[i].learnable) {
+      DL_CHECK(learnable[i].defined(), "score_mod",
+               "learnable parameter '" << params[i].name << "' has no tensor");
+      values[i] = learnable[i];
+    }
+  return ScoreModSpec::make_expression(c.score, c.mask, values, head_offset);
 }
 
 }  // namespace driftless::layers::expr
