@@ -6,10 +6,12 @@
 // as zeros, LSE (H, T_q) fp32, modifiers none/softcap/ALiBi as compile-time functors.
 // Plain pointers and POD structs only (nvcc compiles this as C++17).
 #pragma once
-#include <cstdint>
+#ifndef __CUDACC_RTC__
 #include <vector>
+#endif
 
 #include "layers/attention/cuda/flash_cuda.h"
+#include "layers/attention/rtc_std.h"
 
 namespace driftless::layers::gpu::fast {
 
@@ -37,6 +39,7 @@ struct Tile {
   int32_t doc, start, head = 0;
 };
 
+#ifndef __CUDACC_RTC__  // the host side; NVRTC (jit/) compiles the device part only
 // True when the fast kernels take this call: bf16, head_dim 64 or 128.
 bool supported(const Problem& p, const Mod& mod);
 
@@ -92,5 +95,6 @@ void backward(const Problem& p, const Mod& mod, const Tile* q_tiles, int n_q_til
 
 // True when backward() takes a dq_acc (the wgmma kernels run).
 inline bool atomic_dq() { return use_wgmma(); }
+#endif
 
 }  // namespace driftless::layers::gpu::fast
