@@ -29,18 +29,24 @@ __global__ void fill_kernel(float* x, int64_t n, float value) {
     x[i] = value;
 }
 
+// Grid, block and shared memory of forward_kernel<D, M, *>: one CTA per (tile, head).
+template <int D, class M>
+Geometry geometry(const Problem& p, int n_tiles) {
+  return {unsigned(int64_t(n_tiles) * p.heads), unsigned(Cfg<D, M>::kThreads), Cfg<D, M>::kSmem};
+}
+
 template <int D, class M, bool kLin>
 void launch_as(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, void* out,
                float* lse) {
-  constexpr int kSmem = Cfg<D, M>::kSmem;
+  const Geometry g = geometry<D, M>(p, n_tiles);
   static bool configured = false;
   if (!configured) {
     DL_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<D, M, kLin>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, g.smem));
     configured = true;
   }
-  cuda::launch(forward_kernel<D, M, kLin>, unsigned(int64_t(n_tiles) * p.heads),
-               Cfg<D, M>::kThreads, kSmem, p, mod, tiles, static_cast<bf16*>(out), lse);
+  cuda::launch(forward_kernel<D, M, kLin>, g.grid, g.block, size_t(g.smem), p, mod, tiles,
+               static_cast<bf16*>(out), lse);
   DL_CUDA_LAUNCH_CHECK();
 }
 
@@ -83,17 +89,27 @@ bool supported(const Problem& p, const Mod& mod) {
          (mod.kind == ModKind::none || mod.kind == ModKind::softcap || mod.kind == ModKind::alibi);
 }
 
-void forward(const Problem& problem, const Mod& mod, const Tile* tiles, int n_tiles, bool padded,
-             void* out, float* lse) {
-  const Problem p = with_row_strides(problem);
-  if (p.t_q == 0 || p.heads == 0) return;
+namespace {
+
+// forward()'s steps before its kernel (padded rows, and every row where there are no keys,
+// written); false when no kernel is left to launch.
+bool forward_prologue(const Problem& p, int n_tiles, bool padded, void* out, float* lse) {
+  if (p.t_q == 0 || p.heads == 0) return false;
   // With no key at all every row sees nothing (and the sm_90a kernel's TMA maps need rows).
   const bool no_keys = p.t_k == 0;
   if (padded || no_keys) {
     DL_CUDA_CHECK(cudaMemsetAsync(out, 0, size_t(p.t_q * p.heads * p.head_dim) * 2));
     fill_f32(lse, p.t_q * p.heads, -INFINITY);
   }
-  if (n_tiles == 0 || no_keys) return;
+  return n_tiles > 0 && !no_keys;
+}
+
+}  // namespace
+
+void forward(const Problem& problem, const Mod& mod, const Tile* tiles, int n_tiles, bool padded,
+             void* out, float* lse) {
+  const Problem p = with_row_strides(problem);
+  if (!forward_prologue(p, n_tiles, padded, out, lse)) return;
   if (use_wgmma()) return sm90::forward(p, mod, tiles, n_tiles, out, lse);
   dispatch_mod(p, mod, [&](auto m) {
     using Mf = decltype(m);
@@ -102,6 +118,22 @@ void forward(const Problem& problem, const Mod& mod, const Tile* tiles, int n_ti
     else
       launch<128, Mf>(p, m, tiles, n_tiles, out, lse);
   });
+}
+
+void forward_with(const Problem& problem, const ModLauncher& launch, const Tile* tiles,
+                  int n_tiles, bool padded, void* out, float* lse) {
+  const Problem p = with_row_strides(problem);
+  if (!forward_prologue(p, n_tiles, padded, out, lse)) return;
+  if (use_wgmma()) return sm90::forward_with(p, launch, tiles, n_tiles, out, lse);
+  ForwardArgs a;
+  a.p = p;
+  a.tiles = tiles;
+  a.out = out;
+  a.lse = lse;
+  // A user modifier's tiles are those of every built-in but softcap (Cfg).
+  launch.forward(p.head_dim == 64 ? geometry<64, ModAlibi>(p, n_tiles)
+                                  : geometry<128, ModAlibi>(p, n_tiles),
+                 a);
 }
 
 }  // namespace driftless::layers::gpu::fast
