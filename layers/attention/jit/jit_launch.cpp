@@ -7,7 +7,9 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <map>
 #include <memory>
+#include <mutex>
 
 #include "engine/core/cuda/check.h"
 #include "engine/core/cuda/stream.h"
@@ -77,13 +79,31 @@ Loaded load(const std::string& binary) {
   const CompiledProgram c = from_binary(binary);
   DL_CUDA_CHECK(cudaFree(nullptr));  // the runtime's primary context, current on this thread
   auto lp = std::make_shared<LoadedProgram>();
-  check(driver().load(&lp->module, c.cubin.data()), "cuModuleLoadData (a run-time compiled kernel)");
+  check(driver().load(&lp->module, c.cubin.data()),
+        "cuModuleLoadData (a run-time compiled kernel)");
   for (const std::string& name : c.lowered) {
     CUfunction f = nullptr;
     check(driver().get_function(&f, lp->module, name.c_str()), "cuModuleGetFunction");
     lp->functions.push_back(f);
   }
   return lp;
+}
+
+// make_program, remembered per (spec, emitted functor): its key holds every kernel header, so
+// building it takes longer than a launch. Never freed: a run has a few (the constants of an
+// expression are fixed on CUDA, where its parameters cannot be learnable).
+const AttentionProgram& program(const expr::Program& score, const ProgramSpec& spec) {
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<const AttentionProgram>> memo;
+  const std::string id = std::string(pass_name(spec.pass)) + " " + std::to_string(spec.head_dim) +
+                         (spec.wgmma ? " wgmma " : " mma ") + spec.arch + "\n" +
+                         expr::emit_cuda(score, "DlUserMod", true);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = memo.find(id);
+  if (it != memo.end()) return *it->second;
+  auto p = std::make_shared<const AttentionProgram>(make_program(score, spec));
+  memo.emplace(id, p);
+  return *p;
 }
 
 // The loaded program of (expression, pass) on the current device, and its modifier's bytes.
@@ -99,7 +119,7 @@ Kernels kernels(const BoundExpr& e, Pass pass, const gpu::Problem& p) {
   spec.head_dim = int(p.head_dim);
   spec.wgmma = gpu::fast::use_wgmma();
   spec.arch = device_arch();
-  const AttentionProgram prog = make_program(*e.score, spec);
+  const AttentionProgram& prog = program(*e.score, spec);
   Kernels k;
   k.program = std::static_pointer_cast<const LoadedProgram>(process_kernel_cache().get(
       prog.key, [&] { return to_binary(compile_program(prog)); }, load));
@@ -128,7 +148,8 @@ void launch(CUfunction f, const gpu::fast::Geometry& g, void** args) {
   attribute[0].value.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = cuda::dependent_launch_enabled() ? 1 : 0;
-  check(driver().launch(&config, f, args, nullptr), "cuLaunchKernelEx (a run-time compiled kernel)");
+  check(driver().launch(&config, f, args, nullptr),
+        "cuLaunchKernelEx (a run-time compiled kernel)");
   DL_CUDA_LAUNCH_CHECK();
 }
 
@@ -156,7 +177,8 @@ void forward(const gpu::Problem& p, const BoundExpr& e, const gpu::fast::Tile* t
     void* o = a.out;
     float* s = a.lse;
     if (a.maps != nullptr) {
-      std::vector<void*> args = {const_cast<void*>(a.maps), &pp, k.mod.data(), &t, &n_items, &o, &s};
+      std::vector<void*> args = {
+          const_cast<void*>(a.maps), &pp, k.mod.data(), &t, &n_items, &o, &s};
       launch(k.program->functions[0], g, args.data());
     } else {
       std::vector<void*> args = {&pp, k.mod.data(), &t, &o, &s};
