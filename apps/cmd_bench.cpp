@@ -17,9 +17,9 @@
 #include "apps/bench_train.h"
 #include "apps/command.h"
 #include "engine/core/device_ops.h"
-#include "train/trainer.h"
 #include "layers/attention/attention.h"
 #include "layers/attention/expr/expr.h"
+#include "train/trainer.h"
 #ifdef DRIFTLESS_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -110,10 +110,19 @@ int run_attention(const BenchArgs& a) {
         {name, a.docs, a.heads, a.kv_heads > 0 ? a.kv_heads : a.heads, a.head_dim, a.softcap});
   }
   for (const AttnShape& sh : a.docs.empty() ? attention_shapes() : std::vector<AttnShape>{})
-    if (a.shapes.empty() || std::any_of(a.shapes.begin(), a.shapes.end(), [&](const std::string& s) {
-          return sh.name.find(s) != std::string::npos;
-        }))
+    if (a.shapes.empty() ||
+        std::any_of(a.shapes.begin(), a.shapes.end(),
+                    [&](const std::string& s) { return sh.name.find(s) != std::string::npos; }))
       shapes.push_back(sh);
+  if (!a.score_mod.empty()) {  // the expression replaces softcap: shapes named *_expr
+    std::vector<AttnShape> kept;
+    for (AttnShape sh : shapes)
+      if (sh.softcap == 0) {
+        sh.name += "_expr";
+        kept.push_back(sh);
+      }
+    shapes = kept;
+  }
   DL_CHECK(!shapes.empty(), "bench", "no attention shape matches --shape");
   for (const AttnShape& sh : shapes)
     for (const bool deterministic : modes) {
@@ -245,7 +254,8 @@ Registrar reg({"bench",
                      ->check(CLI::IsMember({64, 128}));
                  att->add_option("--softcap", a->softcap, "softcap of the --docs shape (0: none)");
                  att->add_option("--score-mod", a->score_mod,
-                                 "score expression for every shape, compiled at run time (e.g. "
+                                 "score expression for every shape without softcap (named "
+                                 "*_expr), compiled at run time (e.g. "
                                  "'30 * tanh(score / 30)', 'score - slope[h] * abs(q - k)', "
                                  "'score + bias[h, min(abs(q - k), 63)]')");
                  auto train_run = std::make_shared<std::function<int()>>();
