@@ -125,6 +125,9 @@ AttentionProgram make_program(const expr::Program& score, const ProgramSpec& spe
                       : "#include \"layers/attention/cuda/fast/forward_kernel.cuh\"\n";
   else
     src += "#include \"layers/attention/cuda/fast/fast_dkv.cuh\"\n";
+  if (spec.wgmma)  // wgmma.cuh compiles its products to nothing without sm_90a's features
+    src +=
+        "#ifndef DL_WGMMA\n#error \"the wgmma kernels need sm_90a (DL_WGMMA undefined)\"\n#endif\n";
   src += functor_source(score);
   src += "namespace dl_jit {\nusing M = " + std::string(kFast) + "ModExpr<DlUserMod>;\n";
   src += layout_asserts(p.layout);
