@@ -47,7 +47,8 @@ std::vector<Expr> expressions() {
       // Branches on positions and heads, and a smooth function of the score. (The document
       // index is not in the expression language; the kernels bind it for the modifier.)
       {"where",
-       "where(q - k < 16 && h != 1, 0.8 * score + 0.1 * sqrt(q - k + 1), score - 0.05 * (q - k))",
+       "where(q - k < 16 && h != 1, 0.8 * score + 0.1 * sqrt(abs(q - k) + 1), score - 0.05 * (q - "
+       "k))",
        {}},
   };
 }
