@@ -25,8 +25,7 @@ void forward(const gpu::Problem& p, const BoundExpr& e, const gpu::fast::Tile* t
 void backward(const gpu::Problem& p, const BoundExpr& e, const gpu::fast::Tile* q_tiles,
               int n_q_tiles, const gpu::fast::Tile* k_tiles, int n_k_tiles, bool q_padded,
               bool k_padded, const void* out, const void* dout, const float* lse, float* delta,
-              void* dq, void* dk, void* dv, gpu::fast::OutRows rows = {},
-              float* dq_acc = nullptr);
+              void* dq, void* dk, void* dv, gpu::fast::OutRows rows = {}, float* dq_acc = nullptr);
 
 // What NVRTC compiles for on the current device: sm_90a on compute 9.0 (the wgmma kernels
 // need the a), else sm_<major><minor>.
