@@ -28,6 +28,7 @@ using layers::expr::ParamDecl;
 struct Expr {
   std::string name, source;
   std::vector<ParamDecl> decls;  // sized for kHeads query heads
+  bool causal_only = false;      // defined on causal pairs only (NaN where k > q)
 };
 
 constexpr int64_t kHeads = 4, kKvHeads = 2;  // GQA 2:1
@@ -50,6 +51,9 @@ std::vector<Expr> expressions() {
        "where(q - k < 16 && h != 1, 0.8 * score + 0.1 * sqrt(abs(q - k) + 1), score - 0.05 * (q - "
        "k))",
        {}},
+      // Defined where q >= k only (value and derivative NaN where k > q): the kernels also
+      // evaluate masked pairs, and a NaN there must not reach the outputs or gradients.
+      {"causal_sqrt", "score * (1 + 0.02 * sqrt(q - k)) + 0.2 * log(q - k + 1)", {}, true},
   };
 }
 
@@ -71,6 +75,7 @@ std::vector<Case> cases(const Expr& e) {
     Case window{
         e.name + "_window" + sd, {{300, 300}, {50, 200}}, kHeads, kKvHeads, d, false, 70, 20};
     for (Case c : {lens, pad, window}) {
+      if (e.causal_only && !c.causal) continue;
       c.expression = e.source;
       c.decls = e.decls;
       out.push_back(c);

@@ -36,6 +36,7 @@ const char* kAlibi = "score - slope[h] * abs(q - k)";
 const char* kT5 =
     "score + bias[h, clamp(where(q - k < 8, q - k, 8 + int(log((q - k) / 8.0) / log(16.0) * "
     "8)), 0, 15)]";
+const char* kCausalOnly = "score * (1 + 0.02 * sqrt(q - k)) + 0.2 * log(q - k + 1)";
 const char* kWhere = "where(q >= k && h != 2, score - 0.5 * sqrt(q - k), score / 2)";
 
 bool nvrtc_usable() {
@@ -102,7 +103,7 @@ TEST(AttentionJit, EveryKernelVariantCompilesToCubin) {
 TEST(AttentionJit, ExpressionsWithTablesAndBranchesCompile) {
   if (!nvrtc_usable()) GTEST_SKIP() << "NVRTC is not usable";
   std::vector<Case> cases;
-  for (const char* e : {kAlibi, kT5, kWhere}) {
+  for (const char* e : {kAlibi, kT5, kWhere, kCausalOnly}) {
     cases.push_back({e, spec(Pass::forward, 128, true, "sm_90a")});
     cases.push_back({e, spec(Pass::forward, 64, false, "sm_80")});
     cases.push_back({e, spec(Pass::backward_atomic, 64, true, "sm_90a")});

@@ -11,6 +11,11 @@ namespace driftless::layers::gpu::fast {
 // as for the built-ins). h is the call's head (U adds its head_offset); doc is the document
 // within the call, q and k positions within the document. The host packs this struct byte
 // for byte (jit/attention_program.cpp); the program checks that layout with static_asserts.
+// The kernels evaluate the modifier on masked pairs too (then zero their P), where the CPU
+// path never calls it: an expression defined only on visible pairs (sqrt(q - k) under causal
+// masking) may give NaN there, and dS = P (dP - delta) dx = 0 * NaN would spread it, so a
+// derivative that is not finite counts as 0 (on a visible pair the CPU's result is then
+// not finite either).
 template <class U>
 struct ModExpr {
   U user;
@@ -25,7 +30,8 @@ struct ModExpr {
   }
   __device__ float x_dx(float dot, int q, int k, float* dx) const {
     const float s = dot * scale;
-    *dx = user.derivative(s, doc, h, q, k);
+    const float d = user.derivative(s, doc, h, q, k);
+    *dx = fabsf(d) < INFINITY ? d : 0.f;
     return user.value(s, doc, h, q, k) * kLog2e;
   }
 };
