@@ -70,8 +70,12 @@ struct LoadedProgram {
   LoadedProgram() = default;
   LoadedProgram(const LoadedProgram&) = delete;
   LoadedProgram& operator=(const LoadedProgram&) = delete;
+  // Evicted (or at exit): the device finishes what it runs first, which may be this module's
+  // kernels; errors are ignored (at exit the context may be gone).
   ~LoadedProgram() {
-    if (module != nullptr) driver().unload(module);  // at exit the context may be gone: ignored
+    if (module == nullptr) return;
+    (void)cudaDeviceSynchronize();
+    driver().unload(module);
   }
 };
 
