@@ -9,6 +9,7 @@
 // deterministic = false; SDPA's FlashAttention backward sums dQ with atomics too, while
 // FlexAttention's computes dQ per query block).
 #include <algorithm>
+#include <cmath>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -16,9 +17,10 @@
 #include "apps/bench_train.h"
 #include "apps/command.h"
 #include "engine/core/device_ops.h"
-#include "train/trainer.h"
 #include "layers/attention/attention.h"
+#include "layers/attention/expr/expr.h"
 #include "layers/attention/jit/kernel_cache.h"
+#include "train/trainer.h"
 #ifdef DRIFTLESS_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -39,6 +41,9 @@ struct BenchArgs {
   std::vector<int64_t> docs;
   int64_t heads = 32, kv_heads = 0, head_dim = 64;  // kv_heads 0: heads
   double softcap = 0;
+  // bench attention --score-mod: a score expression for every shape (in place of softcap),
+  // compiled at run time on CUDA; it may read the tables `slope` (H) and `bias` (H, 64).
+  std::string score_mod;
 };
 
 struct AttnShape {
@@ -56,6 +61,25 @@ std::vector<AttnShape> attention_shapes() {
           {"docs8_t8192_d64", packed, 32, 32, 64},
           {"docs8_t8192_d64_softcap30", packed, 32, 32, 64, 30.0},
           {"causal_t4096_d128_gqa4", dense, 32, 8, 128}};
+}
+
+// --score-mod's expression with the bench's fixed tables: `slope` (H), ALiBi's slopes
+// 2^(-8 (h + 1) / H), and `bias` (H, 64), a per-head bias by distance (index
+// min(abs(q - k), 63)) decaying with it, as tests/reference/flex_attention_bench.py builds.
+[[maybe_unused]] layers::ScoreModSpec bench_score_mod(const std::string& source, int64_t heads) {
+  std::vector<double> slope, bias;
+  for (int64_t h = 0; h < heads; ++h) {
+    slope.push_back(std::pow(2.0, -8.0 * double(h + 1) / double(heads)));
+    for (int64_t d = 0; d < 64; ++d) bias.push_back(-slope.back() * double(d));
+  }
+  std::vector<layers::expr::ParamDecl> decls = {{"slope", {heads}, slope, false},
+                                                {"bias", {heads, 64}, bias, false}};
+  std::vector<Tensor> params;
+  for (const auto& d : decls)
+    params.push_back(
+        Tensor::from_vector(std::vector<float>(d.init.begin(), d.init.end()), Shape(d.shape)));
+  return layers::ScoreModSpec::make_expression(
+      layers::expr::compile_score_mod(source, decls, int(heads)), nullptr, params);
 }
 
 int run_attention(const BenchArgs& a) {
@@ -87,10 +111,19 @@ int run_attention(const BenchArgs& a) {
         {name, a.docs, a.heads, a.kv_heads > 0 ? a.kv_heads : a.heads, a.head_dim, a.softcap});
   }
   for (const AttnShape& sh : a.docs.empty() ? attention_shapes() : std::vector<AttnShape>{})
-    if (a.shapes.empty() || std::any_of(a.shapes.begin(), a.shapes.end(), [&](const std::string& s) {
-          return sh.name.find(s) != std::string::npos;
-        }))
+    if (a.shapes.empty() ||
+        std::any_of(a.shapes.begin(), a.shapes.end(),
+                    [&](const std::string& s) { return sh.name.find(s) != std::string::npos; }))
       shapes.push_back(sh);
+  if (!a.score_mod.empty()) {  // the expression replaces softcap: shapes named *_expr
+    std::vector<AttnShape> kept;
+    for (AttnShape sh : shapes)
+      if (sh.softcap == 0) {
+        sh.name += "_expr";
+        kept.push_back(sh);
+      }
+    shapes = kept;
+  }
   DL_CHECK(!shapes.empty(), "bench", "no attention shape matches --shape");
   for (const AttnShape& sh : shapes)
     for (const bool deterministic : modes) {
@@ -104,6 +137,7 @@ int run_attention(const BenchArgs& a) {
       const double bwd_flops = 2.5 * fwd_flops;
       layers::AttentionSpec spec = layers::AttentionSpec::from_lengths(sh.docs, sh.docs, true);
       if (sh.softcap > 0) spec.score_mod = layers::ScoreModSpec::make_softcap(sh.softcap);
+      if (!a.score_mod.empty()) spec.score_mod = bench_score_mod(a.score_mod, sh.heads);
       spec.deterministic = deterministic;
       const char* backward_name = deterministic ? "deterministic" : "atomic_dq";
       Tensor q = Tensor::randn({t, sh.heads, sh.head_dim}, 1).to(Device::cuda, DType::bf16);
@@ -142,6 +176,7 @@ int run_attention(const BenchArgs& a) {
                       {"kv_heads", sh.kv_heads},
                       {"head_dim", sh.head_dim},
                       {"softcap", sh.softcap},
+                      {"score_mod", a.score_mod},
                       {"fwd_flops", fwd_flops},
                       {"bwd_flops", bwd_flops},
                       {"fwd_ms", f_ms},
@@ -220,6 +255,11 @@ Registrar reg({"bench",
                  att->add_option("--head-dim", a->head_dim, "head dim of the --docs shape")
                      ->check(CLI::IsMember({64, 128}));
                  att->add_option("--softcap", a->softcap, "softcap of the --docs shape (0: none)");
+                 att->add_option("--score-mod", a->score_mod,
+                                 "score expression for every shape without softcap (named "
+                                 "*_expr), compiled at run time (e.g. "
+                                 "'30 * tanh(score / 30)', 'score - slope[h] * abs(q - k)', "
+                                 "'score + bias[h, min(abs(q - k), 63)]')");
                  auto train_run = std::make_shared<std::function<int()>>();
                  auto* tr = add_bench_train(sub, train_run.get());
                  sub.require_subcommand(1);

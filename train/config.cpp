@@ -131,9 +131,10 @@ void resolve_score_mods(Config& c, std::vector<std::string>& errors) {
     DL_CHECK(!m.alibi && m.softcap == 0, "config",
              "model.score_mod / mask_mod replace model.softcap and model.alibi; write them as "
              "expressions (30 * tanh(score / 30), score - slope[h] * abs(q - k))");
-    DL_CHECK(c.precision.device != Device::cuda, "config",
-             "model.score_mod / mask_mod run on CPU only until the NVRTC kernels land "
-             "(precision.device: cpu)");
+    // On CUDA a score_mod runs in the fast kernels, compiled at run time (layers/attention/jit/).
+    DL_CHECK(c.precision.device != Device::cuda || !mm, "config",
+             "model.mask_mod runs on CPU only (precision.device: cpu); model.score_mod runs on "
+             "CUDA too");
     const auto& cp = c.distributed.context_parallel;
     DL_CHECK(!(cp.size > 1 && cp.kind == layers::ContextParallel::ring) ||
                  ((!sm || !sm->reads_positions()) && !mm),

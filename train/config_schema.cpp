@@ -59,7 +59,7 @@ void visit_schema_impl(C& c, V&& v) {
   v(Field{"model.rope_theta", "llama: rotary embedding base; a token's rotary position is its index in its document", 1, 1e12}, c.model.rope_theta);
   v(Field{"model.tie_word_embeddings", "llama: the LM head is the token embedding (false: a separate lm_head.weight)"}, c.model.tie_word_embeddings);
   v(Field{"model.sliding_window", "llama: a query attends to the last W keys of its document, itself included (Mistral-style); 0 is off", 0, 1e9}, c.model.sliding_window);
-  v(Field{"model.score_mod", "attention score modifier expression of score, q, k, h and score_mod_params (README \"Score and mask expressions\"); CPU only; empty is off"}, c.model.score_mod);
+  v(Field{"model.score_mod", "attention score modifier expression of score, q, k, h and score_mod_params (README \"Score and mask expressions\"); CPU, and CUDA (bf16, head_dim 64/128; no learnable parameters; compiled at run time); empty is off"}, c.model.score_mod);
   v(Field{"model.mask_mod", "attention mask expression of q, k, h: a boolean, intersected with the causal and document masks; CPU only; empty is off"}, c.model.mask_mod);
   v(Field{"model.score_mod_params", "parameters of score_mod / mask_mod: name -> {shape: [] | [heads] | [heads, n], init: a number or n values, learnable: false}"}, c.model.score_mod_params);
   // attention

@@ -108,8 +108,10 @@ bool use_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Attention
                                                  << device_name(k.device()) << ", "
                                                  << device_name(v.device()));
   if (q.device() != Device::cuda) return false;
-  DL_CHECK(spec.score_mod.kind != ScoreModKind::expression, kOp,
-           "score_mod / mask_mod expressions run on CPU only until the NVRTC kernels land");
+  // A score expression runs on CUDA (compiled at run time: jit/); a mask expression does not.
+  DL_CHECK(spec.score_mod.kind != ScoreModKind::expression || !spec.score_mod.mask, kOp,
+           "mask_mod expressions run on CPU only (use cpu tensors); score_mod expressions run "
+           "on cuda too");
   DL_CHECK(!Binder::kUserFunctor, kOp,
            "user score modifiers are not on cuda yet; use a built-in modifier or cpu tensors");
   return true;

@@ -2,9 +2,8 @@
 // kernels. Masks decide visibility before any score modifier runs; within one document the
 // visible keys of a row are always one contiguous range, so a row is described by [lo, hi].
 #pragma once
-#include <cstdint>
-
 #include "layers/attention/host_device.h"
+#include "layers/attention/rtc_std.h"
 
 namespace driftless::layers {
 

@@ -28,11 +28,8 @@
 // score = softmax_scale * <q, k> (+ bias[h, row_q, row_k] if a bias tensor is given),
 // then value(score, ...), then softmax over the row's visible keys.
 #pragma once
-#include <math.h>
-
-#include <cstdint>
-
 #include "layers/attention/host_device.h"
+#include "layers/attention/rtc_std.h"
 
 namespace driftless::layers {
 

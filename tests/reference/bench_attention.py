@@ -3,8 +3,16 @@
 (CUDA events, warm-up, median), with torch SDPA for dense causal (and GQA) and FlexAttention
 for the document-masked and softcap shapes. With --driftless FILE (the output of
 `driftless bench attention`; its last JSON line is read) it prints driftless / torch ratios.
+With --score-mod MODE the FlexAttention shapes without softcap run with that score_mod
+instead (named *_expr), to compare with `driftless bench attention --score-mod EXPR`:
+  softcap  30 * tanh(score / 30)
+  alibi    score - slope[h] * abs(q - k)           slope[h] = 2^(-8 (h + 1) / H)
+  bias     score + bias[h, min(abs(q - k), 63)]    bias[h, d] = -slope[h] d (a (H, 64) table)
+(the tables are driftless's cmd_bench.cpp bench_score_mod).
 
   python3 tests/reference/bench_attention.py [--driftless bench.txt] [--reps 20]
+  python3 tests/reference/bench_attention.py --score-mod bias --driftless bench_bias.txt
+    (bench_bias.txt: driftless bench attention --score-mod 'score + bias[h, min(abs(q - k), 63)]')
 """
 import argparse
 import json
@@ -45,7 +53,20 @@ def time_ms(fn, warmup, reps):
     return statistics.median(ms)
 
 
-def bench(shape, warmup, reps):
+def expression_score_mod(mode, H, dev):
+    """The score_mod of --score-mod MODE (see the top of the file)."""
+    slope = torch.tensor([2.0 ** (-8.0 * (h + 1) / H) for h in range(H)], device=dev)
+    bias = -slope[:, None] * torch.arange(64, device=dev, dtype=torch.float32)[None, :]
+    if mode == "softcap":
+        return lambda s, b, h, qi, ki: 30.0 * torch.tanh(s / 30.0)
+    if mode == "alibi":
+        return lambda s, b, h, qi, ki: s - slope[h] * (qi - ki).abs()
+    if mode == "bias":
+        return lambda s, b, h, qi, ki: s + bias[h, torch.clamp((qi - ki).abs(), max=63)]
+    raise ValueError(mode)
+
+
+def bench(shape, warmup, reps, expr=None):
     name, docs, H, Hkv, D, cap, impl = shape
     dev, dt = "cuda", torch.bfloat16
     if impl == "sdpa":  # equal-length documents: a batch of dense causal sequences
@@ -67,7 +88,7 @@ def bench(shape, warmup, reps):
             return (doc_id[qi] == doc_id[ki]) & (qi >= ki)
 
         block_mask = create_block_mask(mask_mod, None, None, T, T, device=dev)
-        score_mod = None
+        score_mod = expression_score_mod(expr, H, dev) if expr else None
         if cap > 0:
             def score_mod(s, b, h, qi, ki):
                 return cap * torch.tanh(s / cap)
@@ -93,9 +114,14 @@ def main():
     ap.add_argument("--driftless", help="output of `driftless bench attention`")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--score-mod", choices=["softcap", "alibi", "bias"],
+                    help="FlexAttention shapes with this score_mod (see the top of the file)")
     a = ap.parse_args()
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
-    rows = [bench(s, a.warmup, a.reps) for s in SHAPES]
+    shapes = SHAPES
+    if a.score_mod:
+        shapes = [(s[0] + "_expr",) + s[1:] for s in SHAPES if s[6] == "flex" and s[5] == 0]
+    rows = [bench(s, a.warmup, a.reps, a.score_mod) for s in shapes]
     print("shape                        impl  fwd_TFLOPs  bwd_TFLOPs  fwdbwd_TFLOPs")
     for r in rows:
         print(f"{r['shape']:<28} {r['impl']:<5}{r['fwd_tflops']:>11.1f}{r['bwd_tflops']:>12.1f}"

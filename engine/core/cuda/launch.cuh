@@ -15,12 +15,14 @@
 // only (or an sm_90a build on a newer GPU) runs JIT-compiled compute_80 code, in which
 // dependent_kernel_begin() is empty, so that code must not be launched early.
 #pragma once
+#ifndef __CUDACC_RTC__  // NVRTC (the run-time compiled kernels) takes the device part only
 #include <cuda_runtime.h>
 
 #include <utility>
 
 #include "engine/core/cuda/check.h"
 #include "engine/core/cuda/stream.h"
+#endif
 
 namespace driftless::cuda {
 
@@ -31,6 +33,7 @@ __device__ __forceinline__ void dependent_kernel_begin() {
 #endif
 }
 
+#ifndef __CUDACC_RTC__
 // kernel<<<grid, block, smem, compute_stream()>>>(args...), with PDL where enabled. The
 // kernel must begin with dependent_kernel_begin() (see the file comment).
 template <class... Params, class... Args>
@@ -47,5 +50,6 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Args&
   config.numAttrs = use_dependent_launch(reinterpret_cast<const void*>(kernel)) ? 1 : 0;
   DL_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
+#endif
 
 }  // namespace driftless::cuda

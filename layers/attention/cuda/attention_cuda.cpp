@@ -1,8 +1,9 @@
 // Host glue of the CUDA attention (attention.h detail::cuda_forward / cuda_backward): turns
 // a validated call into the POD problem of flash_cuda.h (documents and per-row document
 // maps copied to the device, the score modifier bound to its description, score_mod.h) and
-// launches the kernels. Built-in modifiers none, softcap and ALiBi; the relative-position
-// table and the additive bias are CPU-only for now.
+// launches the kernels. Built-in modifiers none, softcap and ALiBi; a score expression on the
+// fast kernels compiled at run time (jit/); the relative-position table, the additive bias
+// and mask expressions are CPU-only for now.
 // bf16 with head_dim 64 or 128 goes to the tensor-core kernels of cuda/fast/ (which need
 // only the documents and a tile schedule); everything else to the reference kernels.
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include "layers/attention/attention.h"
 #include "layers/attention/cuda/fast/fast_attention.h"
 #include "layers/attention/cuda/flash_cuda.h"
+#include "layers/attention/jit/jit_launch.h"
 
 namespace driftless::layers::detail {
 
@@ -23,6 +25,8 @@ struct DeviceProblem {
   bool fast = false;                // the call goes to the cuda/fast/ kernels
   std::vector<gpu::Doc> host_docs;  // for the fast kernels' tile schedule
   bool q_padded = false, k_padded = false;
+  bool expression = false;  // a score expression: the run-time compiled fast kernels
+  jit::BoundExpr expr;      // its program and tables (in mod.expression_params)
 };
 
 // A tile schedule (fast_attention.h) on the device, as int32 pairs.
@@ -122,7 +126,23 @@ DeviceProblem make_device_problem(const ResolvedAttention& r, const Tensor& q, c
   p.window_left = r.window_left;
   p.window_right = r.window_right;
   d.mod = bind_score_mod<float>(spec.score_mod, Device::cuda);
-  d.fast = d.fast && gpu::fast::supported(d.p, d.mod.desc);
+  if (spec.score_mod.kind == ScoreModKind::expression && !spec.score_mod.expression)
+    d.mod.desc.kind = ScoreModKind::none;  // no score expression (and no mask: use_cuda)
+  d.expression = d.mod.desc.kind == ScoreModKind::expression;
+  if (d.expression) {
+    DL_CHECK(!spec.score_mod.mask, kOp, "mask_mod expressions run on CPU only (use cpu tensors)");
+    DL_CHECK(expression_learnables(spec.score_mod).empty(), kOp,
+             "learnable score_mod parameters run on CPU only (use cpu tensors); fixed tables "
+             "run on cuda");
+    DL_CHECK(d.fast, kOp,
+             "a score_mod expression on cuda takes bf16 q/k/v with head_dim 64 or 128 (the fast "
+             "kernels), got " << dtype_name(q.dtype()) << " with head_dim " << r.head_dim
+                              << "; use cpu tensors otherwise");
+    d.expr.score = spec.score_mod.expression.get();
+    for (const Tensor& t : d.mod.expression_params) d.expr.params.push_back(t.data<float>());
+    d.expr.head_offset = int(spec.score_mod.head_offset);
+  }
+  d.fast = d.fast && (d.expression || gpu::fast::supported(d.p, d.mod.desc));
   if (d.fast)
     for (const DocSpan& s : r.docs)
       DL_CHECK(s.q_len < gpu::fast::kMaxDocLen && s.k_len < gpu::fast::kMaxDocLen, kOp,
@@ -158,8 +178,12 @@ AttentionOutputs cuda_forward(const ResolvedAttention& r, const Tensor& q, const
   Tensor lse = Tensor::empty({r.heads, r.t_q}, DType::f32, Device::cuda);
   if (d.fast) {
     const Tensor tiles = device_tiles(gpu::fast::q_tiles(d.p, d.host_docs, gpu::fast::kFwdBlockQ));
-    gpu::fast::forward(d.p, d.mod.desc, tiles_ptr(tiles), tile_count(tiles), d.q_padded,
-                       out.raw_data(), lse.data<float>());
+    if (d.expression)
+      jit::forward(d.p, d.expr, tiles_ptr(tiles), tile_count(tiles), d.q_padded, out.raw_data(),
+                   lse.data<float>());
+    else
+      gpu::fast::forward(d.p, d.mod.desc, tiles_ptr(tiles), tile_count(tiles), d.q_padded,
+                         out.raw_data(), lse.data<float>());
     return {out, lse};
   }
   gpu::launch_forward(d.p, d.mod.desc, out.raw_data(), lse.data<float>());
@@ -213,10 +237,17 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
         dq_acc.defined() ? Tensor()
                          : device_tiles(gpu::fast::q_tiles(d.p, d.host_docs,
                                                            gpu::fast::dq_block_q(d.p.head_dim)));
-    gpu::fast::backward(d.p, d.mod.desc, tiles_ptr(qt), tile_count(qt), tiles_ptr(kt),
-                        tile_count(kt), d.q_padded, d.k_padded, oc.raw_data(), doc.raw_data(),
-                        lc.data<float>(), delta.data<float>(), g.dq.raw_data(), g.dk.raw_data(),
-                        g.dv.raw_data(), rows, dq_acc.defined() ? dq_acc.data<float>() : nullptr);
+    float* acc = dq_acc.defined() ? dq_acc.data<float>() : nullptr;
+    if (d.expression)
+      jit::backward(d.p, d.expr, tiles_ptr(qt), tile_count(qt), tiles_ptr(kt), tile_count(kt),
+                    d.q_padded, d.k_padded, oc.raw_data(), doc.raw_data(), lc.data<float>(),
+                    delta.data<float>(), g.dq.raw_data(), g.dk.raw_data(), g.dv.raw_data(), rows,
+                    acc);
+    else
+      gpu::fast::backward(d.p, d.mod.desc, tiles_ptr(qt), tile_count(qt), tiles_ptr(kt),
+                          tile_count(kt), d.q_padded, d.k_padded, oc.raw_data(), doc.raw_data(),
+                          lc.data<float>(), delta.data<float>(), g.dq.raw_data(),
+                          g.dk.raw_data(), g.dv.raw_data(), rows, acc);
     return g;
   }
   gpu::launch_backward(d.p, d.mod.desc, oc.raw_data(), doc.raw_data(), lc.data<float>(),

@@ -3,8 +3,7 @@
 // and it must not see tensor.h. Same math as cpu/flash_cpu.h; all launches go to the
 // default stream. Speed is not the goal (no tensor cores): exactness and determinism are.
 #pragma once
-#include <cstdint>
-
+#include "layers/attention/rtc_std.h"
 #include "layers/attention/score_mod.h"
 
 namespace driftless::layers::gpu {
@@ -40,6 +39,7 @@ struct Problem {
 using ModKind = ScoreModKind;
 using Mod = ScoreModDesc<float>;
 
+#ifndef __CUDACC_RTC__
 // Writes every row of out (T_q, H, D) and lse (H, T_q): padded rows and rows that see no
 // key get 0 and -inf.
 void launch_forward(const Problem& p, const Mod& mod, void* out, float* lse);
@@ -48,5 +48,6 @@ void launch_forward(const Problem& p, const Mod& mod, void* out, float* lse);
 // order, so the result is bitwise reproducible.
 void launch_backward(const Problem& p, const Mod& mod, const void* out, const void* dout,
                      const float* lse, float* delta, void* dq, void* dk, void* dv);
+#endif
 
 }  // namespace driftless::layers::gpu

@@ -6,10 +6,13 @@
 // as zeros, LSE (H, T_q) fp32, modifiers none/softcap/ALiBi as compile-time functors.
 // Plain pointers and POD structs only (nvcc compiles this as C++17).
 #pragma once
-#include <cstdint>
+#ifndef __CUDACC_RTC__
+#include <functional>
 #include <vector>
+#endif
 
 #include "layers/attention/cuda/flash_cuda.h"
+#include "layers/attention/rtc_std.h"
 
 namespace driftless::layers::gpu::fast {
 
@@ -37,6 +40,7 @@ struct Tile {
   int32_t doc, start, head = 0;
 };
 
+#ifndef __CUDACC_RTC__  // the host side; NVRTC (jit/) compiles the device part only
 // True when the fast kernels take this call: bf16, head_dim 64 or 128.
 bool supported(const Problem& p, const Mod& mod);
 
@@ -92,5 +96,57 @@ void backward(const Problem& p, const Mod& mod, const Tile* q_tiles, int n_q_til
 
 // True when backward() takes a dq_acc (the wgmma kernels run).
 inline bool atomic_dq() { return use_wgmma(); }
+
+// The same launches with the modifier-dependent kernels launched by the caller: the run-time
+// compiled kernels of a user expression (layers/attention/jit/). The padding, delta and
+// atomic-dQ steps, the order, and each kernel's grid, block and shared memory are forward()'s
+// and backward()'s (those of a modifier other than the built-in softcap, whose tiles differ);
+// the caller launches the named kernel with these arguments and its modifier (the kernel's
+// `M mod` parameter, second, or third after the sm90 forward's tensor maps).
+struct Geometry {
+  unsigned grid = 0, block = 0;
+  int smem = 0;  // dynamic shared memory, bytes
+};
+struct ForwardArgs {  // forward_kernel.cuh, or sm90/fwd_kernel.cuh where maps != null
+  Problem p;
+  const void* maps = nullptr;  // sm90: the FwdMaps (3 x 128-byte tensor maps)
+  int maps_bytes = 0;
+  const Tile* tiles = nullptr;
+  int n_items = 0;  // sm90 only
+  void* out = nullptr;
+  float* lse = nullptr;
+};
+struct DqArgs {  // fast_dq.cuh dq_kernel
+  Problem p;
+  const Tile* tiles = nullptr;
+  const void *dout = nullptr, *out = nullptr;
+  const float* lse = nullptr;
+  float* delta = nullptr;
+  void* dq = nullptr;
+  int dq_heads = 0;
+};
+struct DkvArgs {  // fast_dkv.cuh dkv_kernel; atomic: the kDq = true instance
+  Problem p;
+  const Tile* tiles = nullptr;
+  const void* dout = nullptr;
+  const float *lse = nullptr, *delta = nullptr;
+  void *dk = nullptr, *dv = nullptr;
+  int dkv_heads = 0;
+  float* dq_acc = nullptr;
+  bool atomic = false;
+};
+struct ModLauncher {
+  std::function<void(const Geometry&, const ForwardArgs&)> forward;
+  std::function<void(const Geometry&, const DqArgs&)> dq;
+  std::function<void(const Geometry&, const DkvArgs&)> dkv;
+};
+void forward_with(const Problem& p, const ModLauncher& launch, const Tile* tiles, int n_tiles,
+                  bool padded, void* out, float* lse);
+void backward_with(const Problem& p, const ModLauncher& launch, const Tile* q_tiles,
+                   int n_q_tiles, const Tile* k_tiles, int n_k_tiles, bool q_padded,
+                   bool k_padded, const void* out, const void* dout, const float* lse,
+                   float* delta, void* dq, void* dk, void* dv, OutRows rows = {},
+                   float* dq_acc = nullptr);
+#endif
 
 }  // namespace driftless::layers::gpu::fast

@@ -126,34 +126,28 @@ void set_smem(K kernel, int bytes) {
   DL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
-// One dK/dV launch (kDq: the atomic dQ's) with DkvWarpgroups warpgroups a CTA.
-template <int D, class M, bool W, bool kDq>
-void launch_dkv(unsigned grid, const Problem& p, const M& mod, const Tile* k_tiles,
-                const bf16* dout, const float* lse, const float* delta, bf16* dk, bf16* dv,
-                int dkv_heads, float* dq_acc) {
+// Grid, block and shared memory of the dK/dV kernel (kDq: the atomic dQ's) with
+// DkvWarpgroups warpgroups a CTA, and of the dQ kernel (Q, dO, 2 K and 2 V tiles, and
+// (W: delta inside the kernel) O).
+template <int D, bool W, bool kDq>
+Geometry dkv_geometry(unsigned grid) {
   constexpr int kWG = bwd::DkvWarpgroups<D, W, kDq>::value;
-  constexpr int kBytes = bwd::DkvSmem<D, kDq, kWG>::kBytes;
-  static bool configured = false;
-  if (!configured) {
-    set_smem(dkv_kernel<D, M, W, kDq, kWG>, kBytes);
-    configured = true;
-  }
-  cuda::launch(dkv_kernel<D, M, W, kDq, kWG>, grid, kThreads * kWG, kBytes, p, mod, k_tiles, dout,
-               lse, delta, dk, dv, dkv_heads, dq_acc);
-  DL_CUDA_LAUNCH_CHECK();
+  return {grid, unsigned(kThreads * kWG), bwd::DkvSmem<D, kDq, kWG>::kBytes};
+}
+template <int D, bool W>
+Geometry dq_geometry(unsigned grid) {
+  constexpr int kSmemQ = ((W ? 3 : 2) * DqRows<D>::value + 4 * kBK) * D * 2 + kSmemAlign;
+  return {grid, unsigned(DqRows<D>::value * 2), kSmemQ};
 }
 
-template <int D, class M, bool W>
-void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, const Tile* k_tiles,
-            int n_k_tiles, const bf16* out, const bf16* dout, const float* lse, float* delta,
-            bf16* dq, bf16* dk, bf16* dv, const OutRows& out_rows, float* dq_acc) {
-  // dQ: Q, dO, 2 K and 2 V tiles, and (W: delta inside the kernel) O.
-  constexpr int kSmemQ = ((W ? 3 : 2) * DqRows<D>::value + 4 * kBK) * D * 2 + kSmemAlign;
-  static bool configured = false;
-  if (!configured) {
-    set_smem(dq_kernel<D, M, W>, kSmemQ);
-    configured = true;
-  }
+// The backward's steps at head dim D on the mma.sync (W false) or wgmma kernels, the
+// modifier-dependent kernels launched by launch_dq and launch_dkv (geometry, arguments): the
+// built-ins' instances below, or a user expression's (backward_with).
+template <int D, bool W, class LaunchDq, class LaunchDkv>
+void run_backward(const Problem& p, const Tile* q_tiles, int n_q_tiles, const Tile* k_tiles,
+                  int n_k_tiles, const bf16* out, const bf16* dout, const float* lse,
+                  float* delta, bf16* dq, bf16* dk, bf16* dv, const OutRows& out_rows,
+                  float* dq_acc, LaunchDq&& launch_dq, LaunchDkv&& launch_dkv) {
   const bool atomic_dq = W && dq_acc != nullptr;
   if (!W || atomic_dq) {  // the wgmma dQ kernel computes delta itself
     const int64_t rows = p.t_q * p.heads;
@@ -163,12 +157,21 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
                  rows, p.heads, p.t_q, out, dout, delta, atomic_dq ? dq_acc : nullptr);
     DL_CUDA_LAUNCH_CHECK();
   }
+  DkvArgs kv;
+  kv.p = p;
+  kv.tiles = k_tiles;
+  kv.dout = dout;
+  kv.lse = lse;
+  kv.delta = delta;
+  kv.dk = dk;
+  kv.dv = dv;
+  kv.dkv_heads = out_rows.dkv_heads;
   if constexpr (W) {
     if (atomic_dq) {  // dq_acc zeroed by delta_kernel above
       const int64_t n = p.t_q * p.heads * D;
-      if (n_k_tiles > 0)
-        launch_dkv<D, M, W, true>(unsigned(n_k_tiles), p, mod, k_tiles, dout, lse, delta, dk, dv,
-                                  out_rows.dkv_heads, dq_acc);
+      kv.dq_acc = dq_acc;
+      kv.atomic = true;
+      if (n_k_tiles > 0) launch_dkv(dkv_geometry<D, W, true>(unsigned(n_k_tiles)), kv);
       cuda::launch(dq_from_acc_kernel, unsigned(std::min<int64_t>((n / 4 + 255) / 256, 8192)), 256,
                    0, static_cast<const float*>(dq_acc), n / 4, p.heads, D, p.scale, dq,
                    out_rows.dq_heads);
@@ -177,13 +180,59 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
     }
   }
   if (n_q_tiles > 0) {
-    cuda::launch(dq_kernel<D, M, W>, unsigned(int64_t(n_q_tiles) * p.heads), DqRows<D>::value * 2,
-                 kSmemQ, p, mod, q_tiles, dout, out, lse, delta, dq, out_rows.dq_heads);
-    DL_CUDA_LAUNCH_CHECK();
+    DqArgs a;
+    a.p = p;
+    a.tiles = q_tiles;
+    a.dout = dout;
+    a.out = out;
+    a.lse = lse;
+    a.delta = delta;
+    a.dq = dq;
+    a.dq_heads = out_rows.dq_heads;
+    launch_dq(dq_geometry<D, W>(unsigned(int64_t(n_q_tiles) * p.heads)), a);
   }
   if (n_k_tiles > 0)
-    launch_dkv<D, M, W, false>(unsigned(int64_t(n_k_tiles) * p.kv_heads), p, mod, k_tiles, dout,
-                               lse, delta, dk, dv, out_rows.dkv_heads, nullptr);
+    launch_dkv(dkv_geometry<D, W, false>(unsigned(int64_t(n_k_tiles) * p.kv_heads)), kv);
+}
+
+// One dK/dV launch of a built-in modifier.
+template <int D, class M, bool W, bool kDq>
+void launch_dkv(const Geometry& g, const M& mod, const DkvArgs& a) {
+  constexpr int kWG = bwd::DkvWarpgroups<D, W, kDq>::value;
+  static bool configured = false;
+  if (!configured) {
+    set_smem(dkv_kernel<D, M, W, kDq, kWG>, g.smem);
+    configured = true;
+  }
+  cuda::launch(dkv_kernel<D, M, W, kDq, kWG>, g.grid, g.block, size_t(g.smem), a.p, mod, a.tiles,
+               static_cast<const bf16*>(a.dout), a.lse, a.delta, static_cast<bf16*>(a.dk),
+               static_cast<bf16*>(a.dv), a.dkv_heads, a.dq_acc);
+  DL_CUDA_LAUNCH_CHECK();
+}
+
+template <int D, class M, bool W>
+void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, const Tile* k_tiles,
+            int n_k_tiles, const bf16* out, const bf16* dout, const float* lse, float* delta,
+            bf16* dq, bf16* dk, bf16* dv, const OutRows& out_rows, float* dq_acc) {
+  auto launch_dq = [&](const Geometry& g, const DqArgs& a) {
+    static bool configured = false;
+    if (!configured) {
+      set_smem(dq_kernel<D, M, W>, g.smem);
+      configured = true;
+    }
+    cuda::launch(dq_kernel<D, M, W>, g.grid, g.block, size_t(g.smem), a.p, mod, a.tiles,
+                 static_cast<const bf16*>(a.dout), static_cast<const bf16*>(a.out), a.lse,
+                 a.delta, static_cast<bf16*>(a.dq), a.dq_heads);
+    DL_CUDA_LAUNCH_CHECK();
+  };
+  auto launch_kv = [&](const Geometry& g, const DkvArgs& a) {
+    if constexpr (W) {
+      if (a.atomic) return launch_dkv<D, M, W, true>(g, mod, a);
+    }
+    launch_dkv<D, M, W, false>(g, mod, a);
+  };
+  run_backward<D, W>(p, q_tiles, n_q_tiles, k_tiles, n_k_tiles, out, dout, lse, delta, dq, dk,
+                     dv, out_rows, dq_acc, launch_dq, launch_kv);
 }
 
 template <int D>
@@ -218,11 +267,12 @@ int64_t atomic_dkv_concurrent_ctas(int64_t head_dim) {
   return d128;
 }
 
-void backward(const Problem& problem, const Mod& mod, const Tile* q_tiles, int n_q_tiles,
-              const Tile* k_tiles, int n_k_tiles, bool q_padded, bool k_padded, const void* out,
-              const void* dout, const float* lse, float* delta, void* dq, void* dk, void* dv,
-              OutRows rows, float* dq_acc) {
-  const Problem p = with_row_strides(problem);
+namespace {
+
+// backward()'s steps before its kernels (the gradient rows' widths checked, padded rows
+// zeroed); false when no kernel is left to launch. atomic_dq: dq is written whole from dq_acc.
+bool backward_prologue(const Problem& p, bool q_padded, bool k_padded, void* dq, void* dk,
+                       void* dv, OutRows& rows, bool atomic_dq) {
   if (rows.dq_heads == 0) rows.dq_heads = int(p.heads);
   if (rows.dkv_heads == 0) rows.dkv_heads = int(p.kv_heads);
   DL_CHECK(rows.dq_heads >= p.heads && rows.dkv_heads >= p.kv_heads, "attention",
@@ -235,31 +285,61 @@ void backward(const Problem& problem, const Mod& mod, const Tile* q_tiles, int n
     if (rows_n > 0 && width > 0)
       DL_CUDA_CHECK(cudaMemset2DAsync(x, pitch, 0, width, size_t(rows_n)));
   };
-  const bool atomic_dq = dq_acc != nullptr && use_wgmma();  // dq written whole from dq_acc
   if (q_padded && !atomic_dq) zero_rows(dq, p.t_q, p.heads, rows.dq_heads, p.head_dim);
   if (k_padded) {
     zero_rows(dk, p.t_k, p.kv_heads, rows.dkv_heads, p.head_dim);
     zero_rows(dv, p.t_k, p.kv_heads, rows.dkv_heads, p.head_dim);
   }
-  if (p.t_q == 0 || p.heads == 0) return;
-  const bool wg = use_wgmma();
+  return p.t_q != 0 && p.heads != 0;
+}
+
+// f(d, w): the head dim and kernel family as compile-time constants.
+template <class F>
+void dispatch_dim(const Problem& p, F&& f) {
+  auto pick_w = [&](auto d) {
+    if (use_wgmma())
+      f(d, std::true_type{});
+    else
+      f(d, std::false_type{});
+  };
+  if (p.head_dim == 64)
+    pick_w(std::integral_constant<int, 64>{});
+  else
+    pick_w(std::integral_constant<int, 128>{});
+}
+
+}  // namespace
+
+void backward(const Problem& problem, const Mod& mod, const Tile* q_tiles, int n_q_tiles,
+              const Tile* k_tiles, int n_k_tiles, bool q_padded, bool k_padded, const void* out,
+              const void* dout, const float* lse, float* delta, void* dq, void* dk, void* dv,
+              OutRows rows, float* dq_acc) {
+  const Problem p = with_row_strides(problem);
+  const bool atomic_dq = dq_acc != nullptr && use_wgmma();
+  if (!backward_prologue(p, q_padded, k_padded, dq, dk, dv, rows, atomic_dq)) return;
   dispatch_mod(p, mod, [&](auto m) {
-    auto go = [&](auto d, auto w) {
+    dispatch_dim(p, [&](auto d, auto w) {
       launch<decltype(d)::value, decltype(m), decltype(w)::value>(
           p, m, q_tiles, n_q_tiles, k_tiles, n_k_tiles, static_cast<const bf16*>(out),
           static_cast<const bf16*>(dout), lse, delta, static_cast<bf16*>(dq),
           static_cast<bf16*>(dk), static_cast<bf16*>(dv), rows, atomic_dq ? dq_acc : nullptr);
-    };
-    auto pick_w = [&](auto d) {
-      if (wg)
-        go(d, std::true_type{});
-      else
-        go(d, std::false_type{});
-    };
-    if (p.head_dim == 64)
-      pick_w(std::integral_constant<int, 64>{});
-    else
-      pick_w(std::integral_constant<int, 128>{});
+    });
+  });
+}
+
+void backward_with(const Problem& problem, const ModLauncher& launch, const Tile* q_tiles,
+                   int n_q_tiles, const Tile* k_tiles, int n_k_tiles, bool q_padded,
+                   bool k_padded, const void* out, const void* dout, const float* lse,
+                   float* delta, void* dq, void* dk, void* dv, OutRows rows, float* dq_acc) {
+  const Problem p = with_row_strides(problem);
+  const bool atomic_dq = dq_acc != nullptr && use_wgmma();
+  if (!backward_prologue(p, q_padded, k_padded, dq, dk, dv, rows, atomic_dq)) return;
+  dispatch_dim(p, [&](auto d, auto w) {
+    run_backward<decltype(d)::value, decltype(w)::value>(
+        p, q_tiles, n_q_tiles, k_tiles, n_k_tiles, static_cast<const bf16*>(out),
+        static_cast<const bf16*>(dout), lse, delta, static_cast<bf16*>(dq),
+        static_cast<bf16*>(dk), static_cast<bf16*>(dv), rows, atomic_dq ? dq_acc : nullptr,
+        launch.dq, launch.dkv);
   });
 }
 

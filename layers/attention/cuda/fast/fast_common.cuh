@@ -4,12 +4,10 @@
 // PTX ISA's for mma.m16n8k16 (g = lane / 4 is the row group, t = lane % 4 the column pair).
 #pragma once
 #include <cuda_bf16.h>
-#include <math.h>
-
-#include <cstdint>
 
 #include "layers/attention/cuda/fast/fast_attention.h"
 #include "layers/attention/mask.h"
+#include "layers/attention/rtc_std.h"
 
 namespace driftless::layers::gpu::fast {
 
@@ -214,12 +212,13 @@ __device__ __forceinline__ void mma_two_products(float (&s)[N / 8][4], float (&d
   }
 }
 
-// Score modifiers bound to one head: x(dot) is the modified score in log2 units
+// Score modifiers bound to one head and document (bind(h, doc): doc is the index of the
+// document within the call, Tile::doc; the built-ins ignore it): x(dot) is the modified score in log2 units
 // (value(scale * dot) * log2 e), x_dx also gives d value / d score; the value and derivative
 // are score_mod.h's, shared with the CPU path (softcap's tanh is this file's tanh_fast).
 struct ModNone {
   float scale_log2;
-  __device__ void bind(int) {}
+  __device__ void bind(int, int) {}
   __device__ float x(float dot, int, int) const { return dot * scale_log2; }
   __device__ float x_dx(float dot, int, int, float* dx) const {
     *dx = 1.f;
@@ -247,7 +246,7 @@ struct ModSoftcap {
   static ModSoftcap make(float scale, float cap) {
     return ModSoftcap{2.f * kLog2e * scale / cap, cap * kLog2e};
   }
-  __device__ void bind(int) {}
+  __device__ void bind(int, int) {}
   __device__ float x(float dot, int, int) const {
     return score_mod::softcap_value_of_tanh(tanh_fast(dot * arg), cap_log2);
   }
@@ -261,7 +260,7 @@ struct ModAlibi {  // s - slope[h] * |q - k|
   float scale;
   const float* slopes;
   float slope = 0.f;
-  __device__ void bind(int h) { slope = slopes[h]; }
+  __device__ void bind(int h, int) { slope = slopes[h]; }
   __device__ float x(float dot, int q, int k) const {
     return score_mod::alibi_value(dot * scale, slope, q, k) * kLog2e;
   }
@@ -271,6 +270,7 @@ struct ModAlibi {  // s - slope[h] * |q - k|
   }
 };
 
+#ifndef __CUDACC_RTC__
 // Calls f(mod_functor) for the built-in modifier of the call.
 template <class F>
 void dispatch_mod(const Problem& p, const Mod& mod, F&& f) {
@@ -283,6 +283,7 @@ void dispatch_mod(const Problem& p, const Mod& mod, F&& f) {
       return f(ModAlibi{p.scale, mod.alibi_slopes});
   }
 }
+#endif
 
 // In 32 bits (the dK/dV kernel's masked steps call this per element; in 64 bits it was ~4x
 // the instructions of an unmasked element). Document lengths are below kMaxDocLen here.

@@ -2,9 +2,8 @@
 // file once): dV = P^T dO and dK = dS^T Q for one key tile, summed over its query tiles and
 // the heads of its GQA group in a fixed order.
 #pragma once
-#include <type_traits>
-
 #include "engine/core/cuda/launch.cuh"
+#include "layers/attention/rtc_std.h"
 #include "layers/attention/cuda/fast/fast_common.cuh"
 #include "layers/attention/cuda/fast/fast_dq.cuh"
 #include "layers/attention/cuda/fast/wgmma.cuh"
@@ -160,7 +159,7 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
       }
       const int buf = s & 1, h = int(kh * group + s / n_qt), q0 = i_begin + (s % n_qt) * kBQ;
       M mod = mod0;
-      mod.bind(h);
+      mod.bind(h, tile.doc);
       const uint32_t q_s = sQ + buf * kBQ * D * 2, do_s = sdO + buf * kBQ * D * 2;
       const float* L = sL + buf * kBQ;
       const float* Dl = sD + buf * kBQ;

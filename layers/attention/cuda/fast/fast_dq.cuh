@@ -1,9 +1,8 @@
 // The dQ kernel of the fast attention backward (fast_backward.cu, which includes this file
 // once): dQ = dS K over the visible key tiles of one query tile, without atomics.
 #pragma once
-#include <type_traits>
-
 #include "engine/core/cuda/launch.cuh"
+#include "layers/attention/rtc_std.h"
 #include "layers/attention/cuda/fast/fast_common.cuh"
 #include "layers/attention/cuda/fast/wgmma.cuh"
 
@@ -37,7 +36,7 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, (W && D == 64) ? 2 : 1)
   const Doc doc = p.docs[tile.doc];
   const int q_len = int(doc.q_len), k_len = int(doc.k_len), i0 = tile.start;
   const int nq = min(kRows, q_len - i0);
-  mod.bind(h);
+  mod.bind(h, tile.doc);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
 
   int lo_first, hi_first, lo_last, hi_last;

@@ -9,7 +9,7 @@
 // Compiled only for sm_90a (CUDA_ARCHITECTURES "90a"); DL_WGMMA says when. The host side
 // picks these kernels through DRIFTLESS_SM90A (cmake/cuda.cmake) on a compute-9.0 device.
 #pragma once
-#include <cstdint>
+#include "layers/attention/rtc_std.h"
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define DL_WGMMA 1

@@ -3,7 +3,7 @@
 // named barriers between warpgroups and setmaxnreg. Each wrapper is one PTX instruction; all
 // of them compile to nothing outside sm_90a (DL_WGMMA, wgmma.cuh), where these kernels never run.
 #pragma once
-#include <cstdint>
+#include "layers/attention/rtc_std.h"
 
 #include "layers/attention/cuda/fast/wgmma.cuh"
 

@@ -8,65 +8,60 @@
 
 #include "engine/core/cuda/check.h"
 #include "engine/core/cuda/launch.cuh"
-#include "layers/attention/cuda/fast/sm90/fwd_epilogue.cuh"
+#include "layers/attention/cuda/fast/sm90/fwd_kernel.cuh"
 #include "layers/attention/cuda/fast/sm90/fwd_sm90.h"
 #include "layers/attention/cuda/fast/sm90/tensor_maps.h"
 
 namespace driftless::layers::gpu::fast::sm90 {
 namespace {
 
-template <class T, class M, bool kLin>
-__global__ void __launch_bounds__(T::kThreads, 1)
-    forward_kernel(const __grid_constant__ FwdMaps maps, Problem p, M mod, const Tile* tiles,
-                   int n_items, bf16* out, float* lse) {
-  cuda::dependent_kernel_begin();
-  constexpr int D = T::kD;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const FwdSmem<T> sm{smem_u32(align_smem(smem_raw))};
-  if (threadIdx.x == 0) sm.init();
-  __syncthreads();
-  const StaticScheduler sched{n_items};
-  const int wg = int(threadIdx.x) / 128;
-  if (wg == 0) {
-    regs_dec<T::kProducerRegs>();
-    if (threadIdx.x < 32) produce<T>(maps, p, tiles, sched, sm, int(threadIdx.x));
-    return;
-  }
-  regs_inc<T::kConsumerRegs>();
-  const int cw = wg - 1;
-  // The ping-pong starts with consumer 0: consumer 1 arrives for it once.
-  if (T::kPingpong && cw == 1) named_arrive(T::kSchedBarrier, 2 * 128);
-  PipeState<T::kQStages> qs;
-  PipeState<T::kKvStages> ks, vs;
-  for (int w = sched.first(); sched.valid(w); w = sched.next(w)) {
-    const ItemInfo b = ItemInfo::make<T::kBlockM, T::kBlockN>(p, tiles, w);
-    M m = mod;
-    m.bind(b.h);
-    FwdAccum<D> acc;
-    consume<T, M, kLin>(p, b, m, sm, cw, qs, ks, vs, acc);
-    store_rows<D>(p, b, cw, acc, out, lse);
-  }
+// The tensor maps and the launch geometry of forward_kernel<T, *, *>: a persistent grid of at
+// most one CTA per SM.
+template <class T>
+FwdMaps make_maps(const Problem& p) {
+  FwdMaps maps;
+  encode_rows_map(maps.q, p.q, p.t_q, p.heads, p.q_row_heads, T::kD, T::kBlockM);
+  encode_rows_map(maps.k, p.k, p.t_k, p.kv_heads, p.k_row_heads, T::kD, T::kBlockN);
+  encode_rows_map(maps.v, p.v, p.t_k, p.kv_heads, p.v_row_heads, T::kD, T::kBlockN);
+  return maps;
+}
+template <class T>
+Geometry geometry(const Problem& p, int n_tiles) {
+  const int64_t n_items = int64_t(n_tiles) * p.heads;
+  return {unsigned(std::min<int64_t>(n_items, sm_count())), unsigned(T::kThreads), T::kSmem};
 }
 
 template <class T, class M, bool kLin>
 void launch_as(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, void* out,
                float* lse) {
-  constexpr int D = T::kD;
-  FwdMaps maps;
-  encode_rows_map(maps.q, p.q, p.t_q, p.heads, p.q_row_heads, D, T::kBlockM);
-  encode_rows_map(maps.k, p.k, p.t_k, p.kv_heads, p.k_row_heads, D, T::kBlockN);
-  encode_rows_map(maps.v, p.v, p.t_k, p.kv_heads, p.v_row_heads, D, T::kBlockN);
-  const int64_t n_items = int64_t(n_tiles) * p.heads;
+  const FwdMaps maps = make_maps<T>(p);
+  const Geometry g = geometry<T>(p, n_tiles);
   static bool configured = false;
   if (!configured) {
     DL_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<T, M, kLin>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem));
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, g.smem));
     configured = true;
   }
-  cuda::launch(forward_kernel<T, M, kLin>, unsigned(std::min<int64_t>(n_items, sm_count())),
-               T::kThreads, T::kSmem, maps, p, mod, tiles, int(n_items), static_cast<bf16*>(out),
-               lse);
+  cuda::launch(forward_kernel<T, M, kLin>, g.grid, g.block, size_t(g.smem), maps, p, mod, tiles,
+               int(int64_t(n_tiles) * p.heads), static_cast<bf16*>(out), lse);
   DL_CUDA_LAUNCH_CHECK();
+}
+
+// The sm90 forward of a user modifier, through `launch` (its tiles are those of every
+// built-in but softcap: FwdConfig).
+template <class T>
+void launch_with(const Problem& p, const ModLauncher& launch, const Tile* tiles, int n_tiles,
+                 void* out, float* lse) {
+  const FwdMaps maps = make_maps<T>(p);
+  ForwardArgs a;
+  a.p = p;
+  a.maps = &maps;
+  a.maps_bytes = int(sizeof(FwdMaps));
+  a.tiles = tiles;
+  a.n_items = int(int64_t(n_tiles) * p.heads);
+  a.out = out;
+  a.lse = lse;
+  launch.forward(geometry<T>(p, n_tiles), a);
 }
 
 }  // namespace
@@ -88,6 +83,14 @@ void forward(const Problem& p, const Mod& mod, const Tile* tiles, int n_tiles, v
     else
       run(std::integral_constant<int, 128>{});
   });
+}
+
+void forward_with(const Problem& p, const ModLauncher& launch, const Tile* tiles, int n_tiles,
+                  void* out, float* lse) {
+  if (p.head_dim == 64)
+    launch_with<FwdConfig<64, ModAlibi>>(p, launch, tiles, n_tiles, out, lse);
+  else
+    launch_with<FwdConfig<128, ModAlibi>>(p, launch, tiles, n_tiles, out, lse);
 }
 
 }  // namespace driftless::layers::gpu::fast::sm90

@@ -8,5 +8,8 @@ namespace driftless::layers::gpu::fast::sm90 {
 
 void forward(const Problem& p, const Mod& mod, const Tile* tiles, int n_tiles, void* out,
              float* lse);
+// The same with the kernel launched by `launch` (fast_attention.h forward_with).
+void forward_with(const Problem& p, const ModLauncher& launch, const Tile* tiles, int n_tiles,
+                  void* out, float* lse);
 
 }  // namespace driftless::layers::gpu::fast::sm90

@@ -11,8 +11,7 @@
 // other, each 1024-byte aligned; the 16-byte chunk c of row r of a half sits at chunk
 // c ^ (r % 8) of the row.
 #pragma once
-#include <cstdint>
-#include <type_traits>
+#include "layers/attention/rtc_std.h"
 
 #include "layers/attention/cuda/fast/fast_common.cuh"
 

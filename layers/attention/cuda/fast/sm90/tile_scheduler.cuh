@@ -7,7 +7,7 @@
 // band's lightest (round-robin gave CTA 0 the heaviest of every band). Every role of a CTA
 // walks the same sequence without talking to the others.
 #pragma once
-#include <cstdint>
+#include "layers/attention/rtc_std.h"
 
 #include "layers/attention/cuda/fast/fast_common.cuh"
 
@@ -30,6 +30,7 @@ struct StaticScheduler {
 struct ItemInfo {
   Doc doc;
   int h, kh, i0, nq, j_begin, n_tiles;
+  int doc_index;  // the document within the call (Tile::doc), for the modifier
   int lo_first, hi_first, lo_last, hi_last;
 
   template <int kBlockM, int kBlockN>
@@ -40,6 +41,7 @@ struct ItemInfo {
     b.kh = b.h / (H / int(p.kv_heads));
     const Tile tile = tiles[w / H];
     b.doc = p.docs[tile.doc];
+    b.doc_index = tile.doc;
     b.i0 = tile.start;
     b.nq = min(kBlockM, int(b.doc.q_len) - b.i0);
     row_keys(p, b.doc, b.i0, &b.lo_first, &b.hi_first);

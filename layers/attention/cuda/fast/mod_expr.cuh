@@ -1,0 +1,39 @@
+// The score modifier of a user expression in the fast kernels' Mod interface (fast_common.cuh):
+// U is the functor expr::emit_cuda writes (constants and table pointers as members), compiled
+// with the kernels at run time by NVRTC (layers/attention/jit/). Never built ahead of time.
+#pragma once
+#include "layers/attention/cuda/fast/fast_common.cuh"
+
+namespace driftless::layers::gpu::fast {
+
+// The user's value(score, doc, h, q, k) in log2 units at score = scale * dot, and its
+// derivative d value / d score (the kernels apply the softmax scale to dS once at the end,
+// as for the built-ins). h is the call's head (U adds its head_offset); doc is the document
+// within the call, q and k positions within the document. The host packs this struct byte
+// for byte (jit/attention_program.cpp); the program checks that layout with static_asserts.
+// The kernels evaluate the modifier on masked pairs too (then zero their P), where the CPU
+// path never calls it: an expression defined only on visible pairs (sqrt(q - k) under causal
+// masking) may give NaN there, and dS = P (dP - delta) dx = 0 * NaN would spread it, so a
+// derivative that is not finite counts as 0 (on a visible pair the CPU's result is then
+// not finite either).
+template <class U>
+struct ModExpr {
+  U user;
+  float scale;
+  int h, doc;
+  __device__ void bind(int head, int document) {
+    h = head;
+    doc = document;
+  }
+  __device__ float x(float dot, int q, int k) const {
+    return user.value(dot * scale, doc, h, q, k) * kLog2e;
+  }
+  __device__ float x_dx(float dot, int q, int k, float* dx) const {
+    const float s = dot * scale;
+    const float d = user.derivative(s, doc, h, q, k);
+    *dx = fabsf(d) < INFINITY ? d : 0.f;
+    return user.value(s, doc, h, q, k) * kLog2e;
+  }
+};
+
+}  // namespace driftless::layers::gpu::fast

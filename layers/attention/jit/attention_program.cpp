@@ -1,0 +1,197 @@
+// The NVRTC program of a score expression's attention kernels (attention_program.h): the
+// emitted functor, ModExpr's layout checks and the name expressions of one pass's kernels,
+// over the embedded kernel headers (kernel_headers.h), and the key that names all of it.
+#include "layers/attention/jit/attention_program.h"
+
+#include <nvrtc.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "engine/core/error.h"
+#include "layers/attention/jit/kernel_headers.h"
+
+namespace driftless::layers::jit {
+namespace {
+
+constexpr const char* kOp = "attention";
+constexpr const char* kFast = "driftless::layers::gpu::fast::";
+
+size_t round_up(size_t x, size_t a) {
+  return (x + a - 1) / a * a;
+}
+
+// The emitted functor with its comment line (the canonical text, constants included) replaced
+// by the canonical structure: the program text then depends on the structure only.
+std::string functor_source(const expr::Program& score) {
+  std::string src = expr::emit_cuda(score, "DlUserMod", true);
+  const std::string tag = "// score_mod: ";
+  const size_t at = src.find(tag);
+  DL_CHECK(at != std::string::npos, kOp, "the emitted functor has no score_mod line");
+  const size_t end = src.find('\n', at);
+  return src.substr(0, at) + "// " + score.canonical_structure() + src.substr(end);
+}
+
+// NVRTC has no offsetof (nor __builtin_offsetof): the sizes and alignments of the functor
+// and of ModExpr are asserted; the member offsets follow from them by the ABI's rule for
+// these plain structs (mod_layout), the same on the host and in device code.
+std::string layout_asserts(const ModLayout& l) {
+  return "static_assert(sizeof(DlUserMod) == " + std::to_string(l.scale) +
+         " && alignof(DlUserMod) == " + std::to_string(l.align) +
+         ", \"ModExpr layout: the functor\");\n" +
+         "static_assert(sizeof(M) == " + std::to_string(l.size) +
+         " && alignof(M) == " + std::to_string(l.align) + ", \"ModExpr layout: ModExpr\");\n";
+}
+
+std::string cuda_include_dir() {
+  const char* home = std::getenv("CUDA_HOME");
+  if (home != nullptr && *home != '\0') return std::string(home) + "/include";
+#ifdef DL_CUDA_INCLUDE_DIR
+  return DL_CUDA_INCLUDE_DIR;
+#else
+  return "/usr/local/cuda/include";
+#endif
+}
+
+}  // namespace
+
+const char* pass_name(Pass p) {
+  switch (p) {
+    case Pass::forward:
+      return "forward";
+    case Pass::backward:
+      return "backward";
+    case Pass::backward_atomic:
+      return "backward_atomic";
+  }
+  return "?";
+}
+
+ModLayout mod_layout(const expr::Program& score) {
+  ModLayout l;
+  size_t at = 0, align = 4;
+  for (size_t i = 0; i < score.params.size(); ++i) {
+    l.params.push_back(at);
+    at += 8;
+    align = 8;
+  }
+  l.head_offset = at;
+  at += 4;
+  l.slots = score.constants().size();
+  if (l.slots > 0) {
+    l.c = at;
+    at += 4 * l.slots;
+    at = round_up(at, 8);
+    l.ci = at;
+    at += 8 * l.slots;
+    align = 8;
+  }
+  const size_t user = round_up(at, align);  // sizeof(U)
+  l.scale = user;
+  l.h = user + 4;
+  l.doc = user + 8;
+  l.align = align;
+  l.size = round_up(user + 12, align);
+  return l;
+}
+
+std::string nvrtc_version() {
+  int major = 0, minor = 0;
+  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "nvrtc unavailable";
+  return "nvrtc " + std::to_string(major) + "." + std::to_string(minor);
+}
+
+AttentionProgram make_program(const expr::Program& score, const ProgramSpec& spec) {
+  DL_CHECK(!score.is_mask, kOp,
+           "mask_mod expressions do not run on CUDA (a score_mod expression does)");
+  DL_CHECK(score.param_count == 0, kOp,
+           "learnable score_mod parameters do not run on CUDA (fixed tables do)");
+  DL_CHECK(spec.head_dim == 64 || spec.head_dim == 128, kOp,
+           "score_mod expressions on CUDA take head_dim 64 or 128, not " << spec.head_dim);
+  DL_CHECK(!spec.wgmma || spec.arch == "sm_90a", kOp,
+           "the wgmma kernels compile for sm_90a, not " << spec.arch);
+  DL_CHECK(spec.wgmma || spec.pass != Pass::backward_atomic, kOp,
+           "the atomic-dQ backward runs on the wgmma kernels only");
+  AttentionProgram p;
+  p.spec = spec;
+  p.layout = mod_layout(score);
+  const std::string D = std::to_string(spec.head_dim), W = spec.wgmma ? "true" : "false";
+  std::string src = "// driftless: run-time compiled attention (" +
+                    std::string(pass_name(spec.pass)) + ", head_dim " + D +
+                    (spec.wgmma ? ", wgmma" : ", mma.sync") + ")\n";
+  src += "#include \"layers/attention/cuda/fast/mod_expr.cuh\"\n";
+  if (spec.pass == Pass::forward)
+    src += spec.wgmma ? "#include \"layers/attention/cuda/fast/sm90/fwd_kernel.cuh\"\n"
+                      : "#include \"layers/attention/cuda/fast/forward_kernel.cuh\"\n";
+  else
+    src += "#include \"layers/attention/cuda/fast/fast_dkv.cuh\"\n";
+  if (spec.wgmma)  // wgmma.cuh compiles its products to nothing without sm_90a's features
+    src +=
+        "#ifndef DL_WGMMA\n#error \"the wgmma kernels need sm_90a (DL_WGMMA undefined)\"\n#endif\n";
+  src += functor_source(score);
+  src += "namespace dl_jit {\nusing M = " + std::string(kFast) + "ModExpr<DlUserMod>;\n";
+  src += layout_asserts(p.layout);
+  src += "}  // namespace dl_jit\n";
+  p.source = src;
+  const std::string fast = kFast, M = "dl_jit::M";
+  switch (spec.pass) {
+    case Pass::forward:
+      if (spec.wgmma)
+        p.kernels = {"&" + fast + "sm90::forward_kernel<" + fast + "sm90::FwdConfig<" + D + ", " +
+                     M + ">, " + M + ", false>"};
+      else
+        p.kernels = {"&" + fast + "fwd::forward_kernel<" + D + ", " + M + ", false>"};
+      break;
+    case Pass::backward:
+      p.kernels = {"&" + fast + "bwd::dq_kernel<" + D + ", " + M + ", " + W + ">",
+                   "&" + fast + "bwd::dkv_kernel<" + D + ", " + M + ", " + W + ", false, 1>"};
+      break;
+    case Pass::backward_atomic: {
+      const std::string wg = spec.head_dim == 128 ? "2" : "1";  // fast_dkv.cuh DkvWarpgroups
+      p.kernels = {"&" + fast + "bwd::dkv_kernel<" + D + ", " + M + ", true, true, " + wg + ">"};
+      break;
+    }
+  }
+  // The flags of the nvcc build (cmake/cuda.cmake) that reach device code, with NVRTC's
+  // defaults for the math flags written out (nvcc's are the same).
+  p.options = {"--gpu-architecture=" + spec.arch, "-std=c++17", "-DDRIFTLESS_SM90A=1", "-DNDEBUG",
+               "--fmad=true", "--ftz=false", "--prec-div=true", "--prec-sqrt=true",
+               // the shared headers' unannotated (host) functions, never called, as device
+               // functions: NVRTC refuses host functions
+               "-default-device", "-I" + cuda_include_dir()};
+  std::string key =
+      std::string(kJitFormat) + "\n" + nvrtc_version() + "\narch " + spec.arch + "\noptions";
+  for (const std::string& o : p.options) key += " " + o;
+  key += "\nkernels";
+  for (const std::string& k : p.kernels) key += " " + k;
+  key += "\nprogram\n" + p.source;
+  for (const EmbeddedHeader& h : kernel_headers())
+    key += "\nheader " + h.name + " " + std::to_string(h.text.size()) + "\n" + h.text;
+  p.key = std::move(key);
+  return p;
+}
+
+std::vector<unsigned char> pack_mod(const AttentionProgram& program, const expr::Program& score,
+                                    const std::vector<const float*>& params, int head_offset,
+                                    float scale) {
+  const ModLayout& l = program.layout;
+  DL_CHECK(params.size() == score.params.size(), kOp,
+           "the expression declares " << score.params.size() << " parameters, " << params.size()
+                                      << " given");
+  std::vector<unsigned char> out(l.size, 0);
+  auto put = [&](size_t at, const void* v, size_t n) { std::memcpy(out.data() + at, v, n); };
+  for (size_t i = 0; i < params.size(); ++i) put(l.params[i], &params[i], sizeof(const float*));
+  put(l.head_offset, &head_offset, 4);
+  const std::vector<expr::Literal> constants = score.constants();
+  DL_CHECK(constants.size() == l.slots, kOp, "constant slots changed");
+  for (size_t i = 0; i < constants.size(); ++i) {
+    const float c = float(constants[i].value);
+    const long long ci = (long long)constants[i].value;
+    put(l.c + 4 * i, &c, 4);
+    put(l.ci + 8 * i, &ci, 8);
+  }
+  put(l.scale, &scale, 4);
+  return out;
+}
+
+}  // namespace driftless::layers::jit

@@ -1,0 +1,231 @@
+// Run-time compiled attention kernels on the GPU (jit_launch.h): program -> kernel cache
+// (compile with NVRTC on a miss) -> module loaded through the driver (entry points fetched from
+// the runtime, as sm90/tensor_maps.cpp does, so nothing links libcuda) -> launches.
+#include "layers/attention/jit/jit_launch.h"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "engine/core/cuda/check.h"
+#include "engine/core/cuda/stream.h"
+#include "engine/core/error.h"
+#include "layers/attention/jit/attention_program.h"
+#include "layers/attention/jit/kernel_cache.h"
+#include "layers/attention/jit/nvrtc_compile.h"
+
+namespace driftless::layers::jit {
+namespace {
+
+constexpr const char* kOp = "attention";
+
+struct Driver {
+  PFN_cuModuleLoadData_v2000 load = nullptr;
+  PFN_cuModuleGetFunction_v2000 get_function = nullptr;
+  PFN_cuModuleUnload_v2000 unload = nullptr;
+  PFN_cuFuncSetAttribute_v9000 set_attribute = nullptr;
+  PFN_cuLaunchKernelEx_v11060 launch = nullptr;
+  PFN_cuGetErrorString_v6000 error_string = nullptr;
+};
+
+template <class F>
+void entry(const char* name, int version, F* out) {
+  void* f = nullptr;
+  cudaDriverEntryPointQueryResult status{};
+  DL_CUDA_CHECK(cudaGetDriverEntryPointByVersion(name, &f, version, cudaEnableDefault, &status));
+  DL_CHECK(f != nullptr && status == cudaDriverEntryPointSuccess, kOp,
+           "the CUDA driver has no " << name << " (status " << int(status) << ")");
+  *out = reinterpret_cast<F>(f);
+}
+
+const Driver& driver() {
+  static const Driver d = [] {
+    Driver x;
+    entry("cuModuleLoadData", 2000, &x.load);
+    entry("cuModuleGetFunction", 2000, &x.get_function);
+    entry("cuModuleUnload", 2000, &x.unload);
+    entry("cuFuncSetAttribute", 9000, &x.set_attribute);
+    entry("cuLaunchKernelEx", 11060, &x.launch);
+    entry("cuGetErrorString", 6000, &x.error_string);
+    return x;
+  }();
+  return d;
+}
+
+void check(CUresult r, const char* what) {
+  if (r == CUDA_SUCCESS) return;
+  const char* s = nullptr;
+  driver().error_string(r, &s);
+  DL_FAIL(kOp, what << " failed: " << (s != nullptr ? s : "unknown CUDA driver error"));
+}
+
+// The module of one compiled program and its kernels (AttentionProgram::kernels' order).
+struct LoadedProgram {
+  CUmodule module = nullptr;
+  std::vector<CUfunction> functions;
+  LoadedProgram() = default;
+  LoadedProgram(const LoadedProgram&) = delete;
+  LoadedProgram& operator=(const LoadedProgram&) = delete;
+  // Evicted (or at exit): the device finishes what it runs first, which may be this module's
+  // kernels; errors are ignored (at exit the context may be gone).
+  ~LoadedProgram() {
+    if (module == nullptr) return;
+    (void)cudaDeviceSynchronize();
+    driver().unload(module);
+  }
+};
+
+Loaded load(const std::string& binary) {
+  const CompiledProgram c = from_binary(binary);
+  DL_CUDA_CHECK(cudaFree(nullptr));  // the runtime's primary context, current on this thread
+  auto lp = std::make_shared<LoadedProgram>();
+  check(driver().load(&lp->module, c.cubin.data()),
+        "cuModuleLoadData (a run-time compiled kernel)");
+  for (const std::string& name : c.lowered) {
+    CUfunction f = nullptr;
+    check(driver().get_function(&f, lp->module, name.c_str()), "cuModuleGetFunction");
+    lp->functions.push_back(f);
+  }
+  return lp;
+}
+
+// make_program, remembered per (spec, emitted functor): its key holds every kernel header, so
+// building it takes longer than a launch. Never freed: a run has a few (the constants of an
+// expression are fixed on CUDA, where its parameters cannot be learnable).
+const AttentionProgram& program(const expr::Program& score, const ProgramSpec& spec) {
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<const AttentionProgram>> memo;
+  const std::string id = std::string(pass_name(spec.pass)) + " " + std::to_string(spec.head_dim) +
+                         (spec.wgmma ? " wgmma " : " mma ") + spec.arch + "\n" +
+                         expr::emit_cuda(score, "DlUserMod", true);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = memo.find(id);
+  if (it != memo.end()) return *it->second;
+  auto p = std::make_shared<const AttentionProgram>(make_program(score, spec));
+  memo.emplace(id, p);
+  return *p;
+}
+
+// The loaded program of (expression, pass) on the current device, and its modifier's bytes.
+struct Kernels {
+  std::shared_ptr<const LoadedProgram> program;
+  std::vector<unsigned char> mod;
+};
+
+Kernels kernels(const BoundExpr& e, Pass pass, const gpu::Problem& p) {
+  DL_CHECK(e.score != nullptr, kOp, "no score expression bound");
+  ProgramSpec spec;
+  spec.pass = pass;
+  spec.head_dim = int(p.head_dim);
+  spec.wgmma = gpu::fast::use_wgmma();
+  spec.arch = device_arch();
+  const AttentionProgram& prog = program(*e.score, spec);
+  Kernels k;
+  k.program = std::static_pointer_cast<const LoadedProgram>(process_kernel_cache().get(
+      prog.key, [&] { return to_binary(compile_program(prog)); }, load));
+  DL_CHECK(k.program->functions.size() == prog.kernels.size(), kOp,
+           "a cached attention program has " << k.program->functions.size() << " kernels, not "
+                                             << prog.kernels.size());
+  k.mod = pack_mod(prog, *e.score, e.params, e.head_offset, p.scale);
+  return k;
+}
+
+// One launch as cuda::launch makes it (launch.cuh): the compute stream, programmatic dependent
+// launch where the device and DRIFTLESS_PDL allow it (these kernels are compiled for the
+// device itself, so their dependent_kernel_begin() waits).
+void launch(CUfunction f, const gpu::fast::Geometry& g, void** args) {
+  check(driver().set_attribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g.smem),
+        "cuFuncSetAttribute (dynamic shared memory)");
+  CUlaunchConfig config = {};
+  config.gridDimX = g.grid;
+  config.gridDimY = config.gridDimZ = 1;
+  config.blockDimX = g.block;
+  config.blockDimY = config.blockDimZ = 1;
+  config.sharedMemBytes = unsigned(g.smem);
+  config.hStream = reinterpret_cast<CUstream>(cuda::compute_stream());
+  CUlaunchAttribute attribute[1] = {};
+  attribute[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attribute[0].value.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = cuda::dependent_launch_enabled() ? 1 : 0;
+  check(driver().launch(&config, f, args, nullptr),
+        "cuLaunchKernelEx (a run-time compiled kernel)");
+  DL_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+std::string device_arch() {
+  int dev = 0, major = 0, minor = 0;
+  DL_CUDA_CHECK(cudaGetDevice(&dev));
+  DL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  DL_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  return "sm_" + std::to_string(major) + std::to_string(minor) +
+         (major == 9 && minor == 0 ? "a" : "");
+}
+
+void forward(const gpu::Problem& p, const BoundExpr& e, const gpu::fast::Tile* tiles, int n_tiles,
+             bool padded, void* out, float* lse) {
+  Kernels k = kernels(e, Pass::forward, p);
+  gpu::fast::ModLauncher l;
+  // The kernels' parameters in order (forward_kernel.cuh; sm90/fwd_kernel.cuh with its maps
+  // first and the item count before out).
+  l.forward = [&](const gpu::fast::Geometry& g, const gpu::fast::ForwardArgs& a) {
+    gpu::Problem pp = a.p;
+    const gpu::fast::Tile* t = a.tiles;
+    int n_items = a.n_items;
+    void* o = a.out;
+    float* s = a.lse;
+    if (a.maps != nullptr) {
+      std::vector<void*> args = {
+          const_cast<void*>(a.maps), &pp, k.mod.data(), &t, &n_items, &o, &s};
+      launch(k.program->functions[0], g, args.data());
+    } else {
+      std::vector<void*> args = {&pp, k.mod.data(), &t, &o, &s};
+      launch(k.program->functions[0], g, args.data());
+    }
+  };
+  gpu::fast::forward_with(p, l, tiles, n_tiles, padded, out, lse);
+}
+
+void backward(const gpu::Problem& p, const BoundExpr& e, const gpu::fast::Tile* q_tiles,
+              int n_q_tiles, const gpu::fast::Tile* k_tiles, int n_k_tiles, bool q_padded,
+              bool k_padded, const void* out, const void* dout, const float* lse, float* delta,
+              void* dq, void* dk, void* dv, gpu::fast::OutRows rows, float* dq_acc) {
+  const bool atomic = dq_acc != nullptr && gpu::fast::use_wgmma();
+  Kernels k = kernels(e, atomic ? Pass::backward_atomic : Pass::backward, p);
+  gpu::fast::ModLauncher l;
+  // Pass::backward holds dq_kernel then dkv_kernel; Pass::backward_atomic its dkv_kernel only.
+  l.dq = [&](const gpu::fast::Geometry& g, const gpu::fast::DqArgs& a) {
+    DL_CHECK(!atomic, kOp, "the atomic-dQ backward runs no dQ kernel");
+    gpu::Problem pp = a.p;
+    const gpu::fast::Tile* t = a.tiles;
+    const void *d_o = a.dout, *o = a.out;
+    const float* s = a.lse;
+    float* dl = a.delta;
+    void* g_q = a.dq;
+    int heads = a.dq_heads;
+    void* args[] = {&pp, k.mod.data(), &t, &d_o, &o, &s, &dl, &g_q, &heads};
+    launch(k.program->functions[0], g, args);
+  };
+  l.dkv = [&](const gpu::fast::Geometry& g, const gpu::fast::DkvArgs& a) {
+    DL_CHECK(a.atomic == atomic, kOp, "the backward's mode changed between compile and launch");
+    gpu::Problem pp = a.p;
+    const gpu::fast::Tile* t = a.tiles;
+    const void* d_o = a.dout;
+    const float *s = a.lse, *dl = a.delta;
+    void *g_k = a.dk, *g_v = a.dv;
+    int heads = a.dkv_heads;
+    float* acc = a.dq_acc;
+    void* args[] = {&pp, k.mod.data(), &t, &d_o, &s, &dl, &g_k, &g_v, &heads, &acc};
+    launch(k.program->functions[atomic ? 0 : 1], g, args);
+  };
+  gpu::fast::backward_with(p, l, q_tiles, n_q_tiles, k_tiles, n_k_tiles, q_padded, k_padded, out,
+                           dout, lse, delta, dq, dk, dv, rows, dq_acc);
+}
+
+}  // namespace driftless::layers::jit

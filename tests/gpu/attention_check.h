@@ -1,0 +1,182 @@
+// The checks of the fast attention kernels against the CPU (attention_fast_test.cpp's
+// criterion, described there): problems of varlen documents with padding and a modifier
+// (built-in or expression), the float64 and plain-bf16 references, the error metric and bound.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/core/tensor.h"
+#include "layers/attention/attention.h"
+#include "layers/attention/expr/expr.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace driftless::attention_check {
+
+using layers::AttentionGrads;
+using layers::AttentionOutputs;
+using layers::AttentionSpec;
+using layers::ScoreModSpec;
+
+struct Doc {
+  int64_t q, k, q_pad = 0, k_pad = 0;
+};
+
+struct Case {
+  std::string name;
+  std::vector<Doc> docs;
+  int64_t heads = 2, kv_heads = 1, head_dim = 64;
+  bool causal = true;
+  int64_t window_left = -1, window_right = -1;
+  enum { none, softcap, alibi } mod = none;
+  double cap = 30.0;
+  // A score expression (ScoreModKind::expression) with its fixed tables, instead of mod.
+  std::string expression;
+  std::vector<layers::expr::ParamDecl> decls;
+};
+
+struct Problem {
+  Tensor q, k, v, dout;  // cpu, f32 (bf16-rounded values)
+  AttentionSpec spec;
+  std::vector<bool> q_pad, k_pad;  // rows that belong to no document
+};
+
+inline Problem make(const Case& c, uint64_t seed) {
+  std::vector<int32_t> cq{0}, ck{0}, uq, uk;
+  Problem p;
+  bool padded = false;
+  for (const Doc& d : c.docs) {
+    cq.push_back(int32_t(cq.back() + d.q + d.q_pad));
+    ck.push_back(int32_t(ck.back() + d.k + d.k_pad));
+    uq.push_back(int32_t(d.q));
+    uk.push_back(int32_t(d.k));
+    padded = padded || d.q_pad > 0 || d.k_pad > 0;
+    p.q_pad.insert(p.q_pad.end(), size_t(d.q), false);
+    p.q_pad.insert(p.q_pad.end(), size_t(d.q_pad), true);
+    p.k_pad.insert(p.k_pad.end(), size_t(d.k), false);
+    p.k_pad.insert(p.k_pad.end(), size_t(d.k_pad), true);
+  }
+  AttentionSpec& s = p.spec;
+  s.cu_seqlens_q = Tensor::from_vector(cq);
+  s.cu_seqlens_k = Tensor::from_vector(ck);
+  if (padded) {  // FlashAttention 3 convention: offsets in cu_seqlens, lengths in seqused
+    s.seqused_q = Tensor::from_vector(uq);
+    s.seqused_k = Tensor::from_vector(uk);
+  }
+  for (const Doc& d : c.docs) {
+    s.max_seqlen_q = std::max(s.max_seqlen_q, d.q);
+    s.max_seqlen_k = std::max(s.max_seqlen_k, d.k);
+  }
+  s.max_seqlen_q = std::max<int64_t>(s.max_seqlen_q, 1);
+  s.max_seqlen_k = std::max<int64_t>(s.max_seqlen_k, 1);
+  s.causal = c.causal;
+  s.window_left = c.window_left;
+  s.window_right = c.window_right;
+  if (c.mod == Case::softcap) s.score_mod = ScoreModSpec::make_softcap(c.cap);
+  if (c.mod == Case::alibi) {
+    std::vector<float> slopes;
+    for (int64_t h = 0; h < c.heads; ++h) slopes.push_back(std::pow(2.0f, -float(h + 1)));
+    s.score_mod = ScoreModSpec::make_alibi(Tensor::from_vector(slopes));
+  }
+  if (!c.expression.empty()) {
+    std::vector<Tensor> params;
+    for (const layers::expr::ParamDecl& d : c.decls)
+      params.push_back(
+          Tensor::from_vector(std::vector<float>(d.init.begin(), d.init.end()), Shape(d.shape)));
+    s.score_mod = ScoreModSpec::make_expression(
+        layers::expr::compile_score_mod(c.expression, c.decls, int(c.heads)), nullptr, params);
+  }
+  const int64_t tq = cq.back(), tk = ck.back();
+  auto bf = [](Tensor t) { return t.to(DType::bf16).to(DType::f32); };
+  p.q = bf(Tensor::randn({tq, c.heads, c.head_dim}, seed, DType::f32, 0.0, 1.5));
+  p.k = bf(Tensor::randn({tk, c.kv_heads, c.head_dim}, seed + 1, DType::f32, 0.0, 1.5));
+  p.v = bf(Tensor::randn({tk, c.kv_heads, c.head_dim}, seed + 2, DType::f32));
+  p.dout = bf(Tensor::randn({tq, c.heads, c.head_dim}, seed + 3, DType::f32));
+  return p;
+}
+
+struct Result {
+  Tensor t[5];  // out, lse, dq, dk, dv on cpu
+};
+inline const char* const kNames[5] = {"out", "lse", "dq", "dk", "dv"};
+
+inline Result run(const Problem& p, DType dtype, Device device) {
+  auto on = [&](const Tensor& t) { return t.to(device, dtype); };
+  Tensor q = on(p.q), k = on(p.k), v = on(p.v), dout = on(p.dout);
+  if (device == Device::cuda) testing::poison_cache(3);
+  AttentionOutputs f = layers::attention_forward(q, k, v, p.spec);
+  if (device == Device::cuda) testing::poison_cache(3);
+  AttentionGrads g = layers::attention_backward(q, k, v, p.spec, f.out, f.lse, dout);
+  auto cpu = [](const Tensor& t) { return t.to(Device::cpu); };
+  return {{cpu(f.out), cpu(f.lse), cpu(g.dq), cpu(g.dk), cpu(g.dv)}};
+}
+
+// The plain bf16 reference of the criterion (see the top of the file).
+inline Result run_bf16_reference(const Problem& p) {
+  auto bf = [](const Tensor& t) { return t.to(DType::bf16); };
+  const Tensor q = bf(p.q), k = bf(p.k), v = bf(p.v);
+  AttentionOutputs f = layers::attention_forward_bf16_operands(q, k, v, p.spec);
+  AttentionGrads g =
+      layers::attention_backward_bf16_operands(q, k, v, p.spec, f.out, f.lse, bf(p.dout));
+  return {{f.out, f.lse, g.dq, g.dk, g.dv}};
+}
+
+// The criterion's bound on the error of tensor i from the bf16 reference's error ec.
+inline double bound_of(int i, double ec, bool zero_ref) {
+  if (zero_ref) return 1e-5;
+  return 2 * ec + (i == 1 ? 1e-6 : 0.0);
+}
+
+// max|t - r| / max|r| over finite entries (max|t - r| when r is all 0, *zero_ref then set);
+// -inf must match exactly, NaN fails.
+inline double err(const Tensor& t, const Tensor& r, const std::string& what, bool* zero_ref) {
+  const auto tv = t.to_vector<double>(), rv = r.to_vector<double>();
+  EXPECT_EQ(tv.size(), rv.size()) << what;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < rv.size(); ++i) {
+    if (std::isnan(tv[i])) return INFINITY;
+    if (std::isinf(rv[i]) || std::isinf(tv[i])) {
+      if (tv[i] != rv[i]) return INFINITY;
+      continue;
+    }
+    num = std::max(num, std::abs(tv[i] - rv[i]));
+    den = std::max(den, std::abs(rv[i]));
+  }
+  *zero_ref = den == 0;
+  return den > 0 ? num / den : num;
+}
+
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+}
+
+// Padded rows: out, dq, dk, dv exactly 0 and lse -inf.
+inline void expect_padding(const Problem& p, const Case& c, const Result& g) {
+  const auto out = g.t[0].to_vector<double>(), lse = g.t[1].to_vector<double>();
+  const auto dq = g.t[2].to_vector<double>(), dk = g.t[3].to_vector<double>();
+  const auto dv = g.t[4].to_vector<double>();
+  const int64_t D = c.head_dim, tq = int64_t(p.q_pad.size()), tk = int64_t(p.k_pad.size());
+  int64_t bad = 0;
+  for (int64_t r = 0; r < tq; ++r) {
+    if (!p.q_pad[size_t(r)]) continue;
+    for (int64_t h = 0; h < c.heads; ++h) {
+      bad += lse[size_t(h * tq + r)] != -INFINITY;
+      for (int64_t d = 0; d < D; ++d) {
+        const size_t i = size_t((r * c.heads + h) * D + d);
+        bad += out[i] != 0 || dq[i] != 0;
+      }
+    }
+  }
+  for (int64_t r = 0; r < tk; ++r) {
+    if (!p.k_pad[size_t(r)]) continue;
+    for (int64_t i = r * c.kv_heads * D; i < (r + 1) * c.kv_heads * D; ++i)
+      bad += dk[size_t(i)] != 0 || dv[size_t(i)] != 0;
+  }
+  EXPECT_EQ(bad, 0) << c.name << ": padded rows not written as 0 / -inf";
+}
+
+}  // namespace driftless::attention_check

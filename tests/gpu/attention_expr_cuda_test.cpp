@@ -1,0 +1,189 @@
+// Score expressions on CUDA (the fast kernels compiled at run time with the expression inlined,
+// layers/attention/jit/) against the CPU path of the same expression, with the fast kernels'
+// criterion (attention_check.h, attention_fast_test.cpp): out, lse, dq, dk, dv within 2x the
+// plain bf16 reference's error against float64, bitwise repeatable, padded rows zero; the
+// non-deterministic (atomic dQ) backward's dq within the same bound and its other outputs the
+// deterministic call's bits. Also: the softcap expression against the built-in softcap, and
+// the process kernel cache (one compile per expression structure, pass and head dim).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "layers/attention/attention.h"
+#include "tests/gpu/attention_check.h"
+#include "tests/gpu/gpu_test_util.h"
+#ifdef DRIFTLESS_HAVE_CUDA
+#include "layers/attention/jit/kernel_cache.h"
+#endif
+
+namespace driftless {
+namespace {
+
+using namespace attention_check;
+using layers::expr::ParamDecl;
+
+struct Expr {
+  std::string name, source;
+  std::vector<ParamDecl> decls;  // sized for kHeads query heads
+  bool causal_only = false;      // defined on causal pairs only (NaN where k > q)
+};
+
+constexpr int64_t kHeads = 4, kKvHeads = 2;  // GQA 2:1
+
+std::vector<Expr> expressions() {
+  std::vector<double> slopes, bias;
+  for (int64_t h = 0; h < kHeads; ++h) slopes.push_back(std::pow(2.0, -double(h + 1)));
+  // A per-head bias by distance, (H, 64): distances past 63 share the last entry.
+  for (int64_t h = 0; h < kHeads; ++h)
+    for (int64_t d = 0; d < 64; ++d) bias.push_back(0.5 * std::sin(0.3 * double(d + 7 * h)));
+  return {
+      {"softcap", "30 * tanh(score / 30)", {}},
+      {"alibi", "score - slope[h] * abs(q - k)", {{"slope", {kHeads}, slopes, false}}},
+      {"bias_by_distance",
+       "score + bias[h, min(abs(q - k), 63)]",
+       {{"bias", {kHeads, 64}, bias, false}}},
+      // Branches on positions and heads, and a smooth function of the score. (The document
+      // index is not in the expression language; the kernels bind it for the modifier.)
+      {"where",
+       "where(q - k < 16 && h != 1, 0.8 * score + 0.1 * sqrt(abs(q - k) + 1), score - 0.05 * (q - "
+       "k))",
+       {}},
+      // Defined where q >= k only (value and derivative NaN where k > q): the kernels also
+      // evaluate masked pairs, and a NaN there must not reach the outputs or gradients.
+      {"causal_sqrt", "score * (1 + 0.02 * sqrt(q - k)) + 0.2 * log(q - k + 1)", {}, true},
+  };
+}
+
+// Varlen problems with the lengths of CONVENTIONS.md, padding, GQA 2:1, causal and not.
+std::vector<Case> cases(const Expr& e) {
+  std::vector<Case> out;
+  for (int64_t d : {64, 128}) {
+    const std::string sd = "_d" + std::to_string(d);
+    Case lens{e.name + "_lens" + sd,
+              {{1, 1}, {7, 7}, {63, 63}, {65, 65}, {113, 113}, {300, 300}},
+              kHeads,
+              kKvHeads,
+              d};
+    Case pad{e.name + "_padding" + sd,
+             {{7, 7, 3, 2}, {0, 0, 4, 4}, {65, 100, 5, 0}, {130, 130, 0, 9}},
+             kHeads,
+             kKvHeads,
+             d};
+    Case window{
+        e.name + "_window" + sd, {{300, 300}, {50, 200}}, kHeads, kKvHeads, d, false, 70, 20};
+    for (Case c : {lens, pad, window}) {
+      if (e.causal_only && !c.causal) continue;
+      c.expression = e.source;
+      c.decls = e.decls;
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+TEST(AttentionExprCuda, MatchesTheCpuExpressionWithinTwiceTheBf16Error) {
+  DL_REQUIRE_GPU();
+  uint64_t seed = testing::fresh_seed("attention expr");
+  for (const Expr& e : expressions())
+    for (const Case& c : cases(e)) {
+      SCOPED_TRACE(c.name);
+      Problem p = make(c, seed += 10);
+      const Result ref = run(p, DType::f64, Device::cpu);
+      const Result cpu = run_bf16_reference(p);
+      const Result gpu = run(p, DType::bf16, Device::cuda);
+      const Result gpu2 = run(p, DType::bf16, Device::cuda);
+      std::printf("[attention expr] %-28s", c.name.c_str());
+      for (int i = 0; i < 5; ++i) {
+        bool zero_ref = false;
+        const double ec = err(cpu.t[i], ref.t[i], kNames[i], &zero_ref);
+        const double eg = err(gpu.t[i], ref.t[i], kNames[i], &zero_ref);
+        EXPECT_LE(eg, bound_of(i, ec, zero_ref))
+            << kNames[i] << ": cuda bf16 error " << eg << ", bf16 reference error " << ec;
+        EXPECT_TRUE(same_bits(gpu.t[i], gpu2.t[i])) << kNames[i] << " not bitwise repeatable";
+        std::printf(" %s %.2e/%.2e", kNames[i], eg, ec);
+      }
+      std::printf("\n");
+      expect_padding(p, c, gpu);
+      // The non-deterministic backward (atomic dQ on the wgmma kernels).
+      p.spec.deterministic = false;
+      const Result atomic = run(p, DType::bf16, Device::cuda);
+      bool zero_ref = false;
+      const double ec = err(cpu.t[2], ref.t[2], "dq", &zero_ref);
+      const double eg = err(atomic.t[2], ref.t[2], "dq", &zero_ref);
+      EXPECT_LE(eg, bound_of(2, ec, zero_ref)) << "atomic dq: cuda error " << eg << ", bf16 "
+                                               << "reference error " << ec;
+      for (int i : {0, 1, 3, 4})
+        EXPECT_TRUE(same_bits(atomic.t[i], gpu.t[i])) << kNames[i] << " differs from deterministic";
+      expect_padding(p, c, atomic);
+    }
+}
+
+// The softcap expression and the built-in softcap: both within the criterion, and apart by
+// no more than the bound (the built-in computes tanh by its own approximation).
+TEST(AttentionExprCuda, SoftcapExpressionMatchesTheBuiltin) {
+  DL_REQUIRE_GPU();
+  uint64_t seed = testing::fresh_seed("attention expr softcap");
+  for (int64_t d : {64, 128}) {
+    Case builtin{"softcap_builtin_d" + std::to_string(d),
+                 {{129, 129}, {100, 230}, {7, 7, 2, 2}},
+                 kHeads,
+                 kKvHeads,
+                 d};
+    builtin.mod = Case::softcap;
+    builtin.cap = 30.0;
+    Case expression = builtin;
+    expression.name = "softcap_expr_d" + std::to_string(d);
+    expression.mod = Case::none;
+    expression.expression = "30 * tanh(score / 30)";
+    SCOPED_TRACE(builtin.name);
+    const Problem pb = make(builtin, seed += 10);
+    const Problem pe = make(expression, seed);  // the same inputs
+    const Result ref = run(pb, DType::f64, Device::cpu);
+    const Result cpu = run_bf16_reference(pb);
+    const Result gb = run(pb, DType::bf16, Device::cuda);
+    const Result ge = run(pe, DType::bf16, Device::cuda);
+    for (int i = 0; i < 5; ++i) {
+      bool zero_ref = false;
+      const double ec = err(cpu.t[i], ref.t[i], kNames[i], &zero_ref);
+      const double bound = bound_of(i, ec, zero_ref);
+      EXPECT_LE(err(gb.t[i], ref.t[i], kNames[i], &zero_ref), bound) << "built-in " << kNames[i];
+      EXPECT_LE(err(ge.t[i], ref.t[i], kNames[i], &zero_ref), bound) << "expression " << kNames[i];
+      EXPECT_LE(err(ge.t[i], gb.t[i], kNames[i], &zero_ref), bound)
+          << "expression vs built-in " << kNames[i];
+    }
+  }
+}
+
+#ifdef DRIFTLESS_HAVE_CUDA
+// The kernels of an expression compile once per (structure, pass, head dim): a second run, or
+// another constant, hits the cache; another expression compiles. Memory-only cache, fresh.
+TEST(AttentionExprCuda, KernelCacheCompilesOncePerStructure) {
+  DL_REQUIRE_GPU();
+  namespace jit = layers::jit;
+  jit::configure_process_kernel_cache({64, ""});
+  auto run_expr = [](const std::string& source) {
+    Case c{"cache", {{65, 65}, {7, 7}}, kHeads, kKvHeads, 64};
+    c.expression = source;
+    const Problem p = make(c, 77);
+    run(p, DType::bf16, Device::cuda);  // forward and backward: two programs
+  };
+  auto compiles = [] { return jit::process_kernel_cache().stats().compiles; };
+  run_expr("score - 0.25 * abs(q - k) + 0.5");
+  const int64_t first = compiles();
+  EXPECT_EQ(first, 2) << "forward and backward programs";
+  run_expr("score - 0.25 * abs(q - k) + 0.5");
+  EXPECT_EQ(compiles(), first) << "the same expression compiled again";
+  run_expr("score - 0.125 * abs(q - k) + 1.5");
+  EXPECT_EQ(compiles(), first) << "another constant compiled again";
+  run_expr("score - 0.25 * abs(q - k) * 0.5");
+  EXPECT_EQ(compiles(), first + 2) << "another expression did not compile";
+  EXPECT_GT(jit::process_kernel_cache().stats().hits, 0);
+  jit::configure_process_kernel_cache({64, jit::default_cache_dir()});  // the defaults again
+}
+#endif
+
+}  // namespace
+}  // namespace driftless

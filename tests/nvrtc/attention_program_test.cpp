@@ -1,0 +1,238 @@
+// The run-time compiled attention kernels of score expressions (layers/attention/jit/) built
+// to CUBIN with NVRTC for every kernel variant, on a machine with the toolkit and no GPU; and
+// the cache keys: equal exactly when the compiled kernel is the same.
+#include "layers/attention/jit/attention_program.h"
+
+#include <gtest/gtest.h>
+#include <nvrtc.h>
+
+#include <algorithm>
+#include <cstring>
+#include <future>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "layers/attention/jit/kernel_headers.h"
+#include "layers/attention/jit/nvrtc_compile.h"
+
+namespace driftless::layers::jit {
+namespace {
+
+using expr::ParamDecl;
+
+std::vector<ParamDecl> decls() {
+  std::vector<double> bias(4 * 16);
+  for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.01 * double(i);
+  return {{"slope", {4}, {0.5, 0.25, 0.125, 0.0625}, false}, {"bias", {4, 16}, bias, false}};
+}
+
+std::shared_ptr<const expr::Program> score(const std::string& s) {
+  return expr::compile_score_mod(s, decls(), 4);
+}
+
+const char* kSoftcap = "30 * tanh(score / 30)";
+const char* kAlibi = "score - slope[h] * abs(q - k)";
+const char* kT5 =
+    "score + bias[h, clamp(where(q - k < 8, q - k, 8 + int(log((q - k) / 8.0) / log(16.0) * "
+    "8)), 0, 15)]";
+const char* kCausalOnly = "score * (1 + 0.02 * sqrt(q - k)) + 0.2 * log(q - k + 1)";
+const char* kWhere = "where(q >= k && h != 2, score - 0.5 * sqrt(q - k), score / 2)";
+
+bool nvrtc_usable() {
+  int major = 0, minor = 0;
+  return nvrtcVersion(&major, &minor) == NVRTC_SUCCESS;
+}
+
+// "" on success, else the error.
+std::string try_compile(const std::string& expression, const ProgramSpec& spec) {
+  try {
+    const AttentionProgram p = make_program(*score(expression), spec);
+    const CompiledProgram c = compile_program(p);
+    if (c.lowered.size() != p.kernels.size()) return "lowered names missing";
+    for (const std::string& l : c.lowered)  // the ELF's symbol table names each kernel
+      if (l.empty() || c.cubin.find(l) == std::string::npos) return "kernel " + l + " missing";
+    if (c.cubin.size() < 1000) return "CUBIN too small";
+    const CompiledProgram back = from_binary(to_binary(c));
+    if (back.lowered != c.lowered || back.cubin != c.cubin) return "binary round trip";
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+ProgramSpec spec(Pass pass, int d, bool wgmma, const char* arch) {
+  return ProgramSpec{pass, d, wgmma, arch};
+}
+
+struct Case {
+  std::string expression;
+  ProgramSpec spec;
+};
+
+// Compiles the cases two at a time (the machines that run this have few cores).
+void compile_all(const std::vector<Case>& cases) {
+  for (size_t i = 0; i < cases.size(); i += 2) {
+    std::vector<std::future<std::string>> runs;
+    for (size_t j = i; j < cases.size() && j < i + 2; ++j)
+      runs.push_back(
+          std::async(std::launch::async, try_compile, cases[j].expression, cases[j].spec));
+    for (size_t j = 0; j < runs.size(); ++j) {
+      const Case& c = cases[i + j];
+      EXPECT_EQ(runs[j].get(), "")
+          << c.expression << " " << pass_name(c.spec.pass) << " D " << c.spec.head_dim
+          << (c.spec.wgmma ? " wgmma " : " mma ") << c.spec.arch;
+    }
+  }
+}
+
+TEST(AttentionJit, EveryKernelVariantCompilesToCubin) {
+  if (!nvrtc_usable()) GTEST_SKIP() << "NVRTC is not usable";
+  std::vector<Case> cases;
+  for (int d : {64, 128}) {
+    cases.push_back({kSoftcap, spec(Pass::forward, d, false, "sm_80")});
+    cases.push_back({kSoftcap, spec(Pass::forward, d, false, "sm_90a")});
+    cases.push_back({kSoftcap, spec(Pass::forward, d, true, "sm_90a")});
+    cases.push_back({kSoftcap, spec(Pass::backward, d, false, "sm_80")});
+    cases.push_back({kSoftcap, spec(Pass::backward, d, true, "sm_90a")});
+    cases.push_back({kSoftcap, spec(Pass::backward_atomic, d, true, "sm_90a")});
+  }
+  compile_all(cases);
+}
+
+TEST(AttentionJit, ExpressionsWithTablesAndBranchesCompile) {
+  if (!nvrtc_usable()) GTEST_SKIP() << "NVRTC is not usable";
+  std::vector<Case> cases;
+  for (const char* e : {kAlibi, kT5, kWhere, kCausalOnly}) {
+    cases.push_back({e, spec(Pass::forward, 128, true, "sm_90a")});
+    cases.push_back({e, spec(Pass::forward, 64, false, "sm_80")});
+    cases.push_back({e, spec(Pass::backward_atomic, 64, true, "sm_90a")});
+    cases.push_back({e, spec(Pass::backward, 128, false, "sm_80")});
+  }
+  compile_all(cases);
+}
+
+TEST(AttentionJit, BrokenProgramFailsWithTheLog) {
+  if (!nvrtc_usable()) GTEST_SKIP() << "NVRTC is not usable";
+  AttentionProgram p = make_program(*score(kSoftcap), spec(Pass::forward, 64, false, "sm_80"));
+  p.source += "static_assert(false, \"deliberately broken\");\n";
+  try {
+    compile_program(p);
+    FAIL() << "a broken program compiled";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("deliberately broken"), std::string::npos) << e.what();
+  }
+}
+
+// A wrong layout of ModExpr (what the host packs) fails to compile instead of running.
+TEST(AttentionJit, ModLayoutIsCheckedByTheProgram) {
+  if (!nvrtc_usable()) GTEST_SKIP() << "NVRTC is not usable";
+  AttentionProgram p = make_program(*score(kT5), spec(Pass::forward, 64, false, "sm_80"));
+  const std::string good = "sizeof(M) == " + std::to_string(p.layout.size);
+  const size_t at = p.source.find(good);
+  ASSERT_NE(at, std::string::npos) << p.source;
+  p.source.replace(at, good.size(), "sizeof(M) == " + std::to_string(p.layout.size + 8));
+  EXPECT_THROW(compile_program(p), std::exception);
+}
+
+TEST(AttentionJit, KeysDifferExactlyWhenTheKernelDiffers) {
+  auto key = [](const std::string& e, Pass pass, int d, bool w, const char* arch) {
+    return make_program(*score(e), spec(pass, d, w, arch)).key;
+  };
+  const std::string base = key(kSoftcap, Pass::forward, 64, true, "sm_90a");
+  // Constants are kernel arguments: another cap, or the same expression written otherwise,
+  // is the same kernel.
+  EXPECT_EQ(base, key("50 * tanh(score / 50)", Pass::forward, 64, true, "sm_90a"));
+  EXPECT_EQ(base, key("30.0*tanh( (score)/3e1 )", Pass::forward, 64, true, "sm_90a"));
+  EXPECT_EQ(key(kAlibi, Pass::backward, 128, true, "sm_90a"),
+            key("score - slope[h] * abs(q - k)", Pass::backward, 128, true, "sm_90a"));
+  std::set<std::string> keys{base};
+  auto add = [&](const std::string& k, const char* what) {
+    EXPECT_TRUE(keys.insert(k).second) << what << " shares a key";
+  };
+  add(key("30 * tanh(score / 30) + 0", Pass::forward, 64, true, "sm_90a"), "structure");
+  add(key("30 * sigmoid(score / 30)", Pass::forward, 64, true, "sm_90a"), "function");
+  add(key(kSoftcap, Pass::forward, 128, true, "sm_90a"), "head dim");
+  add(key(kSoftcap, Pass::forward, 64, false, "sm_90a"), "mma.sync kernel");
+  add(key(kSoftcap, Pass::forward, 64, false, "sm_80"), "architecture");
+  add(key(kSoftcap, Pass::backward, 64, true, "sm_90a"), "backward");
+  add(key(kSoftcap, Pass::backward_atomic, 64, true, "sm_90a"), "atomic backward");
+  add(key(kAlibi, Pass::forward, 64, true, "sm_90a"), "another expression");
+  add(key(kT5, Pass::forward, 64, true, "sm_90a"), "a table expression");
+  // The key names what compiled it.
+  EXPECT_NE(base.find(kJitFormat), std::string::npos);
+  EXPECT_NE(base.find(nvrtc_version()), std::string::npos);
+  EXPECT_NE(base.find("--gpu-architecture=sm_90a"), std::string::npos);
+  EXPECT_NE(base.find("tanh"), std::string::npos);
+}
+
+TEST(AttentionJit, PacksConstantsAndTablesAtTheirOffsets) {
+  auto s = score("score - 0.75 * slope[h] + bias[h, 3] * 2");
+  const AttentionProgram p = make_program(*s, spec(Pass::forward, 64, false, "sm_80"));
+  const float* slope = reinterpret_cast<const float*>(0x1000);
+  const float* bias = reinterpret_cast<const float*>(0x2000);
+  const std::vector<unsigned char> b = pack_mod(p, *s, {slope, bias}, 3, 0.125f);
+  ASSERT_EQ(b.size(), p.layout.size);
+  auto at = [&](size_t off, auto v) {
+    std::memcpy(&v, b.data() + off, sizeof v);
+    return v;
+  };
+  EXPECT_EQ(at(p.layout.params[0], (const float*)nullptr), slope);
+  EXPECT_EQ(at(p.layout.params[1], (const float*)nullptr), bias);
+  EXPECT_EQ(at(p.layout.head_offset, 0), 3);
+  EXPECT_EQ(at(p.layout.scale, 0.f), 0.125f);
+  const std::vector<expr::Literal> c = s->constants();
+  ASSERT_EQ(p.layout.slots, c.size());
+  for (size_t i = 0; i < c.size(); ++i) {
+    EXPECT_EQ(at(p.layout.c + 4 * i, 0.f), float(c[i].value));
+    EXPECT_EQ(at(p.layout.ci + 8 * i, 0LL), (long long)c[i].value);
+  }
+  EXPECT_THROW(pack_mod(p, *s, {slope}, 0, 1.f), std::exception);
+}
+
+TEST(AttentionJit, RefusesMasksAndLearnables) {
+  auto mask = expr::compile_mask_mod("q - k < 4", decls(), 4);
+  EXPECT_THROW(make_program(*mask, spec(Pass::forward, 64, false, "sm_80")), std::exception);
+  std::vector<ParamDecl> d = decls();
+  d[0].learnable = true;
+  auto learn = expr::compile_score_mod(kAlibi, d, 4);
+  EXPECT_THROW(make_program(*learn, spec(Pass::forward, 64, false, "sm_80")), std::exception);
+  EXPECT_THROW(make_program(*score(kAlibi), spec(Pass::forward, 96, false, "sm_80")),
+               std::exception);
+  EXPECT_THROW(make_program(*score(kAlibi), spec(Pass::backward_atomic, 64, false, "sm_80")),
+               std::exception);
+}
+
+// Every header the embedded headers include by a quoted path is embedded too (NVRTC would
+// otherwise fail on the GPU machine only).
+TEST(AttentionJit, EmbeddedHeadersAreClosedUnderInclude) {
+  std::set<std::string> names;
+  for (const EmbeddedHeader& h : kernel_headers()) names.insert(h.name);
+  for (const EmbeddedHeader& h : kernel_headers()) {
+    EXPECT_FALSE(h.text.empty()) << h.name;
+    // Lines inside #ifndef __CUDACC_RTC__ (up to its #else or #endif) are host-only.
+    int depth = 0, host_from = -1;
+    size_t at = 0;
+    while (at < h.text.size()) {
+      const size_t end = std::min(h.text.find('\n', at), h.text.size());
+      const std::string line = h.text.substr(at, end - at);
+      at = end + 1;
+      if (line.rfind("#if", 0) == 0) {
+        ++depth;
+        if (line == "#ifndef __CUDACC_RTC__" || line.rfind("#ifndef __CUDACC_RTC__ ", 0) == 0)
+          if (host_from < 0) host_from = depth;
+      } else if (line.rfind("#endif", 0) == 0) {
+        if (host_from == depth) host_from = -1;
+        --depth;
+      } else if (line.rfind("#else", 0) == 0) {
+        if (host_from == depth) host_from = -1;
+      } else if (line.rfind("#include \"", 0) == 0 && host_from < 0) {
+        const std::string inc = line.substr(10, line.find('"', 10) - 10);
+        EXPECT_TRUE(names.count(inc)) << h.name << " includes " << inc << ", not embedded";
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace driftless::layers::jit
