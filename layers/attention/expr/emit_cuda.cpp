@@ -1,6 +1,9 @@
 // CUDA source of a modifier expression (expr.h emit_cuda): a self-contained device functor
 // with the score_mod.h interface in float, for kernels compiled at run time with NVRTC.
-// Same operation order and conversions as the CPU evaluation (eval.cpp) in float.
+// Same operation order and conversions as the CPU evaluation (eval.cpp) in float, with the
+// GPU's fast approximations of exp, log, pow, tanh and division (a few ulp, as the built-in
+// softcap's tanh), and table reads that depend on the head alone hoisted into bind_into.
+#include <algorithm>
 #include <charconv>
 #include <sstream>
 
@@ -19,12 +22,51 @@ template <class X> __device__ __forceinline__ X dl_clamp(X x, X lo, X hi) {
 }
 __device__ __forceinline__ float dl_abs(float x) { return fabsf(x); }
 __device__ __forceinline__ long long dl_abs(long long x) { return x < 0 ? -x : x; }
+// tanh(x) = 1 - 2 / (2^(2 x log2 e) + 1) from ex2.approx and rcp.approx: absolute error ~1e-7,
+// exactly +-1 for large |x| (the built-in softcap's tanh_fast).
+__device__ __forceinline__ float dl_tanh(float x) {
+  float e, r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * 2.8853900817779268f));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(e + 1.f));
+  return fmaf(-2.f, r, 1.f);
+}
 #endif
 )";
+
+bool mentions_position_or_score(const Node& n) {
+  if (n.op == Op::q || n.op == Op::k || n.op == Op::score) return true;
+  for (const auto& a : n.args)
+    if (mentions_position_or_score(*a)) return true;
+  return false;
+}
+
+// The table reads of a score expression whose subscripts depend on the head alone, in the
+// order a depth-first walk meets them (one slot each; the same node object in both the
+// value and derivative trees shares a slot).
+void collect_bound(const Node& n, std::vector<const Node*>& out) {
+  if (n.op == Op::param && !mentions_position_or_score(n)) {
+    for (const Node* o : out)
+      if (o == &n) return;
+    out.push_back(&n);
+    return;
+  }
+  for (const auto& a : n.args) collect_bound(*a, out);
+}
+
+std::vector<const Node*> bound_reads(const Program& p) {
+  std::vector<const Node*> out;
+  if (p.is_mask || !p.root) return out;
+  collect_bound(*p.root, out);
+  if (p.d_score) collect_bound(*p.d_score, out);
+  for (const auto& d : p.d_occurrence) collect_bound(*d, out);
+  return out;
+}
 
 struct Emitter {
   const Program& p;
   bool members;
+  std::vector<const Node*> bound;  // hoisted reads: bd->v[i] where bd is given
+  bool use_bound = true;
 
   std::string real_literal(double v) {
     char buf[64];
@@ -60,7 +102,11 @@ struct Emitter {
         std::string idx = "0LL";
         for (size_t d = 0; d < n.args.size(); ++d)
           idx = "(" + idx + " * " + std::to_string(n.shape[d]) + "LL + " + e(*n.args[d]) + ")";
-        return "p_" + p.params[size_t(n.param)].name + "[" + idx + "]";
+        const std::string read = "p_" + p.params[size_t(n.param)].name + "[" + idx + "]";
+        if (use_bound)
+          for (size_t i = 0; i < bound.size(); ++i)
+            if (bound[i] == &n) return "(bd ? bd->v[" + std::to_string(i) + "] : " + read + ")";
+        return read;
       }
       case Op::to_real:
         return "((float)" + e(*n.args[0]) + ")";
@@ -74,8 +120,9 @@ struct Emitter {
         return bin(n, "-");
       case Op::mul:
         return bin(n, "*");
-      case Op::div:
-        return bin(n, "/");
+      case Op::div:  // integer division keeps C's; real division is the fast approximation
+        if (n.type == Type::integer) return bin(n, "/");
+        return "__fdividef(" + e(*n.args[0]) + ", " + e(*n.args[1]) + ")";
       case Op::lt:
         return bin(n, "<");
       case Op::le:
@@ -103,17 +150,17 @@ struct Emitter {
       case Op::clamp:
         return args(n, "dl_clamp");
       case Op::exp:
-        return args(n, "expf");
+        return args(n, "__expf");
       case Op::log:
-        return args(n, "logf");
+        return args(n, "__logf");
       case Op::tanh:
-        return args(n, "tanhf");
+        return args(n, "dl_tanh");
       case Op::sqrt:
         return args(n, "sqrtf");
       case Op::pow:
-        return args(n, "powf");
+        return args(n, "__powf");
       case Op::sigmoid:
-        return "(1.0f / (1.0f + expf(-" + e(*n.args[0]) + ")))";
+        return "__fdividef(1.0f, 1.0f + __expf(-" + e(*n.args[0]) + "))";
       case Op::floor:
         return "((long long)floorf(" + e(*n.args[0]) + "))";
       case Op::ceil:
@@ -129,8 +176,12 @@ struct Emitter {
 
 }  // namespace
 
+int bound_slots(const Program& p) {
+  return std::max<int>(1, int(bound_reads(p).size()));
+}
+
 std::string emit_cuda(const Program& p, const std::string& name, bool constants_as_members) {
-  Emitter em{p, constants_as_members};
+  Emitter em{p, constants_as_members, bound_reads(p)};
   std::ostringstream o;
   const char* locals =
       "    const long long hg = (long long)h + head_offset, q = q_idx, k = k_idx;\n"
@@ -151,9 +202,22 @@ std::string emit_cuda(const Program& p, const std::string& name, bool constants_
       << locals << "    (void)h;\n    return " << em.e(*p.root) << ";\n  }\n};\n";
     return o.str();
   }
-  o << "  __device__ float value(float score, int b, int h, int q_idx, int k_idx) const {\n"
+  // Bound: the head-only table reads, filled once per head by bind_into; value and
+  // derivative read them from bd when given, from the tables otherwise.
+  o << "  struct Bound { float v[" << bound_slots(p) << "]; };\n"
+    << "  __device__ void bind_into(Bound& bd_out, int h) const {\n"
+    << "    const long long hg = (long long)h + head_offset, q = 0, k = 0;\n"
+    << "    (void)hg; (void)q; (void)k;\n    const Bound* bd = nullptr; (void)bd;\n";
+  em.use_bound = false;
+  for (size_t i = 0; i < em.bound.size(); ++i)
+    o << "    bd_out.v[" << i << "] = " << em.e(*em.bound[i]) << ";\n";
+  em.use_bound = true;
+  o << "  }\n"
+    << "  __device__ float value(float score, int b, int h, int q_idx, int k_idx,\n"
+    << "                         const Bound* bd = nullptr) const {\n"
     << locals << "    return " << em.e(*p.root) << ";\n  }\n"
-    << "  __device__ float derivative(float score, int b, int h, int q_idx, int k_idx) const {\n"
+    << "  __device__ float derivative(float score, int b, int h, int q_idx, int k_idx,\n"
+    << "                              const Bound* bd = nullptr) const {\n"
     << locals << "    return " << em.e(*p.d_score) << ";\n  }\n";
   if (p.param_count > 0) {
     o << "  __host__ __device__ long long param_count() const { return " << p.param_count
@@ -161,7 +225,7 @@ std::string emit_cuda(const Program& p, const std::string& name, bool constants_
       << "  // grad += dvalue * d value / d params; the kernel decides how grad is shared.\n"
       << "  __device__ void param_grad(float dvalue, float score, int b, int h, int q_idx, "
          "int k_idx, float* grad) const {\n"
-      << locals;
+      << locals << "    const Bound* bd = nullptr; (void)bd;\n";
     for (size_t i = 0; i < p.occurrences.size(); ++i) {
       const Node& occ = *p.occurrences[i];
       std::string idx = "0LL";

@@ -147,5 +147,9 @@ int64_t param_index(const Node& n, const Bindings<T>& b, T score, int64_t h, int
 // constants_as_members: literals read from a member array `c` (the kernel cache's form)
 // instead of being written into the code.
 std::string emit_cuda(const Program& p, const std::string& name, bool constants_as_members = false);
+// How many table reads of p's score expression depend on the head alone (subscripts of h and
+// literals: ALiBi's slope[h]): the emitted functor's Bound holds them, read once per (tile,
+// head) in bind_into instead of once per score; at least 1 (Bound is never empty).
+int bound_slots(const Program& p);
 
 }  // namespace driftless::layers::expr

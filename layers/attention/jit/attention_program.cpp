@@ -91,7 +91,8 @@ ModLayout mod_layout(const expr::Program& score) {
   l.h = user + 4;
   l.doc = user + 8;
   l.align = align;
-  l.size = round_up(user + 12, align);
+  // then U::Bound: bound_slots floats, which bind fills in the kernel
+  l.size = round_up(user + 12 + 4 * size_t(expr::bound_slots(score)), align);
   return l;
 }
 

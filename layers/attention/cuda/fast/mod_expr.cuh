@@ -16,23 +16,27 @@ namespace driftless::layers::gpu::fast {
 // masking) may give NaN there, and dS = P (dP - delta) dx = 0 * NaN would spread it, so a
 // derivative that is not finite counts as 0 (on a visible pair the CPU's result is then
 // not finite either).
+// bound: U's table reads that depend on the head alone (ALiBi's slope[h]), read in bind
+// rather than per score; the host packs zeros there.
 template <class U>
 struct ModExpr {
   U user;
   float scale;
   int h, doc;
+  typename U::Bound bound;
   __device__ void bind(int head, int document) {
     h = head;
     doc = document;
+    user.bind_into(bound, head);
   }
   __device__ float x(float dot, int q, int k) const {
-    return user.value(dot * scale, doc, h, q, k) * kLog2e;
+    return user.value(dot * scale, doc, h, q, k, &bound) * kLog2e;
   }
   __device__ float x_dx(float dot, int q, int k, float* dx) const {
     const float s = dot * scale;
-    const float d = user.derivative(s, doc, h, q, k);
+    const float d = user.derivative(s, doc, h, q, k, &bound);
     *dx = fabsf(d) < INFINITY ? d : 0.f;
-    return user.value(s, doc, h, q, k) * kLog2e;
+    return user.value(s, doc, h, q, k, &bound) * kLog2e;
   }
 };
 
