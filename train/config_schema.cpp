@@ -61,7 +61,7 @@ void visit_schema_impl(C& c, V&& v) {
   v(Field{"model.sliding_window", "llama: a query attends to the last W keys of its document, itself included (Mistral-style); 0 is off", 0, 1e9}, c.model.sliding_window);
   v(Field{"model.score_mod", "attention score modifier expression of score, q, k, h and score_mod_params (README \"Score and mask expressions\"); CPU, and CUDA (bf16, head_dim 64/128; no learnable parameters; compiled at run time); empty is off"}, c.model.score_mod);
   v(Field{"model.mask_mod", "attention mask expression of q, k, h: a boolean, intersected with the causal and document masks; CPU only; empty is off"}, c.model.mask_mod);
-  v(Field{"model.score_mod_params", "parameters of score_mod / mask_mod: name -> {shape: [] | [heads] | [heads, n], init: a number or n values, learnable: false}"}, c.model.score_mod_params);
+  v(Field{"model.score_mod_params", "parameters of score_mod / mask_mod: name -> {shape: [] | [heads] | [heads, n], init: a number or n values, learnable: false}; learnable: true trains one table per layer in the parameter slab (CPU only)"}, c.model.score_mod_params);
   // attention
   v(Field{"attention.kernel_cache.capacity", "run-time compiled attention kernels (of score_mod / mask_mod expressions) held loaded in memory; the least recently used beyond it are dropped", 1, 1e6}, c.attention.kernel_cache.capacity);
   v(Field{"attention.kernel_cache.dir", "directory of the compiled kernels' binaries, shared by later runs and the ranks of a host (a restarted run compiles nothing); empty: $DRIFTLESS_KERNEL_CACHE, else $XDG_CACHE_HOME/driftless/kernels, else ~/.cache/driftless/kernels; off: memory only"}, c.attention.kernel_cache.dir);
