@@ -55,20 +55,33 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
          (uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
 }
 
-// Eight bf16 in one 16-byte unit (element 0 in the low half of .x) as floats, exactly, and
-// back, rounded as from_acc: the vectorised bf16 kernels' loads and stores.
-__device__ __forceinline__ void unpack_bf16x8(const uint4& u, float (&f)[8]) {
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+// A 16-byte unit of V = 16 / sizeof(T) elements of T as floats (to_acc) and back (from_acc):
+// the loads and stores of the vectorised kernels (norm.cu, rms_norm.cu, swiglu.cu, rope.cu).
+template <class T>
+struct Pack {
+  static constexpr int V = 16 / int(sizeof(T));
+  __device__ __forceinline__ static void unpack(const uint4& raw, float (&v)[V]) {
+    const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    f[2 * k] = __uint_as_float(w[k] << 16);
-    f[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    for (int j = 0; j < V; ++j) v[j] = to_acc(e[j]);
   }
-}
-__device__ __forceinline__ uint4 pack_bf16x8(const float (&f)[8]) {
-  return make_uint4(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]), pack_bf16x2(f[4], f[5]),
-                    pack_bf16x2(f[6], f[7]));
-}
+  __device__ __forceinline__ static void load(const T* p, float (&v)[V]) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);  // one 16-byte load: unpack given
+    unpack(raw, v);  // the dereference itself would read the elements one by one
+  }
+  __device__ __forceinline__ static uint4 pack(const float (&v)[V]) {
+    uint4 raw;
+    T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int j = 0; j < V; ++j) e[j] = from_acc<T>(v[j]);
+    return raw;
+  }
+  __device__ __forceinline__ static void store(T* p, const float (&v)[V]) {
+    *reinterpret_cast<uint4*>(p) = pack(v);
+  }
+};
+using Bf16Pack = Pack<bf16_t>;  // 8 bf16 a unit
+
 // True when every pointer is 16-byte aligned (what the 16-byte unit kernels load through).
 inline bool aligned16(std::initializer_list<const void*> ptrs) {
   for (const void* p : ptrs)

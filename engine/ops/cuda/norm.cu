@@ -140,28 +140,8 @@ __global__ void layer_norm_dwb_final_kernel(const acc_t<T>* part_w, const acc_t<
 
 // Rows of c = NP * 32 * V elements (V = 16 / sizeof(T)), 16-byte aligned (GPT widths: 768 =
 // 3 * 256 bf16): the same computations, with the row held in registers and moved as 16-byte
-// packs, lane l holding packs l, l + 32, ...: x and g are read once instead of two or three
-// times one element at a time.
-template <class T>
-struct Pack {
-  static constexpr int V = 16 / int(sizeof(T));
-  __device__ __forceinline__ static void unpack(const uint4& raw, float (&v)[V]) {
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = to_acc(e[j]);
-  }
-  __device__ __forceinline__ static void load(const T* p, float (&v)[V]) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);  // one 16-byte load: unpack given
-    unpack(raw, v);  // the dereference itself would read the elements one by one
-  }
-  __device__ __forceinline__ static void store(T* p, const float (&v)[V]) {
-    uint4 raw;
-    T* e = reinterpret_cast<T*>(&raw);
-#pragma unroll
-    for (int j = 0; j < V; ++j) e[j] = from_acc<T>(v[j]);
-    *reinterpret_cast<uint4*>(p) = raw;
-  }
-};
+// packs (common.cuh's Pack), lane l holding packs l, l + 32, ...: x and g are read once
+// instead of two or three times one element at a time.
 constexpr int kMaxPacks = 8;  // packs per lane: rows of up to 2048 bf16 / 1024 f32
 // Packs per lane up to which the dx kernel also makes the dweight / dbias partials (its sums
 // in shared memory, kFusedWarps x 2 x C floats; GPT-2's 768 and 1024 bf16 are 3 and 4). Its

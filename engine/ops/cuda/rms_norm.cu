@@ -120,7 +120,7 @@ __global__ void rms_norm_forward_units_kernel(const uint4* x, const uint4* w, ui
   for (int k = 0; k < kMaxUnits; ++k) {
     const int u = lane + 32 * k;
     if (u >= cu) break;
-    unpack_bf16x8(x[r * cu + u], xv[k]);
+    Bf16Pack::unpack(x[r * cu + u], xv[k]);
 #pragma unroll
     for (int e = 0; e < 8; ++e) s += xv[k][e] * xv[k][e];
   }
@@ -131,10 +131,10 @@ __global__ void rms_norm_forward_units_kernel(const uint4* x, const uint4* w, ui
     const int u = lane + 32 * k;
     if (u >= cu) break;
     float wv[8], y[8];
-    unpack_bf16x8(w[u], wv);
+    Bf16Pack::unpack(w[u], wv);
 #pragma unroll
     for (int e = 0; e < 8; ++e) y[e] = __bfloat162float(__float2bfloat16_rn(xv[k][e] * rs)) * wv[e];
-    out[r * cu + u] = pack_bf16x8(y);
+    out[r * cu + u] = Bf16Pack::pack(y);
   }
 }
 
@@ -165,9 +165,9 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
       const int u = lane + 32 * k;
       if (u >= cu) break;
       float gv[8], wv[8];
-      unpack_bf16x8(g[r * cu + u], gv);
-      unpack_bf16x8(x[r * cu + u], xh[k]);
-      unpack_bf16x8(w[u], wv);
+      Bf16Pack::unpack(g[r * cu + u], gv);
+      Bf16Pack::unpack(x[r * cu + u], xh[k]);
+      Bf16Pack::unpack(w[u], wv);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         xh[k][e] *= rs;
@@ -182,13 +182,13 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
       const int u = lane + 32 * k;
       if (u >= cu) break;
       float v[8], av[8];
-      if (add) unpack_bf16x8(add[r * cu + u], av);
+      if (add) Bf16Pack::unpack(add[r * cu + u], av);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         v[e] = rs * (gw[k][e] - xh[k][e] * mean_dx);
         if (add) v[e] += av[e];
       }
-      dx[r * cu + u] = pack_bf16x8(v);
+      dx[r * cu + u] = Bf16Pack::pack(v);
     }
   }
   if (!part) return;

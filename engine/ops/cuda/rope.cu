@@ -75,16 +75,16 @@ __global__ void rope_units_kernel(const uint4* x, const int32_t* positions, uint
     const int h = e / hu, i0 = (e - h * hu) * 8;
     const int ua = (h * d + i0) / 8, ub = ua + hu;
     float a[8], b[8], ya[8], yb[8];
-    unpack_bf16x8(xr[ua], a);
-    unpack_bf16x8(xr[ub], b);
+    Bf16Pack::unpack(xr[ua], a);
+    Bf16Pack::unpack(xr[ub], b);
 #pragma unroll
     for (int t = 0; t < 8; ++t) {
       const float c = cs[warp][i0 + t], s = sn[warp][i0 + t];
       ya[t] = a[t] * c - b[t] * s;
       yb[t] = b[t] * c + a[t] * s;
     }
-    yr[ua] = pack_bf16x8(ya);
-    yr[ub] = pack_bf16x8(yb);
+    yr[ua] = Bf16Pack::pack(ya);
+    yr[ub] = Bf16Pack::pack(yb);
   }
   for (int64_t e = int64_t(rotated) * d / 8 + lane; e < wu; e += 32) yr[e] = xr[e];
 }

@@ -57,11 +57,11 @@ __global__ void swiglu_forward_units_kernel(const uint4* x, uint4* out, int64_t 
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / fu, j = i - r * fu;
     float a[8], u[8], y[8];
-    unpack_bf16x8(x[r * 2 * fu + j], a);
-    unpack_bf16x8(x[r * 2 * fu + fu + j], u);
+    Bf16Pack::unpack(x[r * 2 * fu + j], a);
+    Bf16Pack::unpack(x[r * 2 * fu + fu + j], u);
 #pragma unroll
     for (int e = 0; e < 8; ++e) y[e] = a[e] * sigmoid_acc(a[e]) * u[e];
-    out[i] = pack_bf16x8(y);
+    out[i] = Bf16Pack::pack(y);
   }
 }
 
@@ -73,17 +73,17 @@ __global__ void swiglu_backward_units_kernel(const uint4* g, const uint4* x, uin
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / fu, j = i - r * fu;
     float a[8], u[8], go[8], da[8], du[8];
-    unpack_bf16x8(x[r * 2 * fu + j], a);
-    unpack_bf16x8(x[r * 2 * fu + fu + j], u);
-    unpack_bf16x8(g[i], go);
+    Bf16Pack::unpack(x[r * 2 * fu + j], a);
+    Bf16Pack::unpack(x[r * 2 * fu + fu + j], u);
+    Bf16Pack::unpack(g[i], go);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       const float s = sigmoid_acc(a[e]);
       da[e] = go[e] * u[e] * s * (1.f + a[e] * (1.f - s));
       du[e] = go[e] * a[e] * s;
     }
-    d[r * 2 * fu + j] = pack_bf16x8(da);
-    d[r * 2 * fu + fu + j] = pack_bf16x8(du);
+    d[r * 2 * fu + j] = Bf16Pack::pack(da);
+    d[r * 2 * fu + fu + j] = Bf16Pack::pack(du);
   }
 }
 
