@@ -1,6 +1,7 @@
-// The checks of the fast attention kernels against the CPU (attention_fast_test.cpp's
-// criterion, described there): problems of varlen documents with padding and a modifier
-// (built-in or expression), the float64 and plain-bf16 references, the error metric and bound.
+// The CUDA attention tests' problems and checks (attention_cuda_test.cpp, attention_fast_test.cpp
+// whose criterion is described there, attention_expr_cuda_test.cpp): varlen documents with
+// padding and a modifier (built-in or expression), the float64 and plain-bf16 references, the
+// error metric and bound.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -35,17 +36,19 @@ struct Case {
   enum { none, softcap, alibi } mod = none;
   double cap = 30.0;
   // A score expression (ScoreModKind::expression) with its fixed tables, instead of mod.
-  std::string expression;
-  std::vector<layers::expr::ParamDecl> decls;
+  std::string expression{};
+  std::vector<layers::expr::ParamDecl> decls{};
 };
 
 struct Problem {
-  Tensor q, k, v, dout;  // cpu, f32 (bf16-rounded values)
+  Tensor q, k, v, dout;  // cpu, f32 (bf16-rounded values unless make's bf16_values is false)
   AttentionSpec spec;
   std::vector<bool> q_pad, k_pad;  // rows that belong to no document
 };
 
-inline Problem make(const Case& c, uint64_t seed) {
+// bf16_values: q, k, v and dout hold bf16-representable values (the bf16 criterion's
+// inputs); false: any f32 values (attention_cuda_test.cpp's f32 comparison).
+inline Problem make(const Case& c, uint64_t seed, bool bf16_values = true) {
   std::vector<int32_t> cq{0}, ck{0}, uq, uk;
   Problem p;
   bool padded = false;
@@ -91,7 +94,7 @@ inline Problem make(const Case& c, uint64_t seed) {
         layers::expr::compile_score_mod(c.expression, c.decls, int(c.heads)), nullptr, params);
   }
   const int64_t tq = cq.back(), tk = ck.back();
-  auto bf = [](Tensor t) { return t.to(DType::bf16).to(DType::f32); };
+  auto bf = [bf16_values](Tensor t) { return bf16_values ? t.to(DType::bf16).to(DType::f32) : t; };
   p.q = bf(Tensor::randn({tq, c.heads, c.head_dim}, seed, DType::f32, 0.0, 1.5));
   p.k = bf(Tensor::randn({tk, c.kv_heads, c.head_dim}, seed + 1, DType::f32, 0.0, 1.5));
   p.v = bf(Tensor::randn({tk, c.kv_heads, c.head_dim}, seed + 2, DType::f32));

@@ -25,89 +25,20 @@
 #include "engine/core/tensor.h"
 #include "layers/attention/attention.h"
 #include "layers/attention/replay.h"
+#include "tests/gpu/attention_check.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace driftless {
 namespace {
 
-using layers::AttentionGrads;
-using layers::AttentionOutputs;
-using layers::AttentionSpec;
+using attention_check::Case;
+using attention_check::kNames;
+using attention_check::make;
+using attention_check::Problem;
+using attention_check::Result;
+using attention_check::run;
+using attention_check::same_bits;
 using layers::ScoreModSpec;
-
-struct Doc {
-  int64_t q, k, q_pad = 0, k_pad = 0;
-};
-
-struct Case {
-  std::string name;
-  std::vector<Doc> docs;
-  int64_t heads = 2, kv_heads = 1, head_dim = 64;
-  bool causal = true;
-  int64_t window_left = -1, window_right = -1;
-  enum { none, softcap, alibi } mod = none;
-};
-
-struct Problem {
-  Tensor q, k, v, dout;  // cpu, f32
-  AttentionSpec spec;
-};
-
-Problem make(const Case& c, uint64_t seed) {
-  std::vector<int32_t> cq{0}, ck{0}, uq, uk;
-  bool padded = false;
-  for (const Doc& d : c.docs) {
-    cq.push_back(int32_t(cq.back() + d.q + d.q_pad));
-    ck.push_back(int32_t(ck.back() + d.k + d.k_pad));
-    uq.push_back(int32_t(d.q));
-    uk.push_back(int32_t(d.k));
-    padded = padded || d.q_pad > 0 || d.k_pad > 0;
-  }
-  Problem p;
-  AttentionSpec& s = p.spec;
-  s.cu_seqlens_q = Tensor::from_vector(cq);
-  s.cu_seqlens_k = Tensor::from_vector(ck);
-  if (padded) {  // FlashAttention 3 convention: offsets in cu_seqlens, lengths in seqused
-    s.seqused_q = Tensor::from_vector(uq);
-    s.seqused_k = Tensor::from_vector(uk);
-  }
-  for (const Doc& d : c.docs) {
-    s.max_seqlen_q = std::max(s.max_seqlen_q, d.q);
-    s.max_seqlen_k = std::max(s.max_seqlen_k, d.k);
-  }
-  s.max_seqlen_q = std::max<int64_t>(s.max_seqlen_q, 1);
-  s.max_seqlen_k = std::max<int64_t>(s.max_seqlen_k, 1);
-  s.causal = c.causal;
-  s.window_left = c.window_left;
-  s.window_right = c.window_right;
-  if (c.mod == Case::softcap) s.score_mod = ScoreModSpec::make_softcap(3.0);
-  if (c.mod == Case::alibi) {
-    std::vector<float> slopes;
-    for (int64_t h = 0; h < c.heads; ++h) slopes.push_back(std::pow(2.0f, -float(h + 1)));
-    s.score_mod = ScoreModSpec::make_alibi(Tensor::from_vector(slopes));
-  }
-  const int64_t tq = cq.back(), tk = ck.back();
-  p.q = Tensor::randn({tq, c.heads, c.head_dim}, seed, DType::f32, 0.0, 1.5);
-  p.k = Tensor::randn({tk, c.kv_heads, c.head_dim}, seed + 1, DType::f32, 0.0, 1.5);
-  p.v = Tensor::randn({tk, c.kv_heads, c.head_dim}, seed + 2, DType::f32);
-  p.dout = Tensor::randn({tq, c.heads, c.head_dim}, seed + 3, DType::f32);
-  return p;
-}
-
-struct Result {
-  Tensor out, lse, dq, dk, dv;  // cpu
-};
-
-Result run(const Problem& p, DType dtype, Device device) {
-  auto on = [&](const Tensor& t) { return t.to(device, dtype); };
-  Tensor q = on(p.q), k = on(p.k), v = on(p.v), dout = on(p.dout);
-  if (device == Device::cuda) testing::poison_cache(3);
-  AttentionOutputs f = layers::attention_forward(q, k, v, p.spec);
-  if (device == Device::cuda) testing::poison_cache(3);
-  AttentionGrads g = layers::attention_backward(q, k, v, p.spec, f.out, f.lse, dout);
-  auto cpu = [](const Tensor& t) { return t.to(Device::cpu); };
-  return {cpu(f.out), cpu(f.lse), cpu(g.dq), cpu(g.dk), cpu(g.dv)};
-}
 
 // max|t - r| / max|r| over finite entries; -inf must match exactly, NaN fails (returns inf).
 double rel_err(const Tensor& t, const Tensor& r, const std::string& what) {
@@ -136,10 +67,6 @@ void expect_zeros_match(const Tensor& t, const Tensor& r, const std::string& wha
   EXPECT_EQ(bad, 0) << what << ": elements that must be exactly 0 are not";
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
-}
-
 std::vector<Case> cases() {
   std::vector<Case> c;
   for (int64_t n : {1, 7, 63, 65, 129, 1023}) c.push_back({"len" + std::to_string(n), {{n, n}}});
@@ -155,6 +82,7 @@ std::vector<Case> cases() {
   c.push_back({"window_lr", {{129, 129}, {50, 200}}, 2, 1, 64, false, 10, 5});
   Case sc{"softcap", {{65, 65}, {40, 129}}, 4, 2};
   sc.mod = Case::softcap;
+  sc.cap = 3.0;
   c.push_back(sc);
   Case al{"alibi", {{65, 65}, {40, 129}}, 4, 2};
   al.mod = Case::alibi;
@@ -173,22 +101,18 @@ TEST(AttentionCuda, F32MatchesCpu) {
   uint64_t seed = 1234;
   for (const Case& c : cases()) {
     SCOPED_TRACE(c.name);
-    const Problem p = make(c, seed += 10);
+    const Problem p = make(c, seed += 10, /*bf16_values=*/false);
     const Result r = run(p, DType::f32, Device::cpu);
     const Result t = run(p, DType::f32, Device::cuda);
     const Result t2 = run(p, DType::f32, Device::cuda);
-    const char* names[] = {"out", "lse", "dq", "dk", "dv"};
-    const Tensor* rs[] = {&r.out, &r.lse, &r.dq, &r.dk, &r.dv};
-    const Tensor* ts[] = {&t.out, &t.lse, &t.dq, &t.dk, &t.dv};
-    const Tensor* t2s[] = {&t2.out, &t2.lse, &t2.dq, &t2.dk, &t2.dv};
     double worst = 0;
     for (int i = 0; i < 5; ++i) {
-      const double e = rel_err(*ts[i], *rs[i], names[i]);
+      const double e = rel_err(t.t[i], r.t[i], kNames[i]);
       worst = std::max(worst, e);
-      EXPECT_LE(e, 1e-5) << c.name << " " << names[i];
-      if (i != 1) expect_zeros_match(*ts[i], *rs[i], c.name + " " + names[i]);
-      EXPECT_TRUE(same_bits(*ts[i], *t2s[i]))
-          << c.name << " " << names[i] << " not bitwise repeatable";
+      EXPECT_LE(e, 1e-5) << c.name << " " << kNames[i];
+      if (i != 1) expect_zeros_match(t.t[i], r.t[i], c.name + " " + kNames[i]);
+      EXPECT_TRUE(same_bits(t.t[i], t2.t[i]))
+          << c.name << " " << kNames[i] << " not bitwise repeatable";
     }
     std::printf("[attention cuda f32] %-26s max rel err %.3g\n", c.name.c_str(), worst);
   }
@@ -200,29 +124,23 @@ TEST(AttentionCuda, Bf16WithinTwiceTheCpuBf16Error) {
   for (const Case& c : cases()) {
     if (c.name == "len1" || c.name == "len7" || c.name == "len63") continue;
     SCOPED_TRACE(c.name);
-    Problem p = make(c, seed += 10);
     // The reference sees the bf16-rounded inputs: only the computation's error is compared.
-    for (Tensor* t : {&p.q, &p.k, &p.v, &p.dout}) *t = t->to(DType::bf16).to(DType::f32);
+    const Problem p = make(c, seed += 10);
     const Result ref = run(p, DType::f64, Device::cpu);
     const Result cpu = run(p, DType::bf16, Device::cpu);
     const Result gpu = run(p, DType::bf16, Device::cuda);
     const Result gpu2 = run(p, DType::bf16, Device::cuda);
-    const char* names[] = {"out", "lse", "dq", "dk", "dv"};
-    const Tensor* rs[] = {&ref.out, &ref.lse, &ref.dq, &ref.dk, &ref.dv};
-    const Tensor* cs[] = {&cpu.out, &cpu.lse, &cpu.dq, &cpu.dk, &cpu.dv};
-    const Tensor* gs[] = {&gpu.out, &gpu.lse, &gpu.dq, &gpu.dk, &gpu.dv};
-    const Tensor* g2s[] = {&gpu2.out, &gpu2.lse, &gpu2.dq, &gpu2.dk, &gpu2.dv};
     for (int i = 0; i < 5; ++i) {
-      const double ec = rel_err(*cs[i], *rs[i], names[i]);
-      const double eg = rel_err(*gs[i], *rs[i], names[i]);
+      const double ec = rel_err(cpu.t[i], ref.t[i], kNames[i]);
+      const double eg = rel_err(gpu.t[i], ref.t[i], kNames[i]);
       EXPECT_LE(eg, 2 * ec + (i == 1 ? 1e-6 : 0.0))
-          << c.name << " " << names[i] << ": cuda bf16 error " << eg << ", cpu bf16 error " << ec;
-      if (i != 1) expect_zeros_match(*gs[i], *cs[i], c.name + " " + names[i]);
-      EXPECT_TRUE(same_bits(*gs[i], *g2s[i]))
-          << c.name << " " << names[i] << " not bitwise repeatable";
+          << c.name << " " << kNames[i] << ": cuda bf16 error " << eg << ", cpu bf16 error " << ec;
+      if (i != 1) expect_zeros_match(gpu.t[i], cpu.t[i], c.name + " " + kNames[i]);
+      EXPECT_TRUE(same_bits(gpu.t[i], gpu2.t[i]))
+          << c.name << " " << kNames[i] << " not bitwise repeatable";
       if (i == 0 || i == 3)
         std::printf("[attention cuda bf16] %-26s %s err cuda %.3g cpu %.3g\n", c.name.c_str(),
-                    names[i], eg, ec);
+                    kNames[i], eg, ec);
     }
   }
 }
