@@ -29,6 +29,7 @@ bool lt_matmul(const LtMatmul&) {
 int64_t lt_matmul_count(LtEpilogue) {
   return 0;
 }
+int64_t lt_matmul_with_c_count() { return 0; }
 Tensor linear_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   no_cuda("linear");
 }

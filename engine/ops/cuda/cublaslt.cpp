@@ -75,6 +75,7 @@ void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const
 }
 
 std::array<std::atomic<int64_t>, kLtEpilogues> run_counts{};
+std::atomic<int64_t> with_c_count{0};
 
 using AlgoKey = std::tuple<int, int, int, int64_t, int64_t, int64_t, bool, bool, bool, int,
                            uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, int64_t, int64_t,
@@ -171,11 +172,14 @@ bool lt_matmul(const LtMatmul& p) {
                                  p.c ? p.c : p.d, ld.l, p.d, ld.l, &*algo, gemm_workspace(),
                                  kGemmWorkspaceBytes, cuda::compute_stream()));
   ++run_counts[size_t(p.epilogue)];
+  if (p.accumulate && p.c && p.c != p.d) ++with_c_count;
   return true;
 }
 
 int64_t lt_matmul_count(LtEpilogue epilogue) {
   return run_counts[size_t(epilogue)].load();
 }
+
+int64_t lt_matmul_with_c_count() { return with_c_count.load(); }
 
 }  // namespace driftless::ops::gpu

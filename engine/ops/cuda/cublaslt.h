@@ -51,5 +51,8 @@ bool lt_matmul(const LtMatmul& p);
 // How many products with this epilogue cuBLASLt has run in this process: tests check that
 // the fused paths are taken, not only that the fallbacks are right.
 int64_t lt_matmul_count(LtEpilogue epilogue);
+// How many of them added a separate C operand (out = a b + c with c != out: a Linear's
+// residual fused into the product).
+int64_t lt_matmul_with_c_count();
 
 }  // namespace driftless::ops::gpu

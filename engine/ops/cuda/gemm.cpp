@@ -65,7 +65,7 @@ LtMatmul linear_problem(const Tensor& x, const Tensor& w, const Tensor& bias, co
   p.b = w.raw_data(), p.rb = w.size(0), p.cb = w.size(1), p.tb = true;
   p.d = y.raw_data();
   p.epilogue = epilogue;
-  p.bias = bias.raw_data();
+  p.bias = bias.defined() ? bias.raw_data() : nullptr;
   return p;
 }
 
@@ -156,8 +156,10 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias,
                                                          << dtype_name(x.dtype()));
   Tensor y = Tensor::empty({rows, out}, x.dtype(), Device::cuda);  // (N, out)
   if (y.numel() == 0) return y;
-  if (bias.defined() && in > 0 && x.dtype() != DType::f64) {
-    LtMatmul p = linear_problem(x, w, bias, y, LtEpilogue::bias);
+  // The bias rides in cuBLASLt's epilogue and the residual in its C operand (beta = 1): one
+  // pass over the output. A Llama projection has a residual but no bias.
+  if ((bias.defined() || residual.defined()) && in > 0 && x.dtype() != DType::f64) {
+    LtMatmul p = linear_problem(x, w, bias, y, bias.defined() ? LtEpilogue::bias : LtEpilogue::none);
     if (residual.defined()) {
       p.accumulate = true;
       p.c = residual.raw_data();
