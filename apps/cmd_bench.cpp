@@ -44,6 +44,7 @@ struct BenchArgs {
   // bench attention --score-mod: a score expression for every shape (in place of softcap),
   // compiled at run time on CUDA; it may read the tables `slope` (H) and `bias` (H, 64).
   std::string score_mod;
+  bool alibi = false;  // bench attention --alibi: the built-in ALiBi with `slope`'s values
 };
 
 struct AttnShape {
@@ -66,12 +67,18 @@ std::vector<AttnShape> attention_shapes() {
 // --score-mod's expression with the bench's fixed tables: `slope` (H), ALiBi's slopes
 // 2^(-8 (h + 1) / H), and `bias` (H, 64), a per-head bias by distance (index
 // min(abs(q - k), 63)) decaying with it, as tests/reference/flex_attention_bench.py builds.
-[[maybe_unused]] layers::ScoreModSpec bench_score_mod(const std::string& source, int64_t heads) {
-  std::vector<double> slope, bias;
-  for (int64_t h = 0; h < heads; ++h) {
+std::vector<double> bench_slopes(int64_t heads) {
+  std::vector<double> slope;
+  for (int64_t h = 0; h < heads; ++h)
     slope.push_back(std::pow(2.0, -8.0 * double(h + 1) / double(heads)));
-    for (int64_t d = 0; d < 64; ++d) bias.push_back(-slope.back() * double(d));
-  }
+  return slope;
+}
+
+[[maybe_unused]] layers::ScoreModSpec bench_score_mod(const std::string& source, int64_t heads) {
+  const std::vector<double> slope = bench_slopes(heads);
+  std::vector<double> bias;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t d = 0; d < 64; ++d) bias.push_back(-slope[size_t(h)] * double(d));
   std::vector<layers::expr::ParamDecl> decls = {{"slope", {heads}, slope, false},
                                                 {"bias", {heads, 64}, bias, false}};
   std::vector<Tensor> params;
@@ -115,11 +122,12 @@ int run_attention(const BenchArgs& a) {
         std::any_of(a.shapes.begin(), a.shapes.end(),
                     [&](const std::string& s) { return sh.name.find(s) != std::string::npos; }))
       shapes.push_back(sh);
-  if (!a.score_mod.empty()) {  // the expression replaces softcap: shapes named *_expr
+  DL_CHECK(a.score_mod.empty() || !a.alibi, "bench", "--alibi and --score-mod exclude each other");
+  if (!a.score_mod.empty() || a.alibi) {  // in place of softcap: shapes named *_expr, *_alibi
     std::vector<AttnShape> kept;
     for (AttnShape sh : shapes)
       if (sh.softcap == 0) {
-        sh.name += "_expr";
+        sh.name += a.alibi ? "_alibi" : "_expr";
         kept.push_back(sh);
       }
     shapes = kept;
@@ -138,6 +146,11 @@ int run_attention(const BenchArgs& a) {
       layers::AttentionSpec spec = layers::AttentionSpec::from_lengths(sh.docs, sh.docs, true);
       if (sh.softcap > 0) spec.score_mod = layers::ScoreModSpec::make_softcap(sh.softcap);
       if (!a.score_mod.empty()) spec.score_mod = bench_score_mod(a.score_mod, sh.heads);
+      if (a.alibi) {
+        const std::vector<double> sl = bench_slopes(sh.heads);
+        spec.score_mod = layers::ScoreModSpec::make_alibi(
+            Tensor::from_vector(std::vector<float>(sl.begin(), sl.end())));
+      }
       spec.deterministic = deterministic;
       const char* backward_name = deterministic ? "deterministic" : "atomic_dq";
       Tensor q = Tensor::randn({t, sh.heads, sh.head_dim}, 1).to(Device::cuda, DType::bf16);
@@ -177,6 +190,7 @@ int run_attention(const BenchArgs& a) {
                       {"head_dim", sh.head_dim},
                       {"softcap", sh.softcap},
                       {"score_mod", a.score_mod},
+                      {"alibi", a.alibi},
                       {"fwd_flops", fwd_flops},
                       {"bwd_flops", bwd_flops},
                       {"fwd_ms", f_ms},
@@ -260,6 +274,10 @@ Registrar reg({"bench",
                                  "*_expr), compiled at run time (e.g. "
                                  "'30 * tanh(score / 30)', 'score - slope[h] * abs(q - k)', "
                                  "'score + bias[h, min(abs(q - k), 63)]')");
+                 att->add_flag("--alibi", a->alibi,
+                               "the built-in ALiBi, slopes 2^(-8 (h + 1) / H) (the table "
+                               "`slope` of --score-mod), on every shape without softcap "
+                               "(named *_alibi)");
                  auto train_run = std::make_shared<std::function<int()>>();
                  auto* tr = add_bench_train(sub, train_run.get());
                  sub.require_subcommand(1);

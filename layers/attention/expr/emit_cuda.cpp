@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "layers/attention/expr/expr.h"
+#include "layers/attention/expr/typer.h"
 
 namespace driftless::layers::expr {
 
@@ -22,14 +23,18 @@ template <class X> __device__ __forceinline__ X dl_clamp(X x, X lo, X hi) {
 }
 __device__ __forceinline__ float dl_abs(float x) { return fabsf(x); }
 __device__ __forceinline__ long long dl_abs(long long x) { return x < 0 ? -x : x; }
+__device__ __forceinline__ int dl_abs(int x) { return x < 0 ? -x : x; }
 // tanh(x) = 1 - 2 / (2^(2 x log2 e) + 1) from ex2.approx and rcp.approx: absolute error ~1e-7,
 // exactly +-1 for large |x| (the built-in softcap's tanh_fast).
-__device__ __forceinline__ float dl_tanh(float x) {
+// dl_tanh_pre takes its argument already multiplied by 2 log2 e (the emitter folds that
+// factor into a constant of the argument: tanh(score / 30) is dl_tanh_pre(dot * K)).
+__device__ __forceinline__ float dl_tanh_pre(float two_log2e_x) {
   float e, r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * 2.8853900817779268f));
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(two_log2e_x));
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(e + 1.f));
   return fmaf(-2.f, r, 1.f);
 }
+__device__ __forceinline__ float dl_tanh(float x) { return dl_tanh_pre(x * 2.8853900817779268f); }
 #endif
 )";
 
@@ -62,11 +67,174 @@ std::vector<const Node*> bound_reads(const Program& p) {
   return out;
 }
 
+// A real constant: literals and arithmetic of literals (no score, index or table).
+bool is_const(const Node& n) {
+  if (n.type != Type::real && n.op != Op::to_real) return false;
+  switch (n.op) {
+    case Op::literal:
+      return true;
+    case Op::to_real:
+      return n.args[0]->op == Op::literal;
+    case Op::neg:
+    case Op::add:
+    case Op::sub:
+    case Op::mul:
+    case Op::div:
+      for (const auto& a : n.args)
+        if (!is_const(*a)) return false;
+      return true;
+    default:
+      return false;
+  }
+}
+
+// One factor of a product chain: a constant (multiplying, or dividing), the score, or any
+// other subexpression.
+struct Factor {
+  enum Kind { mul_const, div_const, score, other } kind;
+  const Node* n;
+};
+
+void collect_factors(const Node& n, std::vector<Factor>& out) {
+  if (is_const(n)) {
+    out.push_back({Factor::mul_const, &n});
+  } else if (n.op == Op::score) {
+    out.push_back({Factor::score, &n});
+  } else if (n.op == Op::mul && n.type == Type::real) {
+    collect_factors(*n.args[0], out);
+    collect_factors(*n.args[1], out);
+  } else if (n.op == Op::div && n.type == Type::real && is_const(*n.args[1])) {
+    collect_factors(*n.args[0], out);
+    out.push_back({Factor::div_const, n.args[1].get()});
+  } else {
+    out.push_back({Factor::other, &n});
+  }
+}
+
+constexpr const char* kLog2eText = "1.4426950408889634f";
+constexpr const char* kTwoLog2eText = "2.8853900817779268f";
+
+// Integer arithmetic in 32 bits where it provably fits: the kernels' positions are 32-bit
+// ints, and an expression's integer node is emitted as int when its range and its integer
+// operands' (interval arithmetic, typer.h) fit, else in 64 bits (a 64-bit to float conversion
+// costs several instructions: measured, ALiBi's expression ran its forward at 0.64x the
+// built-in's). The range depends on integer literals' values, which the program text (and
+// with it the kernel cache's key) then depends on too.
+struct Widths {
+  detail::Typer typer;
+  explicit Widths(const Program& p) : typer{p.params, p.heads, p.is_mask, 2147483647.0} {}
+  bool fits(const Node& n) const {
+    if (n.type != Type::integer) return true;
+    const detail::Interval r = typer.range(n);
+    if (!(r.lo >= -2147483648.0 && r.hi <= 2147483647.0)) return false;
+    for (const auto& a : n.args)
+      if (!fits(*a)) return false;
+    return true;
+  }
+};
+
 struct Emitter {
   const Program& p;
   bool members;
   std::vector<const Node*> bound;  // hoisted reads: bd->v[i] where bd is given
   bool use_bound = true;
+  Widths widths{p};
+  // An integer operand of n: as it is where n computes in 32 bits, widened otherwise.
+  std::string operand(const Node& n, const Node& arg) {
+    const std::string x = e(arg);
+    if (arg.type != Type::integer || widths.fits(n)) return x;
+    return "((long long)" + x + ")";
+  }
+  // Fold mode (value_log2, derivative_dot: functions of the raw dot product): the constant
+  // factors of a product chain, with the softmax scale where the chain holds the score,
+  // tanh's 2 log2 e and the value's log2 e, are multiplied once per head in bind_into
+  // (exactly, in IEEE float: the host's order for the built-ins' folded factors) into
+  // Bound slots after the hoisted reads; the chain multiplies its other factors by that slot.
+  bool fold = false;
+  std::vector<std::string> folds;  // bind-time expression of each folded constant
+
+  // The row-major flat index of a table read (or of a learnable occurrence): 32-bit where
+  // the table and the subscripts are (the typer proved every subscript in range).
+  std::string index(const Node& n) {
+    int64_t numel = 1;
+    bool w32 = true;
+    for (size_t d = 0; d < n.args.size(); ++d) {
+      numel *= n.shape[d];
+      w32 = w32 && widths.fits(*n.args[d]);
+    }
+    w32 = w32 && numel <= 2147483647;
+    std::string idx = w32 ? "0" : "0LL";
+    for (size_t d = 0; d < n.args.size(); ++d) {
+      const std::string sub = w32 ? e(*n.args[d]) : "((long long)" + e(*n.args[d]) + ")";
+      idx = "(" + idx + " * " + std::to_string(n.shape[d]) + (w32 ? "" : "LL") + " + " + sub + ")";
+    }
+    return idx;
+  }
+  // A constant as bind_into computes it: correctly rounded operations (no contraction).
+  std::string ce(const Node& n) {
+    switch (n.op) {
+      case Op::neg:
+        return "(-" + ce(*n.args[0]) + ")";
+      case Op::add:
+        return "__fadd_rn(" + ce(*n.args[0]) + ", " + ce(*n.args[1]) + ")";
+      case Op::sub:
+        return "__fsub_rn(" + ce(*n.args[0]) + ", " + ce(*n.args[1]) + ")";
+      case Op::mul:
+        return "__fmul_rn(" + ce(*n.args[0]) + ", " + ce(*n.args[1]) + ")";
+      case Op::div:
+        return "__fdiv_rn(" + ce(*n.args[0]) + ", " + ce(*n.args[1]) + ")";
+      default:
+        return e(n);  // a literal (or an integer literal made real)
+    }
+  }
+  // The slot of a folded constant (one slot per distinct expression: the value and the
+  // derivative then read the same slot, and the compiler shares their common terms).
+  std::string fold_slot(const std::string& expr) {
+    size_t i = 0;
+    while (i < folds.size() && folds[i] != expr) ++i;
+    if (i == folds.size()) folds.push_back(expr);
+    return "bd->v[" + std::to_string(bound.size() + i) + "]";
+  }
+  // n as a product chain with its constants folded, the accumulation starting from `init`
+  // (a float literal, or "" for none); "" when there is nothing to fold.
+  std::string chain(const Node& n, const std::string& init) {
+    std::vector<Factor> f;
+    collect_factors(n, f);
+    bool consts = false, has_score = false;
+    for (const Factor& x : f) {
+      consts = consts || x.kind == Factor::mul_const || x.kind == Factor::div_const;
+      has_score = has_score || x.kind == Factor::score;
+    }
+    if (!consts && !(has_score && !init.empty())) return "";
+    std::string acc = init, prod;
+    auto times = [](const std::string& a, const std::string& b) {
+      return a.empty() ? b : "__fmul_rn(" + a + ", " + b + ")";
+    };
+    for (const Factor& x : f) {
+      switch (x.kind) {
+        case Factor::score:
+          acc = times(acc, "scale");
+          prod += (prod.empty() ? "" : " * ") + std::string("dot");
+          break;
+        case Factor::mul_const:
+          acc = times(acc, ce(*x.n));
+          break;
+        case Factor::div_const:
+          acc = "__fdiv_rn(" + (acc.empty() ? std::string("1.0f") : acc) + ", " + ce(*x.n) + ")";
+          break;
+        case Factor::other:
+          prod += (prod.empty() ? "" : " * ") + e(*x.n);
+          break;
+      }
+    }
+    const std::string k = fold_slot(acc);
+    return prod.empty() ? k : "((" + prod + ") * " + k + ")";
+  }
+  // The value in log2 units (value * log2 e), folded.
+  std::string value_log2(const Node& root) {
+    const std::string c = chain(root, kLog2eText);
+    return c.empty() ? "(" + e(root) + " * " + kLog2eText + ")" : c;
+  }
 
   std::string real_literal(double v) {
     char buf[64];
@@ -77,19 +245,25 @@ struct Emitter {
   }
   std::string args(const Node& n, const char* f) {
     std::string s = std::string(f) + "(";
-    for (size_t i = 0; i < n.args.size(); ++i) s += (i ? ", " : "") + e(*n.args[i]);
+    for (size_t i = 0; i < n.args.size(); ++i) s += (i ? ", " : "") + operand(n, *n.args[i]);
     return s + ")";
   }
   std::string bin(const Node& n, const char* op) {
-    return "(" + e(*n.args[0]) + " " + op + " " + e(*n.args[1]) + ")";
+    return "(" + operand(n, *n.args[0]) + " " + op + " " + operand(n, *n.args[1]) + ")";
   }
   std::string e(const Node& n) {
     switch (n.op) {
-      case Op::literal:
-        if (members && n.slot >= 0)
-          return (n.type == Type::integer ? "ci[" : "c[") + std::to_string(n.slot) + "]";
-        return n.type == Type::integer ? "(" + std::to_string(int64_t(n.value)) + "LL)"
-                                       : real_literal(n.value);
+      case Op::literal: {
+        const bool w32 = widths.fits(n);
+        if (members && n.slot >= 0) {
+          if (n.type != Type::integer) return "c[" + std::to_string(n.slot) + "]";
+          const std::string v = "ci[" + std::to_string(n.slot) + "]";
+          return w32 ? "((int)" + v + ")" : v;
+        }
+        return n.type == Type::integer
+                   ? "(" + std::to_string(int64_t(n.value)) + (w32 ? ")" : "LL)")
+                   : real_literal(n.value);
+      }
       case Op::score:
         return "score";
       case Op::q:
@@ -99,9 +273,7 @@ struct Emitter {
       case Op::h:
         return "hg";
       case Op::param: {
-        std::string idx = "0LL";
-        for (size_t d = 0; d < n.args.size(); ++d)
-          idx = "(" + idx + " * " + std::to_string(n.shape[d]) + "LL + " + e(*n.args[d]) + ")";
+        std::string idx = index(n);
         const std::string read = "p_" + p.params[size_t(n.param)].name + "[" + idx + "]";
         if (use_bound)
           for (size_t i = 0; i < bound.size(); ++i)
@@ -111,7 +283,7 @@ struct Emitter {
       case Op::to_real:
         return "((float)" + e(*n.args[0]) + ")";
       case Op::neg:
-        return "(-" + e(*n.args[0]) + ")";
+        return "(-" + operand(n, *n.args[0]) + ")";
       case Op::lnot:
         return "(!" + e(*n.args[0]) + ")";
       case Op::add:
@@ -119,9 +291,13 @@ struct Emitter {
       case Op::sub:
         return bin(n, "-");
       case Op::mul:
+        if (fold && n.type == Type::real)
+          if (std::string c = chain(n, ""); !c.empty()) return c;
         return bin(n, "*");
       case Op::div:  // integer division keeps C's; real division is the fast approximation
         if (n.type == Type::integer) return bin(n, "/");
+        if (fold)
+          if (std::string c = chain(n, ""); !c.empty()) return c;
         return "__fdividef(" + e(*n.args[0]) + ", " + e(*n.args[1]) + ")";
       case Op::lt:
         return bin(n, "<");
@@ -140,7 +316,8 @@ struct Emitter {
       case Op::lor:
         return bin(n, "||");
       case Op::where:
-        return "(" + e(*n.args[0]) + " ? " + e(*n.args[1]) + " : " + e(*n.args[2]) + ")";
+        return "(" + e(*n.args[0]) + " ? " + operand(n, *n.args[1]) + " : " +
+               operand(n, *n.args[2]) + ")";
       case Op::abs:
         return args(n, "dl_abs");
       case Op::min:
@@ -154,6 +331,9 @@ struct Emitter {
       case Op::log:
         return args(n, "__logf");
       case Op::tanh:
+        if (fold)
+          if (std::string c = chain(*n.args[0], kTwoLog2eText); !c.empty())
+            return "dl_tanh_pre(" + c + ")";
         return args(n, "dl_tanh");
       case Op::sqrt:
         return args(n, "sqrtf");
@@ -174,17 +354,34 @@ struct Emitter {
   }
 };
 
+// The bodies of value_log2 and derivative_dot, and the constants they fold.
+struct Folded {
+  std::string value, derivative;
+  std::vector<std::string> folds;
+};
+Folded folded(const Program& p, bool members) {
+  Emitter em{p, members, bound_reads(p)};
+  em.fold = true;
+  Folded f;
+  f.value = em.value_log2(*p.root);
+  f.derivative = em.e(*p.d_score);
+  f.folds = em.folds;
+  return f;
+}
+
 }  // namespace
 
 int bound_slots(const Program& p) {
-  return std::max<int>(1, int(bound_reads(p).size()));
+  if (p.is_mask || !p.root) return 1;
+  // The folded constants' count does not depend on how literals are written (members).
+  return std::max<int>(1, int(bound_reads(p).size() + folded(p, true).folds.size()));
 }
 
 std::string emit_cuda(const Program& p, const std::string& name, bool constants_as_members) {
   Emitter em{p, constants_as_members, bound_reads(p)};
   std::ostringstream o;
   const char* locals =
-      "    const long long hg = (long long)h + head_offset, q = q_idx, k = k_idx;\n"
+      "    const int hg = h + head_offset, q = q_idx, k = k_idx;\n"
       "    (void)b; (void)hg; (void)q; (void)k;\n";
   o << kHelpers << "// " << (p.is_mask ? "mask_mod: " : "score_mod: ") << p.canonical() << "\n"
     << "struct " << name << " {\n";
@@ -204,15 +401,29 @@ std::string emit_cuda(const Program& p, const std::string& name, bool constants_
   }
   // Bound: the head-only table reads, filled once per head by bind_into; value and
   // derivative read them from bd when given, from the tables otherwise.
+  const Folded f = folded(p, constants_as_members);
   o << "  struct Bound { float v[" << bound_slots(p) << "]; };\n"
-    << "  __device__ void bind_into(Bound& bd_out, int h) const {\n"
-    << "    const long long hg = (long long)h + head_offset, q = 0, k = 0;\n"
-    << "    (void)hg; (void)q; (void)k;\n    const Bound* bd = nullptr; (void)bd;\n";
+    << "  // scale: the softmax scale (score = scale * dot), for the folded constants.\n"
+    << "  __device__ void bind_into(Bound& bd_out, int h, float scale = 1.f) const {\n"
+    << "    const int hg = h + head_offset, q = 0, k = 0;\n"
+    << "    (void)hg; (void)q; (void)k; (void)scale;\n    const Bound* bd = nullptr; (void)bd;\n";
   em.use_bound = false;
   for (size_t i = 0; i < em.bound.size(); ++i)
     o << "    bd_out.v[" << i << "] = " << em.e(*em.bound[i]) << ";\n";
   em.use_bound = true;
+  for (size_t i = 0; i < f.folds.size(); ++i)
+    o << "    bd_out.v[" << em.bound.size() + i << "] = " << f.folds[i] << ";\n";
   o << "  }\n"
+    << "  // The kernels' form: of the raw dot product (score = scale * dot), bd bound by\n"
+    << "  // bind_into with the same scale; the value in log2 units, constants folded.\n"
+    << "  __device__ float value_log2(float dot, float scale, int b, int h, int q_idx, int k_idx,\n"
+    << "                              const Bound* bd) const {\n"
+    << locals << "    const float score = dot * scale; (void)score;\n"
+    << "    return " << f.value << ";\n  }\n"
+    << "  __device__ float derivative_dot(float dot, float scale, int b, int h, int q_idx,\n"
+    << "                                  int k_idx, const Bound* bd) const {\n"
+    << locals << "    const float score = dot * scale; (void)score;\n"
+    << "    return " << f.derivative << ";\n  }\n"
     << "  __device__ float value(float score, int b, int h, int q_idx, int k_idx,\n"
     << "                         const Bound* bd = nullptr) const {\n"
     << locals << "    return " << em.e(*p.root) << ";\n  }\n"

@@ -34,6 +34,9 @@ struct Typer {
   const std::vector<ParamDecl>& params;
   int heads;
   bool is_mask;
+  // The largest q or k: unbounded for the checks; the CUDA emitter's bound (the kernels'
+  // positions are 32-bit) decides which integer arithmetic fits in 32 bits.
+  double position_max = INFINITY;
 
   // Integer arithmetic of literals only (-2, 2 * 3): exact in reals too.
   static bool literal_only(const Node& n) {
@@ -210,7 +213,7 @@ struct Typer {
         return {n.value, n.value};
       case Op::q:
       case Op::k:
-        return {0, INFINITY};
+        return {0, position_max};
       case Op::h:
         return {0, double(heads - 1)};
       case Op::neg: {
