@@ -371,6 +371,29 @@ Folded folded(const Program& p, bool members) {
 
 }  // namespace
 
+namespace {
+bool calls_transcendental(const Node& n) {
+  switch (n.op) {
+    case Op::tanh:
+    case Op::exp:
+    case Op::log:
+    case Op::pow:
+    case Op::sqrt:
+    case Op::sigmoid:
+      return true;
+    default:
+      break;
+  }
+  for (const auto& a : n.args)
+    if (calls_transcendental(*a)) return true;
+  return false;
+}
+}  // namespace
+
+bool heavy(const Program& p) {
+  return !p.is_mask && p.root && calls_transcendental(*p.root);
+}
+
 int bound_slots(const Program& p) {
   if (p.is_mask || !p.root) return 1;
   // The folded constants' count does not depend on how literals are written (members).
@@ -390,6 +413,9 @@ std::string emit_cuda(const Program& p, const std::string& name, bool constants_
       << (d.shape.empty() ? "" : std::to_string(d.shape[0]))
       << (d.shape.size() > 1 ? ", " + std::to_string(d.shape[1]) : "") << ")\n";
   o << "  int head_offset;  // h of the expression = head_offset + the call's head\n";
+  if (!p.is_mask)
+    o << "  static constexpr bool kHeavy = " << (heavy(p) ? "true" : "false")
+      << ";  // the forward's tile shapes (fast_common.cuh HeavyMod)\n";
   const size_t slots = p.constants().size();
   if (constants_as_members && slots > 0)
     o << "  float c[" << slots << "];  // real literals by slot\n"

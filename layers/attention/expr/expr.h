@@ -151,5 +151,9 @@ std::string emit_cuda(const Program& p, const std::string& name, bool constants_
 // literals: ALiBi's slope[h]): the emitted functor's Bound holds them, read once per (tile,
 // head) in bind_into instead of once per score; at least 1 (Bound is never empty).
 int bound_slots(const Program& p);
+// True when p's value calls tanh, exp, log, pow, sqrt or sigmoid: the emitted functor's
+// kHeavy, which gives the forward kernels the built-in softcap's tile shapes (fast_common.cuh
+// HeavyMod), so 30 * tanh(score / 30) runs (and rounds) as the built-in does.
+bool heavy(const Program& p);
 
 }  // namespace driftless::layers::expr

@@ -172,6 +172,7 @@ void forward(const gpu::Problem& p, const BoundExpr& e, const gpu::fast::Tile* t
              bool padded, void* out, float* lse) {
   Kernels k = kernels(e, Pass::forward, p);
   gpu::fast::ModLauncher l;
+  l.heavy = expr::heavy(*e.score);  // the functor's kHeavy: the kernel's tile shapes
   // The kernels' parameters in order (forward_kernel.cuh; sm90/fwd_kernel.cuh with its maps
   // first and the item count before out).
   l.forward = [&](const gpu::fast::Geometry& g, const gpu::fast::ForwardArgs& a) {

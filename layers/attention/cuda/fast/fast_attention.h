@@ -136,6 +136,7 @@ struct DkvArgs {  // fast_dkv.cuh dkv_kernel; atomic: the kDq = true instance
   bool atomic = false;
 };
 struct ModLauncher {
+  bool heavy = false;  // the modifier is a HeavyMod (fast_common.cuh): softcap's forward tiles
   std::function<void(const Geometry&, const ForwardArgs&)> forward;
   std::function<void(const Geometry&, const DqArgs&)> dq;
   std::function<void(const Geometry&, const DkvArgs&)> dkv;

@@ -270,6 +270,18 @@ struct ModAlibi {  // s - slope[h] * |q - k|
   }
 };
 
+// Modifiers whose per-score work is heavy (softcap's tanh): the forward kernels give them
+// the tile shapes that leave it the registers (forward_kernel.cuh Cfg, sm90/fwd_traits.cuh
+// FwdConfig), and the launchers of a run-time compiled modifier the same (ModLauncher::heavy).
+template <class M>
+struct HeavyMod {
+  static constexpr bool value = false;
+};
+template <>
+struct HeavyMod<ModSoftcap> {
+  static constexpr bool value = true;
+};
+
 #ifndef __CUDACC_RTC__
 // Calls f(mod_functor) for the built-in modifier of the call.
 template <class F>

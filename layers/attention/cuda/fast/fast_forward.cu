@@ -130,10 +130,15 @@ void forward_with(const Problem& problem, const ModLauncher& launch, const Tile*
   a.tiles = tiles;
   a.out = out;
   a.lse = lse;
-  // A user modifier's tiles are those of every built-in but softcap (Cfg).
-  launch.forward(p.head_dim == 64 ? geometry<64, ModAlibi>(p, n_tiles)
-                                  : geometry<128, ModAlibi>(p, n_tiles),
-                 a);
+  // A user modifier's tiles are softcap's where it is heavy, else every other built-in's (Cfg).
+  if (launch.heavy)
+    launch.forward(p.head_dim == 64 ? geometry<64, ModSoftcap>(p, n_tiles)
+                                    : geometry<128, ModSoftcap>(p, n_tiles),
+                   a);
+  else
+    launch.forward(p.head_dim == 64 ? geometry<64, ModAlibi>(p, n_tiles)
+                                    : geometry<128, ModAlibi>(p, n_tiles),
+                   a);
 }
 
 }  // namespace driftless::layers::gpu::fast

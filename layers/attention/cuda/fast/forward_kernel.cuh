@@ -13,11 +13,11 @@ constexpr int kBQ = kFwdBlockQ;
 // Tile shape per head dim and modifier: kMT 16-row m-tiles per warp share every K and V
 // fragment read from shared memory (2 halves that traffic per product). Keys per tile: 32 at
 // D = 128 with 2 m-tiles keep the scores (kMT x kBK / 2 floats a thread) small enough for O
-// (kMT x D / 2) to stay in registers. Softcap keeps 1 m-tile of 16 rows and 8 warps: its tanh
-// needs the registers (BENCHMARKS.md).
+// (kMT x D / 2) to stay in registers. Softcap (and any HeavyMod) keeps 1 m-tile of 16 rows and
+// 8 warps: its tanh needs the registers (BENCHMARKS.md).
 template <int D, class M>
 struct Cfg {
-  static constexpr int kMT = std::is_same_v<M, ModSoftcap> ? 1 : 2;
+  static constexpr int kMT = HeavyMod<M>::value ? 1 : 2;
   static constexpr int kWarps = kBQ / (16 * kMT), kThreads = kWarps * 32;
   static constexpr int kBK = D <= 64 || kMT == 1 ? 64 : 32;
   static constexpr int kSmem = (kBQ + 4 * kBK) * D * 2 + kSmemAlign;  // Q, then K and V x 2

@@ -40,5 +40,10 @@ struct ModExpr {
     return user.value_log2(dot, scale, doc, h, q, k, &bound);
   }
 };
+// U::kHeavy: the expression calls tanh, exp, log, pow, sqrt or sigmoid (expr::heavy).
+template <class U>
+struct HeavyMod<ModExpr<U>> {
+  static constexpr bool value = U::kHeavy;
+};
 
 }  // namespace driftless::layers::gpu::fast

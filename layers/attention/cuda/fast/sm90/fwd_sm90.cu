@@ -87,8 +87,13 @@ void forward(const Problem& p, const Mod& mod, const Tile* tiles, int n_tiles, v
 
 void forward_with(const Problem& p, const ModLauncher& launch, const Tile* tiles, int n_tiles,
                   void* out, float* lse) {
-  if (p.head_dim == 64)
+  // The configuration the program's kernel was instantiated with (FwdConfig<D, ModExpr<U>>).
+  if (p.head_dim == 64 && launch.heavy)
+    launch_with<FwdConfig<64, ModSoftcap>>(p, launch, tiles, n_tiles, out, lse);
+  else if (p.head_dim == 64)
     launch_with<FwdConfig<64, ModAlibi>>(p, launch, tiles, n_tiles, out, lse);
+  else if (launch.heavy)
+    launch_with<FwdConfig<128, ModSoftcap>>(p, launch, tiles, n_tiles, out, lse);
   else
     launch_with<FwdConfig<128, ModAlibi>>(p, launch, tiles, n_tiles, out, lse);
 }

@@ -55,7 +55,7 @@ struct FwdTraits {
 // D = 128 the ping-pong pays; at D = 64, where the softmax costs as much as the products, and
 // with softcap's tanh everywhere, the consumers run free and a third K/V stage pays.
 template <int D, class M>
-using FwdConfig = FwdTraits<D, D == 64 ? 3 : 2, D == 128 && !std::is_same_v<M, ModSoftcap>>;
+using FwdConfig = FwdTraits<D, D == 64 ? 3 : 2, D == 128 && !HeavyMod<M>::value>;
 
 // Address of the 16-byte chunk c (of D / 8) of row r in a tile of `rows` rows (layout above).
 __device__ __forceinline__ uint32_t chunk_addr(uint32_t tile, int rows, int r, int c) {
