@@ -39,7 +39,7 @@ std::string with_kernel(const std::string& functor, const std::string& name, boo
     k += "  out[i] = m.visible(0, i % 4, i, i / 2) ? 1.f : 0.f;\n";
   else
     k += "  out[i] = m.value(out[i], 0, i % 4, i, i / 2) + m.derivative(out[i], 0, i % 4, i, 3);\n"
-         "  " + name + "::Bound bd;\n  m.bind_into(bd, i % 4, 0.125f);\n"
+         "  " + name + "::Bound bd;\n  m.bind_into(bd, i % 4);\n"
          "  out[i] += m.value_log2(out[i], 0.125f, 0, i % 4, i, i / 2, &bd) +\n"
          "            m.derivative_dot(out[i], 0.125f, 0, i % 4, i, 3, &bd);\n";
   if (params) k += "  m.param_grad(1.f, out[i], 0, i % 4, i, i / 2, grad);\n";

@@ -113,6 +113,71 @@ void collect_factors(const Node& n, std::vector<Factor>& out) {
 
 constexpr const char* kLog2eText = "1.4426950408889634f";
 constexpr const char* kTwoLog2eText = "2.8853900817779268f";
+constexpr float kLog2e = 1.4426950408889634f, kTwoLog2e = 2.8853900817779268f;
+
+// How the host computes a folded constant: from `start` (or 1), times the softmax scale and
+// the constant factors, divided by the constant divisors, in order.
+struct FoldStep {
+  enum Kind { start, scale, mul, div } kind;
+  float value = 0;            // start
+  const Node* n = nullptr;    // mul, div: a constant subexpression
+};
+using FoldRecipe = std::vector<FoldStep>;
+
+// A constant in float as the kernels read it (c[slot] = float(value); an integer literal
+// made real from its int), with each operation rounded as the emitted __f*_rn would.
+float const_value(const Node& n) {
+  auto r = [&](size_t i) { return const_value(*n.args[i]); };
+  switch (n.op) {
+    case Op::literal:
+      return n.type == Type::integer ? float(int64_t(n.value)) : float(n.value);
+    case Op::to_real:
+      return float(int64_t(n.args[0]->value));
+    case Op::neg:
+      return -r(0);
+    case Op::add: {
+      volatile float x = r(0) + r(1);  // volatile: no contraction with a neighbour's product
+      return x;
+    }
+    case Op::sub: {
+      volatile float x = r(0) - r(1);
+      return x;
+    }
+    case Op::mul: {
+      volatile float x = r(0) * r(1);
+      return x;
+    }
+    case Op::div: {
+      volatile float x = r(0) / r(1);
+      return x;
+    }
+    default:
+      return 0.f;  // not a constant (is_const excludes it)
+  }
+}
+
+float run_recipe(const FoldRecipe& r, float scale) {
+  bool any = false;
+  volatile float acc = 1.f;
+  for (const FoldStep& s : r) {
+    switch (s.kind) {
+      case FoldStep::start:
+        acc = s.value;
+        break;
+      case FoldStep::scale:
+        acc = any ? acc * scale : scale;
+        break;
+      case FoldStep::mul:
+        acc = any ? acc * const_value(*s.n) : const_value(*s.n);
+        break;
+      case FoldStep::div:
+        acc = acc / const_value(*s.n);
+        break;
+    }
+    any = true;
+  }
+  return acc;
+}
 
 // Integer arithmetic in 32 bits where it provably fits: the kernels' positions are 32-bit
 // ints, and an expression's integer node is emitted as int when its range and its integer
@@ -147,11 +212,13 @@ struct Emitter {
   }
   // Fold mode (value_log2, derivative_dot: functions of the raw dot product): the constant
   // factors of a product chain, with the softmax scale where the chain holds the score,
-  // tanh's 2 log2 e and the value's log2 e, are multiplied once per head in bind_into
-  // (exactly, in IEEE float: the host's order for the built-ins' folded factors) into
-  // Bound slots after the hoisted reads; the chain multiplies its other factors by that slot.
+  // tanh's 2 log2 e and the value's log2 e, are multiplied on the host (folded_constants, in
+  // IEEE float and the order the host folds the built-ins' factors in) into the functor's
+  // member f[i], a kernel parameter as the built-ins' factors are; the chain multiplies its
+  // other factors by it.
   bool fold = false;
-  std::vector<std::string> folds;  // bind-time expression of each folded constant
+  std::vector<std::string> folds;    // each folded constant as text (its identity)
+  std::vector<FoldRecipe> recipes;   // and how the host computes it
 
   // The row-major flat index of a table read (or of a learnable occurrence): 32-bit where
   // the table and the subscripts are (the typer proved every subscript in range).
@@ -189,11 +256,14 @@ struct Emitter {
   }
   // The slot of a folded constant (one slot per distinct expression: the value and the
   // derivative then read the same slot, and the compiler shares their common terms).
-  std::string fold_slot(const std::string& expr) {
+  std::string fold_slot(const std::string& expr, const FoldRecipe& recipe) {
     size_t i = 0;
     while (i < folds.size() && folds[i] != expr) ++i;
-    if (i == folds.size()) folds.push_back(expr);
-    return "bd->v[" + std::to_string(bound.size() + i) + "]";
+    if (i == folds.size()) {
+      folds.push_back(expr);
+      recipes.push_back(recipe);
+    }
+    return "f[" + std::to_string(i) + "]";
   }
   // n as a product chain with its constants folded, the accumulation starting from `init`
   // (a float literal, or "" for none); "" when there is nothing to fold.
@@ -207,6 +277,8 @@ struct Emitter {
     }
     if (!consts && !(has_score && !init.empty())) return "";
     std::string acc = init, prod;
+    FoldRecipe recipe;
+    if (!init.empty()) recipe.push_back({FoldStep::start, init == kLog2eText ? kLog2e : kTwoLog2e});
     auto times = [](const std::string& a, const std::string& b) {
       return a.empty() ? b : "__fmul_rn(" + a + ", " + b + ")";
     };
@@ -214,20 +286,23 @@ struct Emitter {
       switch (x.kind) {
         case Factor::score:
           acc = times(acc, "scale");
+          recipe.push_back({FoldStep::scale});
           prod += (prod.empty() ? "" : " * ") + std::string("dot");
           break;
         case Factor::mul_const:
           acc = times(acc, ce(*x.n));
+          recipe.push_back({FoldStep::mul, 0.f, x.n});
           break;
         case Factor::div_const:
           acc = "__fdiv_rn(" + (acc.empty() ? std::string("1.0f") : acc) + ", " + ce(*x.n) + ")";
+          recipe.push_back({FoldStep::div, 0.f, x.n});
           break;
         case Factor::other:
           prod += (prod.empty() ? "" : " * ") + e(*x.n);
           break;
       }
     }
-    const std::string k = fold_slot(acc);
+    const std::string k = fold_slot(acc, recipe);
     return prod.empty() ? k : "((" + prod + ") * " + k + ")";
   }
   // The value in log2 units (value * log2 e), folded.
@@ -358,6 +433,7 @@ struct Emitter {
 struct Folded {
   std::string value, derivative;
   std::vector<std::string> folds;
+  std::vector<FoldRecipe> recipes;
 };
 Folded folded(const Program& p, bool members) {
   Emitter em{p, members, bound_reads(p)};
@@ -366,6 +442,7 @@ Folded folded(const Program& p, bool members) {
   f.value = em.value_log2(*p.root);
   f.derivative = em.e(*p.d_score);
   f.folds = em.folds;
+  f.recipes = em.recipes;
   return f;
 }
 
@@ -396,8 +473,19 @@ bool heavy(const Program& p) {
 
 int bound_slots(const Program& p) {
   if (p.is_mask || !p.root) return 1;
-  // The folded constants' count does not depend on how literals are written (members).
-  return std::max<int>(1, int(bound_reads(p).size() + folded(p, true).folds.size()));
+  return std::max<int>(1, int(bound_reads(p).size()));
+}
+
+int fold_count(const Program& p) {
+  if (p.is_mask || !p.root) return 0;
+  return int(folded(p, true).folds.size());
+}
+
+std::vector<float> folded_constants(const Program& p, float scale) {
+  std::vector<float> out;
+  if (p.is_mask || !p.root) return out;
+  for (const FoldRecipe& r : folded(p, true).recipes) out.push_back(run_recipe(r, scale));
+  return out;
 }
 
 std::string emit_cuda(const Program& p, const std::string& name, bool constants_as_members) {
@@ -428,20 +516,19 @@ std::string emit_cuda(const Program& p, const std::string& name, bool constants_
   // Bound: the head-only table reads, filled once per head by bind_into; value and
   // derivative read them from bd when given, from the tables otherwise.
   const Folded f = folded(p, constants_as_members);
+  if (!f.folds.empty())
+    o << "  float f[" << f.folds.size() << "];  // folded constants (host: folded_constants)\n";
   o << "  struct Bound { float v[" << bound_slots(p) << "]; };\n"
-    << "  // scale: the softmax scale (score = scale * dot), for the folded constants.\n"
-    << "  __device__ void bind_into(Bound& bd_out, int h, float scale = 1.f) const {\n"
+    << "  __device__ void bind_into(Bound& bd_out, int h) const {\n"
     << "    const int hg = h + head_offset, q = 0, k = 0;\n"
-    << "    (void)hg; (void)q; (void)k; (void)scale;\n    const Bound* bd = nullptr; (void)bd;\n";
+    << "    (void)hg; (void)q; (void)k;\n    const Bound* bd = nullptr; (void)bd;\n";
   em.use_bound = false;
   for (size_t i = 0; i < em.bound.size(); ++i)
     o << "    bd_out.v[" << i << "] = " << em.e(*em.bound[i]) << ";\n";
   em.use_bound = true;
-  for (size_t i = 0; i < f.folds.size(); ++i)
-    o << "    bd_out.v[" << em.bound.size() + i << "] = " << f.folds[i] << ";\n";
   o << "  }\n"
-    << "  // The kernels' form: of the raw dot product (score = scale * dot), bd bound by\n"
-    << "  // bind_into with the same scale; the value in log2 units, constants folded.\n"
+    << "  // The kernels' form: of the raw dot product (score = scale * dot, the scale the\n"
+    << "  // host folded into f), bd bound by bind_into; the value in log2 units.\n"
     << "  __device__ float value_log2(float dot, float scale, int b, int h, int q_idx, int k_idx,\n"
     << "                              const Bound* bd) const {\n"
     << locals << "    const float score = dot * scale; (void)score;\n"

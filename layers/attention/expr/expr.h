@@ -155,5 +155,10 @@ int bound_slots(const Program& p);
 // kHeavy, which gives the forward kernels the built-in softcap's tile shapes (fast_common.cuh
 // HeavyMod), so 30 * tanh(score / 30) runs (and rounds) as the built-in does.
 bool heavy(const Program& p);
+// The constants the emitted functor's value_log2 and derivative_dot fold (its member f: the
+// softmax scale, tanh's 2 log2 e, the value's log2 e and the source literals of each
+// product chain, multiplied in IEEE float), for a call of softmax scale `scale`.
+int fold_count(const Program& p);
+std::vector<float> folded_constants(const Program& p, float scale);
 
 }  // namespace driftless::layers::expr

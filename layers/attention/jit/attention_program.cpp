@@ -86,6 +86,11 @@ ModLayout mod_layout(const expr::Program& score) {
     at += 8 * l.slots;
     align = 8;
   }
+  l.folds = size_t(expr::fold_count(score));
+  if (l.folds > 0) {
+    l.f = at;
+    at += 4 * l.folds;
+  }
   const size_t user = round_up(at, align);  // sizeof(U)
   l.scale = user;
   l.h = user + 4;
@@ -191,6 +196,9 @@ std::vector<unsigned char> pack_mod(const AttentionProgram& program, const expr:
     put(l.c + 4 * i, &c, 4);
     put(l.ci + 8 * i, &ci, 8);
   }
+  const std::vector<float> folds = expr::folded_constants(score, scale);
+  DL_CHECK(folds.size() == l.folds, kOp, "folded constants changed");
+  for (size_t i = 0; i < folds.size(); ++i) put(l.f + 4 * i, &folds[i], 4);
   put(l.scale, &scale, 4);
   return out;
 }

@@ -31,6 +31,7 @@ struct ModLayout {
   std::vector<size_t> params;             // offset of each declared parameter's pointer
   size_t head_offset = 0, c = 0, ci = 0;  // c, ci: the constant slots (when slots > 0)
   size_t slots = 0;
+  size_t f = 0, folds = 0;  // the folded constants (expr::folded_constants), when folds > 0
   size_t scale = 0, h = 0, doc = 0;
 };
 ModLayout mod_layout(const expr::Program& score);

@@ -9,7 +9,7 @@ namespace driftless::layers::gpu::fast {
 // The user's value(score, doc, h, q, k) in log2 units at score = scale * dot, and its
 // derivative d value / d score (the kernels apply the softmax scale to dS once at the end,
 // as for the built-ins), as U's value_log2 / derivative_dot: functions of the dot product
-// whose constant factors, the scale and log2 e included, bind_into multiplies once per head
+// whose constant factors, the scale and log2 e included, the host multiplied into U's f[]
 // (emit_cuda.cpp; 30 * tanh(score / 30) is then the built-in softcap's arithmetic). h is the call's head (U adds its head_offset); doc is the document
 // within the call, q and k positions within the document. The host packs this struct byte
 // for byte (jit/attention_program.cpp); the program checks that layout with static_asserts.
@@ -29,7 +29,7 @@ struct ModExpr {
   __device__ void bind(int head, int document) {
     h = head;
     doc = document;
-    user.bind_into(bound, head, scale);
+    user.bind_into(bound, head);
   }
   __device__ float x(float dot, int q, int k) const {
     return user.value_log2(dot, scale, doc, h, q, k, &bound);
