@@ -135,15 +135,17 @@ void resolve_score_mods(Config& c, std::vector<std::string>& errors) {
     DL_CHECK(c.precision.device != Device::cuda || !mm, "config",
              "model.mask_mod runs on CPU only (precision.device: cpu); model.score_mod runs on "
              "CUDA too");
+    // The ring's calls hold parts of a document and pass its positions as a shift that the
+    // CPU kernels apply and the CUDA kernels do not read yet (spec.h "Positions").
     const auto& cp = c.distributed.context_parallel;
-    DL_CHECK(!(cp.size > 1 && cp.kind == layers::ContextParallel::ring) ||
-                 ((!sm || !sm->reads_positions()) && !mm),
+    DL_CHECK(!(cp.size > 1 && cp.kind != layers::ContextParallel::a2a) ||
+                 c.precision.device != Device::cuda || !sm || !sm->reads_positions(),
              "config",
-             "distributed.context_parallel.kind ring takes no score_mod of q or k and no "
-             "mask_mod (its partial attention calls lose the token distance); use kind a2a");
+             "distributed.context_parallel.kind ring and hybrid on CUDA take no score_mod of q "
+             "or k (the CUDA kernels do not take the ring's document positions yet); use kind "
+             "a2a or precision.device: cpu");
     // The model is causal and a mask is intersected with that (a query's later keys are in
     // no layout's K extent): q - k < 256 is a sliding window; a mask cannot show later keys.
-    (void)mm;
   } catch (const YAML::Exception& e) {
     errors.push_back(std::string("model.score_mod_params: ") + e.what());
   } catch (const Error& e) {
@@ -208,12 +210,14 @@ void cross_check(const Config& c, std::vector<std::string>& errors) {
       need(c.data.pad_documents_to <= 1,
            "distributed.context_parallel.kind ring and hybrid do not take data.pad_documents_to "
            "yet; use kind a2a or sequence_data_parallel");
-      need(!m.alibi, "distributed.context_parallel.kind ring and hybrid do not take model.alibi "
-                     "(their partial attention calls lose the token distance); use kind a2a");
+      need(!m.alibi || c.precision.device != Device::cuda,
+           "distributed.context_parallel.kind ring and hybrid on CUDA do not take model.alibi "
+           "(the CUDA kernels do not take the ring's document positions yet); use kind a2a or "
+           "precision.device: cpu");
       need(m.sliding_window == 0,
            "distributed.context_parallel.kind ring and hybrid do not take model.sliding_window "
            "(their calls over earlier chunks see every key); use kind a2a or "
-           "sequence_data_parallel");
+           "sequence_data_parallel, or on CPU the mask_mod q - k < W");
     } else {
       need((S / ms) % cp.size == 0, "a micro-sequence (" + std::to_string(S / ms) +
                                         " tokens) must divide over distributed.context_parallel.size (" +

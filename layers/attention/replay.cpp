@@ -29,10 +29,10 @@ const std::set<std::string> kTensorNames{"q",
                                          "alibi_slopes",
                                          "relative_position_table"};
 const std::set<std::string> kMetaKeys{
-    "causal",        "window_left",  "window_right",
-    "softmax_scale", "max_seqlen_q", "max_seqlen_k",
-    "score_mod",     "softcap",      "relative_position_max_distance",
-    "deterministic"};
+    "causal",        "window_left",       "window_right",
+    "softmax_scale", "max_seqlen_q",      "max_seqlen_k",
+    "score_mod",     "softcap",           "relative_position_max_distance",
+    "deterministic", "first_doc_shift_q", "first_doc_shift_k"};
 
 int64_t parse_int(const std::string& key, const std::string& s) {
   char* end = nullptr;
@@ -121,6 +121,10 @@ AttentionCall read_attention_call(const std::string& path) {
       s.window_left = parse_int(key, value);
     } else if (key == "window_right") {
       s.window_right = parse_int(key, value);
+    } else if (key == "first_doc_shift_q") {
+      s.first_doc_shift.q = parse_int(key, value);
+    } else if (key == "first_doc_shift_k") {
+      s.first_doc_shift.k = parse_int(key, value);
     } else if (key == "softmax_scale") {
       s.softmax_scale = parse_double(key, value);
     } else if (key == "max_seqlen_q") {
@@ -173,6 +177,10 @@ void write_attention_call(const std::string& path, const AttentionCall& c) {
   m["deterministic"] = s.deterministic ? "true" : "false";
   m["window_left"] = std::to_string(s.window_left);
   m["window_right"] = std::to_string(s.window_right);
+  if (!s.first_doc_shift.zero()) {
+    m["first_doc_shift_q"] = std::to_string(s.first_doc_shift.q);
+    m["first_doc_shift_k"] = std::to_string(s.first_doc_shift.k);
+  }
   if (s.softmax_scale) m["softmax_scale"] = fmt_double(*s.softmax_scale);
   m["max_seqlen_q"] = std::to_string(s.max_seqlen_q);
   m["max_seqlen_k"] = std::to_string(s.max_seqlen_k);

@@ -5,7 +5,8 @@
 // optional: d_out (T_q, H, D; without it only the forward runs), cu_seqlens_q_padded,
 // cu_seqlens_k_padded, seqused_q, seqused_k (i32), bias, alibi_slopes,
 // relative_position_table. Metadata (all strings): causal ("true"/"false", default false),
-// window_left, window_right (default -1), softmax_scale (default 1/sqrt(D)), max_seqlen_q,
+// window_left, window_right (default -1), first_doc_shift_q, first_doc_shift_k (default 0:
+// AttentionSpec::first_doc_shift), softmax_scale (default 1/sqrt(D)), max_seqlen_q,
 // max_seqlen_k (default: the longest real length), score_mod ("none", "softcap", "alibi",
 // "relative_position"; default none), softcap, relative_position_max_distance, deterministic
 // ("true"/"false", default true: AttentionSpec::deterministic). Keys starting

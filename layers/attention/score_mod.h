@@ -22,8 +22,8 @@
 //   h      query head (0..H-1).
 //   q_idx  position of the query token within its document, in key coordinates: query row
 //          i of n_q rows is at i + n_k - n_q (bottom-right alignment, mask.h).
-//   k_idx  position of the key within its document (0..n_k-1).
-// So q_idx - k_idx is the token distance, independent of micro-sequences and padding.
+//   k_idx  position of the key within its document (0..n_k-1); both plus first_doc_shift
+//          for document 0 (spec.h "Positions"); q_idx - k_idx is the distance in any layout.
 // Composition: masks decide visibility first; a modifier only ever sees visible pairs.
 // score = softmax_scale * <q, k> (+ bias[h, row_q, row_k] if a bias tensor is given),
 // then value(score, ...), then softmax over the row's visible keys.

@@ -199,6 +199,21 @@ const char* score_mod_name(ScoreModKind kind) {
   return "?";
 }
 
+bool reads_positions(const ScoreModSpec& m) {
+  switch (m.kind) {
+    case ScoreModKind::none:
+    case ScoreModKind::softcap:
+      return false;
+    case ScoreModKind::alibi:
+    case ScoreModKind::relative_position:
+      return true;
+    case ScoreModKind::expression:
+      return (m.expression && m.expression->reads_positions()) ||
+             (m.mask && m.mask->reads_positions());
+  }
+  return true;
+}
+
 AttentionSpec AttentionSpec::from_lengths(const std::vector<int64_t>& q_lens,
                                           const std::vector<int64_t>& k_lens, bool causal) {
   DL_CHECK(q_lens.size() == k_lens.size(), kOp,
@@ -262,6 +277,7 @@ ResolvedAttention validate(const AttentionSpec& spec, const Tensor& q, const Ten
   r.causal = spec.causal;
   r.window_left = spec.window_left;
   r.window_right = spec.window_right;
+  r.first_doc_shift = spec.first_doc_shift;
   r.scale = spec.softmax_scale ? *spec.softmax_scale : 1.0 / std::sqrt(double(r.head_dim));
   DL_CHECK(std::isfinite(r.scale), kOp, "softmax_scale must be finite, got " << r.scale);
 

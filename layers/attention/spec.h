@@ -14,6 +14,11 @@
 // Rows of a document past its real length are padding: never visible, written as 0.
 // The K extent handed to attention starts at first_document_begin, so cu_seqlens_k index
 // into it; nothing before it exists for attention.
+// Positions. A modifier or mask sees a pair as (q_idx, k_idx), positions inside the document:
+// key row j is at j, query row i at i + n_k - n_q (bottom-right, ARCHITECTURE.md "Causal
+// alignment"), i.e. the token's place in its document when the call's keys start at the
+// document start. A call that holds only part of its first document (the ring's: a chunk
+// that starts mid-document, or keys from an earlier chunk of it) says so in first_doc_shift.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -79,6 +84,17 @@ struct BoundScoreMod {
 template <class T>
 BoundScoreMod<T> bind_score_mod(const ScoreModSpec& m, Device device);
 
+// Added to q_idx and k_idx of document 0 of a call (spec.h "Positions"); visibility (causal,
+// windows) stays the call's own. Only the first document of a call can start before it.
+struct PositionShift {
+  int64_t q = 0, k = 0;
+  bool zero() const { return q == 0 && k == 0; }
+};
+
+// True when m's value or visibility depends on q_idx or k_idx (ALiBi, relative positions, an
+// expression of q or k, any mask expression): only then does a PositionShift matter.
+bool reads_positions(const ScoreModSpec& m);
+
 struct AttentionSpec {
   Tensor cu_seqlens_q;         // (N + 1) i32
   Tensor cu_seqlens_k;         // (N + 1) i32
@@ -93,6 +109,7 @@ struct AttentionSpec {
   int64_t window_right = -1;
   std::optional<double> softmax_scale;  // default 1 / sqrt(D)
   ScoreModSpec score_mod;
+  PositionShift first_doc_shift;  // the first document's positions; see "Positions" above
   // Optional additive bias, (H | 1, T_q | 1, T_k | 1) floating, learnable; indexed by the
   // memory rows of q and of the K extent. Added to the scaled score before the modifier.
   Tensor bias;
@@ -117,6 +134,7 @@ struct ResolvedAttention {
   double scale = 1.0;
   bool causal = false;
   int64_t window_left = -1, window_right = -1;
+  PositionShift first_doc_shift;
 };
 
 // Checks spec against q (T_q, H, D), k and v (T_k, H_kv, D) and throws driftless::Error

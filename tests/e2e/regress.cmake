@@ -37,7 +37,8 @@ add_test(NAME regress_dropout
                  -o ${PROJECT_BINARY_DIR}/e2e/regress_dropout)
 set_tests_properties(regress_dropout PROPERTIES LABELS "e2e;mpi" TIMEOUT 600
                      ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
-# User score and mask expressions (docs/score-expressions.md) on micro-sequences, SDP and a2a.
+# User score and mask expressions (docs/score-expressions.md) on micro-sequences, SDP, a2a, the
+# ring and the hybrid (2 and 4 ranks).
 add_test(NAME regress_tiny_expr
          COMMAND driftless regress -c ${PROJECT_SOURCE_DIR}/configs/regress/tiny_expr.yaml
                  -o ${PROJECT_BINARY_DIR}/e2e/regress_tiny_expr)

@@ -1,8 +1,8 @@
 // Context parallelism (the ring and all-to-all routes, layers/attention/routes/) at model level, P
 // ranks as P threads of one process over an in-process exchange: for ring and a2a, with
-// micro-sequences, GQA and softcap, the rank-order sum of every rank's parameter gradients and
-// losses equals the single-rank run's. And the LSE merge against one attention call over the union
-// of keys.
+// micro-sequences, GQA, softcap, ALiBi and expressions of positions, the rank-order sum of every
+// rank's parameter gradients and losses equals the single-rank run's. And the LSE merge against
+// one attention call over the union of keys.
 #include "layers/attention/context_parallel.h"
 
 #include <gtest/gtest.h>
@@ -277,6 +277,35 @@ TEST(ContextParallel, HybridMatchesTheSingleRun) {
   }
 }
 
+// Score and mask expressions of document positions, and ALiBi: every ring and hybrid call
+// gives its modifier the positions the single run's call does (AttentionSpec::first_doc_shift).
+// The table is indexed by the key's absolute position and the mask keeps sinks k < 3, so a
+// shift that moved q and k together would fail as well as one that broke the distance.
+TEST(ContextParallel, RingAndHybridGiveModifiersDocumentPositions) {
+  GptConfig cfg = tiny_config();
+  cfg.score_mod = "score - slope[h] * (q - k) + table[h, min(k, 15)]";
+  cfg.mask_mod = "q - k < 9 || k < 3";
+  std::vector<double> table;
+  for (int i = 0; i < 4 * 16; ++i) table.push_back(0.4 * std::sin(0.9 * i));
+  cfg.score_mod_decls = {{"slope", {4}, {0.5, 0.25, 0.125, 0.0625}, false},
+                         {"table", {4, 16}, table, true}};
+  const auto seqs = batch();
+  const RankResult single = run_rank(cfg, seqs, 1, ContextParallel::none, nullptr);
+  for (auto [P, m] : {std::pair<int64_t, int>{2, 1}, {2, 2}, {3, 2}, {4, 1}}) {
+    SCOPED_TRACE("ring P = " + std::to_string(P) + ", m = " + std::to_string(m));
+    const RankResult cp = run_parallel(cfg, seqs, m, ContextParallel::ring, P);
+    EXPECT_LT(rms_rel(cp.grads, single.grads), 1e-5);
+    EXPECT_NEAR(cp.loss, single.loss, 1e-5 * std::abs(single.loss));
+  }
+  for (int m : {1, 2}) {
+    SCOPED_TRACE("hybrid 2 x 2, m = " + std::to_string(m));
+    const RankResult cp = run_hybrid(cfg, seqs, m, 2, 2);
+    EXPECT_LT(rms_rel(cp.grads, single.grads), 1e-5);
+  }
+  expect_same_as_single(ContextParallel::ring, 2, 2, 0, true);
+  expect_same_as_single(ContextParallel::ring, 3, 1, 0, true);
+}
+
 // Without an exchange (one rank, the library used directly) both paths still run.
 TEST(ContextParallel, WithoutAnExchangeBothPathsRunOnOneRank) {
   const GptConfig cfg = tiny_config();
@@ -310,7 +339,7 @@ TEST(ContextParallel, BadInputsAreClearErrors) {
   } two;
   EXPECT_NE(error_of([&] { tokens_to_heads(qkv, 1, 3, 3, two); }).find("divisible by 2 ranks"),
             std::string::npos);
-  // The ring: a sliding window, ALiBi, or chunks that are not r and 2P-1-r.
+  // The ring: a sliding window, a bias tensor, or chunks that are not r and 2P-1-r.
   Gpt model(tiny_config());
   const auto seq = batch()[0];
   // One rank: chunks 0 and 1 of 2.
@@ -334,10 +363,10 @@ TEST(ContextParallel, BadInputsAreClearErrors) {
             }).find("no sliding window"),
             std::string::npos);
   base.window_left = -1;
-  base.score_mod = ScoreModSpec::make_alibi(Tensor::ones({4}));
+  base.bias = Tensor::zeros({4, 1, 1});
   EXPECT_NE(error_of([&] {
               ring_attention(q, k, k, {{{&a, &b}, 0}}, buffer, one, base);
-            }).find("no position-dependent modifier"),
+            }).find("no bias tensor"),
             std::string::npos);
   struct ThreeRanks final : KvExchange {
     int64_t ranks() const override { return 3; }

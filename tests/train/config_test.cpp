@@ -62,13 +62,14 @@ TEST(Config, ContextParallelRules) {
   std::string err = error_of([] {
     parse_config_text(
         "distributed: {context_parallel: {size: 3, kind: ring}, sequence_data_parallel: 2}\n"
-        "batch: {sequence_length: 64}\nmodel: {alibi: true}\ndata: {pad_documents_to: 8}\n");
+        "batch: {sequence_length: 64}\nmodel: {alibi: true}\ndata: {pad_documents_to: 8}\n"
+        "precision: {device: cuda}\n");
   });
   EXPECT_NE(err.find("both share sequences; choose one"), std::string::npos) << err;
   EXPECT_NE(err.find("must divide into 2 x distributed.context_parallel.size (6) chunks"),
             std::string::npos) << err;
   EXPECT_NE(err.find("hybrid do not take data.pad_documents_to"), std::string::npos) << err;
-  EXPECT_NE(err.find("hybrid do not take model.alibi"), std::string::npos) << err;
+  EXPECT_NE(err.find("hybrid on CUDA do not take model.alibi"), std::string::npos) << err;
   err = error_of([] {
     parse_config_text("distributed: {context_parallel: {size: 4, kind: a2a}}\n"
                       "model: {n_head: 4, n_kv_head: 2, n_embd: 64}\n");
@@ -77,6 +78,33 @@ TEST(Config, ContextParallelRules) {
             std::string::npos) << err;
   err = error_of([] { parse_config_text("distributed: {context_parallel: {kind: zigzag}}\n"); });
   EXPECT_NE(err.find("'zigzag' is not one of: ring, a2a"), std::string::npos) << err;
+}
+
+// The ring's and the hybrid's calls give modifiers document positions on the CPU; the CUDA
+// kernels do not take them yet, so there ALiBi and expressions of q or k are refused.
+TEST(Config, RingPositionsOnCpuOnly) {
+  const std::string exprs =
+      "model: {n_embd: 64, n_head: 4, score_mod: 'score - 0.1 * (q - k)', mask_mod: 'k < 4 || "
+      "q - k < 24'}\nbatch: {sequence_length: 64}\n";
+  for (const char* kind : {"ring", "hybrid"}) {
+    const std::string cp = std::string("distributed: {context_parallel: {size: 2, kind: ") + kind +
+                           ", group_size: 1}}\n";
+    EXPECT_NO_THROW(parse_config_text(cp + exprs)) << kind;
+    EXPECT_NO_THROW(parse_config_text(cp + "model: {alibi: true}\nbatch: {sequence_length: 64}\n"))
+        << kind;
+    const std::string err = error_of([&] {
+      parse_config_text(cp +
+                        "model: {n_embd: 64, n_head: 4, score_mod: 'score - 0.1 * (q - "
+                        "k)'}\nbatch: {sequence_length: 64}\nprecision: {device: cuda}\n");
+    });
+    EXPECT_NE(err.find("ring and hybrid on CUDA take no score_mod of q or k"), std::string::npos)
+        << err;
+  }
+  // A score of the score alone needs no positions: the ring takes it on CUDA too.
+  EXPECT_NO_THROW(parse_config_text(
+      "distributed: {context_parallel: {size: 2, kind: ring}}\nbatch: {sequence_length: 64}\n"
+      "model: {n_embd: 64, n_head: 4, score_mod: '30 * tanh(score / 30)'}\n"
+      "precision: {device: cuda}\n"));
 }
 
 TEST(Config, CrossFieldRules) {

@@ -72,6 +72,11 @@ inline T pre_score(const Problem<T>& p, const T* qrow, const T* krow, int64_t h,
   return s;
 }
 
+// The shift of document b's positions (spec.h "Positions"): the call's, for document 0.
+inline PositionShift position_shift(const ResolvedAttention& r, size_t b) {
+  return b == 0 ? r.first_doc_shift : PositionShift{};
+}
+
 // x as a product operand: rounded to bf16 under Problem::bf16_operands.
 template <class T>
 inline T operand(const Problem<T>& p, T x) {
@@ -91,6 +96,7 @@ void flash_forward(const Problem<T>& p, const Mod& mod, T* out, T* lse) {
   std::vector<int64_t> lo(kBlockQ), hi(kBlockQ);
   for (size_t b = 0; b < r.docs.size(); ++b) {
     const DocSpan& doc = r.docs[b];
+    const PositionShift shift = detail::position_shift(r, b);
     for (int64_t h = 0; h < H; ++h) {
       const int64_t kh = h / group;
       for (int64_t i0 = 0; i0 < doc.q_len; i0 += kBlockQ) {
@@ -116,18 +122,19 @@ void flash_forward(const Problem<T>& p, const Mod& mod, T* out, T* lse) {
             if (jl > jh) continue;
             const int64_t row_q = doc.q_offset + i0 + t;
             const T* qrow = p.q + (row_q * H + h) * D;
-            const int qpos = int(query_position(i0 + t, doc.q_len, doc.k_len));
+            const int qpos = int(query_position(i0 + t, doc.q_len, doc.k_len) + shift.q);
             T tile_max = neg_inf;
             for (int64_t j = jl; j <= jh; ++j) {
               const int64_t row_k = doc.k_offset + j;
+              const int kpos = int(j + shift.k);
               if constexpr (HasMask<Mod>) {
-                if (!mod.visible(int(b), int(h), qpos, int(j))) {
+                if (!mod.visible(int(b), int(h), qpos, kpos)) {
                   s[j - j0] = neg_inf;  // exp gives 0; an all-hidden tile is skipped below
                   continue;
                 }
               }
               T sc = detail::pre_score(p, qrow, p.k + (row_k * Hkv + kh) * D, h, row_q, row_k);
-              sc = mod.value(sc, int(b), int(h), qpos, int(j));
+              sc = mod.value(sc, int(b), int(h), qpos, kpos);
               s[j - j0] = sc;
               tile_max = std::max(tile_max, sc);
             }
@@ -182,6 +189,7 @@ void flash_backward(const Problem<T>& p, const Mod& mod, const T* out, const T* 
       }
   for (size_t b = 0; b < r.docs.size(); ++b) {
     const DocSpan& doc = r.docs[b];
+    const PositionShift shift = detail::position_shift(r, b);
     for (int64_t kh = 0; kh < Hkv; ++kh) {
       for (int64_t j0 = 0; j0 < doc.k_len; j0 += kBlockK) {
         const int64_t j_end = std::min(doc.k_len, j0 + kBlockK) - 1;
@@ -200,22 +208,23 @@ void flash_backward(const Problem<T>& p, const Mod& mod, const T* out, const T* 
             const T* dorow = dout + qo;
             T* dqrow = dq + qo;
             const T dl = delta[row_q * H + h];
-            const int qpos = int(query_position(i, doc.q_len, doc.k_len));
+            const int qpos = int(query_position(i, doc.q_len, doc.k_len) + shift.q);
             for (int64_t j = jl; j <= jh; ++j) {
+              const int kpos = int(j + shift.k);
               if constexpr (HasMask<Mod>) {
-                if (!mod.visible(int(b), int(h), qpos, int(j))) continue;
+                if (!mod.visible(int(b), int(h), qpos, kpos)) continue;
               }
               const int64_t row_k = doc.k_offset + j;
               const int64_t ko = (row_k * Hkv + kh) * D;
               const T* krow = p.k + ko;
               const T* vrow = p.v + ko;
               const T s0 = detail::pre_score(p, qrow, krow, h, row_q, row_k);
-              const T pj = std::exp(mod.value(s0, int(b), int(h), qpos, int(j)) - L);
+              const T pj = std::exp(mod.value(s0, int(b), int(h), qpos, kpos) - L);
               const T ds = pj * (detail::dot(dorow, vrow, D) - dl);  // d loss / d value
               if constexpr (score_mod::HasParams<Mod>) {
-                if (dparams) mod.param_grad(ds, s0, int(b), int(h), qpos, int(j), dparams);
+                if (dparams) mod.param_grad(ds, s0, int(b), int(h), qpos, kpos, dparams);
               }
-              const T ds0 = ds * mod.derivative(s0, int(b), int(h), qpos, int(j));
+              const T ds0 = ds * mod.derivative(s0, int(b), int(h), qpos, kpos);
               if (dbias) dbias[p.bias.index(h, row_q, row_k)] += ds0;
               const T g = detail::operand(p, ds0) * scale, pv = detail::operand(p, pj);
               T* dkrow = dk + ko;

@@ -23,6 +23,8 @@ namespace {
 // One attention call of a query chunk: its rows against buffer rows [k_begin, k_begin +
 // k_rows) of its sequence. diag: the chunk against its own rows, causal per document;
 // otherwise its first document's rows against earlier keys of that document (all visible).
+// Either way spec.first_doc_shift gives that document's rows their places in it (spec.h
+// "Positions"), so a modifier or mask sees the positions of a single call over the document.
 struct RingPart {
   int64_t step = 0;               // ring step that brings the keys (0: own chunks, or the past)
   int64_t chunk = 0;              // accumulator: 2 j + c for chunk c of sequence j
@@ -76,6 +78,9 @@ RingPlan plan_ring(const std::vector<RingSequence>& seqs, const KvExchange& ex,
       diag.spec.cu_seqlens_q = Tensor::from_vector(a.cu_seqlens_q);
       diag.spec.cu_seqlens_k = Tensor::from_vector(a.cu_seqlens_q);
       diag.spec.max_seqlen_q = diag.spec.max_seqlen_k = std::max<int64_t>(a.max_seqlen_q, 1);
+      // The first document may have begun in an earlier chunk: its rows here are at a0 - start.
+      const int64_t lead = a0 - a.first_document_begin;
+      diag.spec.first_doc_shift = {lead, lead};
       plan.parts.push_back(diag);
     }
   }
@@ -96,8 +101,10 @@ RingPlan plan_ring(const std::vector<RingSequence>& seqs, const KvExchange& ex,
         p.slot = seqs[size_t(j)].slot;
         p.k_begin = k0;
         p.k_rows = k1 - k0;
-        // One document; every key precedes every query: not causal.
+        // One document; every key precedes every query: not causal. Its positions: keys from
+        // k0 - start, queries from a0 - start (the call's own put them right after the keys).
         p.spec = AttentionSpec::from_lengths({first_rows}, {p.k_rows}, false);
+        p.spec.first_doc_shift = {a0 - start - (p.k_rows - first_rows), k0 - start};
         p.spec.score_mod = base.score_mod;
         p.spec.softmax_scale = base.softmax_scale;
         p.spec.deterministic = base.deterministic;
@@ -114,6 +121,19 @@ RingPlan plan_ring(const std::vector<RingSequence>& seqs, const KvExchange& ex,
                    [](const RingPart& x, const RingPart& y) { return x.step < y.step; });
   plan.parts.insert(plan.parts.end(), full.begin(), full.end());
   return plan;
+}
+
+// The learnable inputs of a modifier (the relative-position table, an expression's learnable
+// parameters), in the order the backward returns their gradients; and the same detached.
+std::vector<Tensor> modifier_learnables(const ScoreModSpec& m) {
+  std::vector<Tensor> out = expression_learnables(m);
+  if (m.kind == ScoreModKind::relative_position) out.insert(out.begin(), m.relative_position_table);
+  return out;
+}
+void detach_learnables(ScoreModSpec& m) {
+  if (m.relative_position_table.defined())
+    m.relative_position_table = m.relative_position_table.detach();
+  for (Tensor& t : m.expression_params) t = t.detach();
 }
 
 // (rows, H_kv, D) K or V (c = 0, 1) of buffer rows [begin, begin + rows) of a slot.
@@ -147,9 +167,8 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
            "ring: q (T, H, D), k and v (T, H_kv, D) expected, got " << shape_str(q.shape()) << ", "
                                                                     << shape_str(k.shape()) << ", "
                                                                     << shape_str(v.shape()));
-  DL_CHECK(base.score_mod.kind != ScoreModKind::alibi &&
-               base.score_mod.kind != ScoreModKind::relative_position && !base.bias.defined(),
-           kOp, "ring attention takes no position-dependent modifier or bias");
+  DL_CHECK(!base.bias.defined(), kOp,
+           "ring attention takes no bias tensor (it is indexed by the rows of one call)");
   DL_CHECK(base.window_left < 0 && base.window_right < 0, kOp,
            "ring attention takes no sliding window (its calls over earlier keys see them all)");
   const Tensor& kv = buffer.kv();
@@ -157,7 +176,11 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
            "ring: the K/V buffer must be allocated for " << k.size(1) << " heads of " << k.size(2));
   const int64_t T = q.size(0), H = q.size(1), D = q.size(2);
   auto saved = std::make_shared<RingSaved>();
-  saved->plan = plan_ring(sequences, ex, base, T);
+  // The parts' specs hold the modifier's learnable inputs detached (the node's own inputs).
+  const std::vector<Tensor> learnables = modifier_learnables(base.score_mod);
+  AttentionSpec plain = base;
+  detach_learnables(plain.score_mod);
+  saved->plan = plan_ring(sequences, ex, plain, T);
   const RingPlan& plan = saved->plan;
   for (size_t j = 0; j < plan.slot.size(); ++j)  // before any collective is posted
     DL_CHECK(plan.slot[j] >= 0 && plan.slot[j] < kv.size(0) &&
@@ -206,8 +229,10 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
   KvBuffer* buf = &buffer;
   KvExchange* e = &ex;
   const DType kdt = k.dtype();
+  std::vector<Tensor> inputs{q, k, v};
+  inputs.insert(inputs.end(), learnables.begin(), learnables.end());
   return autograd::record(
-      "ring_attention", {q, k, v}, out, std::move(ctx),
+      "ring_attention", inputs, out, std::move(ctx),
       [saved, buf, e, kdt](autograd::Context& c,
                            const std::vector<Tensor>& g) -> std::vector<Tensor> {
         autograd::NoGradGuard no_grad;
@@ -219,6 +244,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
         const Tensor& grad = buf->grad_to_accumulate();  // f32, zeroed each step
         const int64_t P = plan.P, Lc = plan.Lc, n = int64_t(plan.slot.size());
         Tensor dq = Tensor::zeros(q.shape(), DType::f32, q.device());
+        Tensor dmod;  // the modifier's learnable inputs, summed over the calls
         for (const RingPart& p : plan.parts) {
           const Tensor lse = saved->lse[size_t(p.chunk)].narrow(1, 0, p.q_rows).contiguous();
           const AttentionGrads gr = attention_backward(
@@ -228,6 +254,12 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
           dq.narrow(0, p.q_row, p.q_rows).add_(gr.dq.to(DType::f32));
           kv_rows(grad, p.slot, p.k_begin, p.k_rows, 0).add_(gr.dk.to(DType::f32));
           kv_rows(grad, p.slot, p.k_begin, p.k_rows, 1).add_(gr.dv.to(DType::f32));
+          if (gr.dscore_mod.defined()) {
+            if (dmod.defined())
+              dmod.add_(gr.dscore_mod);
+            else
+              dmod = gr.dscore_mod.clone();
+          }
         }
         // Every later micro-sequence has added its part: the micro-sequence's K/V gradient
         // rows are complete on each rank; rank p receives the sum of its chunks p, 2P-1-p.
@@ -245,8 +277,12 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
           }
         e->reduce_scatter_packed(packed);
         const Tensor mine = packed.select(0, plan.r);  // (T, 2, H_kv, D)
-        return {dq.to(q.dtype()), mine.select(1, 0).to(kdt).contiguous(),
-                mine.select(1, 1).to(kdt).contiguous()};
+        std::vector<Tensor> grads{dq.to(q.dtype()), mine.select(1, 0).to(kdt).contiguous(),
+                                  mine.select(1, 1).to(kdt).contiguous()};
+        const ScoreModSpec& mod = plan.parts.front().spec.score_mod;
+        if (mod.kind == ScoreModKind::relative_position) grads.push_back(dmod);
+        for (Tensor& t : split_expression_grad(mod, dmod)) grads.push_back(t);
+        return grads;
       });
 }
 

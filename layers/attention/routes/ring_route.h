@@ -26,8 +26,9 @@ struct RingSequence {
 // document of a chunk can), merged by LSE (lse_merge.h). Backward: the same calls with the
 // merged out and LSE, dK/dV added into the buffer's gradient, and the micro-sequence's
 // gradient rows reduce-scattered to their owners (same traffic as returning them around the
-// ring). base: score modifier, scale, determinism (no ALiBi: the partial calls do not know
-// the token distance).
+// ring). base: score modifier (its q and k are positions in the document in every call:
+// AttentionSpec::first_doc_shift; its learnable inputs get the sum of the calls' gradients),
+// scale, determinism; no bias tensor, no window.
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                       const std::vector<RingSequence>& sequences, KvBuffer& buffer, KvExchange& ex,
                       const AttentionSpec& base);
