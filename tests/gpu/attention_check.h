@@ -103,7 +103,7 @@ inline Problem make(const Case& c, uint64_t seed, bool bf16_values = true) {
 }
 
 struct Result {
-  Tensor t[5];      // out, lse, dq, dk, dv on cpu
+  Tensor t[5];       // out, lse, dq, dk, dv on cpu
   Tensor dparams{};  // learnable expression tables: the flat gradient (dscore_mod) on cpu
 };
 inline const char* const kNames[5] = {"out", "lse", "dq", "dk", "dv"};

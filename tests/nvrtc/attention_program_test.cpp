@@ -61,7 +61,8 @@ bool nvrtc_usable() {
 std::string try_compile(const std::string& expression, const ProgramSpec& spec) {
   try {
     const bool learn = expression == kLearnBias || expression == kLearnTwo;
-    const AttentionProgram p = make_program(learn ? *learnable(expression) : *score(expression), spec);
+    const AttentionProgram p =
+        make_program(learn ? *learnable(expression) : *score(expression), spec);
     const CompiledProgram c = compile_program(p);
     if (c.lowered.size() != p.kernels.size()) return "lowered names missing";
     for (const std::string& l : c.lowered)  // the ELF's symbol table names each kernel
@@ -191,11 +192,14 @@ TEST(AttentionJit, KeysDifferExactlyWhenTheKernelDiffers) {
   // The same expression with a learnable table: another functor (its param_grad) and, in the
   // backward, another dK/dV kernel.
   for (Pass pass : {Pass::forward, Pass::backward, Pass::backward_atomic}) {
-    auto fixed = expr::compile_score_mod(kLearnBias, [] {
-      std::vector<ParamDecl> d = learnable_decls();
-      for (ParamDecl& x : d) x.learnable = false;
-      return d;
-    }(), 4);
+    auto fixed = expr::compile_score_mod(
+        kLearnBias,
+        [] {
+          std::vector<ParamDecl> d = learnable_decls();
+          for (ParamDecl& x : d) x.learnable = false;
+          return d;
+        }(),
+        4);
     const std::string f = make_program(*fixed, spec(pass, 64, true, "sm_90a")).key;
     const std::string l = make_program(*learnable(kLearnBias), spec(pass, 64, true, "sm_90a")).key;
     EXPECT_NE(f, l) << pass_name(pass);
@@ -281,8 +285,8 @@ TEST(AttentionJit, GradTablesKeepTheGroupsRowsOrTheWholeTable) {
   EXPECT_EQ(t[1].per_head, 0);
   EXPECT_EQ(expr::grad_slots(*s, 1), 65);
   EXPECT_EQ(expr::grad_slots(*s, 4), 257);
-  auto mixed = expr::compile_score_mod("score + bias[h, 3] + bias[min(h, 2), 5]",
-                                       learnable_decls(), 4);
+  auto mixed =
+      expr::compile_score_mod("score + bias[h, 3] + bias[min(h, 2), 5]", learnable_decls(), 4);
   EXPECT_EQ(expr::grad_slots(*mixed, 2), 256 + 1);  // bias whole (one read not by h), temp
   EXPECT_TRUE(expr::grad_tables(*score(kT5)).empty());
 }

@@ -40,7 +40,9 @@ std::string with_kernel(const std::string& functor, const std::string& name, boo
     k += "struct ProbeAcc {\n  float* g;\n"
          "  __device__ void add(int t, long long e, float ds, float d) {\n"
          "    long long offset, numel, per_head;\n"
-         "    " + name + "::grad_table(t, offset, numel, per_head);\n"
+         "    " +
+         name +
+         "::grad_table(t, offset, numel, per_head);\n"
          "    g[offset + e] += ds * d;\n  }\n};\n";
   k += "extern \"C\" __global__ void probe(" + name +
        " m, float* out, float* grad) {\n  const int i = threadIdx.x;\n";
@@ -50,7 +52,8 @@ std::string with_kernel(const std::string& functor, const std::string& name, boo
     k += "  out[i] = m.value(out[i], 0, i % 4, i, i / 2) + m.derivative(out[i], 0, i % 4, i, 3);\n";
   if (params)
     k += "  ProbeAcc acc{grad};\n  m.param_grad(1.f, out[i], 0, i % 4, i, i / 2, acc);\n"
-         "  static_assert(" + name + "::kHasParamGrad, \"learnable\");\n";
+         "  static_assert(" +
+         name + "::kHasParamGrad, \"learnable\");\n";
   return k + "}\n";
 }
 

@@ -233,7 +233,8 @@ void backward(const gpu::Problem& p, const BoundExpr& e, const gpu::fast::Tile* 
     float* acc = a.dq_acc;
     void* args[] = {&pp, k.mod.data(), &t, &d_o, &s, &dl, &g_k, &g_v, &heads, &acc};
     gpu::fast::Geometry gs = g;
-    if (slots > 0) gs.smem = (g.smem + 15) / 16 * 16 + int(slots) * gpu::fast::kGradSlotBytes;
+    if (learnables > 0)  // the kept entries and the overflow word's pair
+      gs.smem = (g.smem + 15) / 16 * 16 + int(slots + 1) * gpu::fast::kGradSlotBytes;
     launch(k.program->functions[atomic ? 0 : 1], gs, args);
   };
   gpu::fast::backward_with(p, l, q_tiles, n_q_tiles, k_tiles, n_k_tiles, q_padded, k_padded, out,

@@ -69,7 +69,8 @@ struct DkvWarpgroups {
 //
 // A modifier with learnable tables (HasParamGrad, mod_expr.cuh) also sums each visible pair's
 // d loss / d entry into its fixed-point accumulator (param_grad.cuh) in shared memory past
-// DkvSmem's bytes (the launch adds them: round_up(kBytes, 16) + kGradSlotBytes a kept entry),
+// DkvSmem's bytes (the launch adds them: round_up(kBytes, 16), then kGradSlotBytes a kept
+// entry and one more),
 // then into the call's sums; every other modifier compiles as without it.
 template <int D, class M, bool W, bool kDq = false, int kWG = 1>
 __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
@@ -353,7 +354,7 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
   if constexpr (kPG)
     if (n_steps > 0) {
       __syncthreads();  // every pair's adds done
-      mod0.param_grad_end(pg, int(group));
+      mod0.param_grad_end(pg);
     }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {

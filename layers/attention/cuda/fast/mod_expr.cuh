@@ -45,46 +45,39 @@ struct ModExpr {
   }
 
   static constexpr bool kHasParamGrad = U::kHasParamGrad;
-  using GradAcc = ParamGradAcc<(U::kGradTables > 0 ? U::kGradTables : 1)>;
-  // The accumulator of query heads head0 .. head0 + group - 1 (the call's) at smem, zeroed
-  // by the CTA's threads (the caller synchronises before the first add).
+  using GradAcc = ParamGradAcc<U>;
+  // The accumulator of the call's query heads head0 .. head0 + group - 1 at smem, zeroed by
+  // the CTA's threads (the caller synchronises before the first add).
   __device__ GradAcc param_grad_begin(unsigned long long* smem, int head0, int group) const {
     GradAcc a;
     a.slots = smem;
-    a.overflow = user.grad_acc + 2 * user.param_count();
-    long long at = 0;
-#pragma unroll
-    for (int t = 0; t < U::kGradTables; ++t) {
-      long long offset, numel, per_head;
-      U::grad_table(t, offset, numel, per_head);
-      a.first[t] = per_head > 0 ? ((long long)head0 + user.head_offset) * per_head : 0;
-      a.base[t] = at;
-      at += per_head > 0 ? group * per_head : numel;
-    }
-    for (long long i = threadIdx.x; i < 2 * at; i += blockDim.x) smem[i] = 0;
+    a.group = group;
+    a.head0 = head0 + user.head_offset;
+    const long long words = 2 * (a.entries() + 1);
+    for (long long i = threadIdx.x; i < words; i += blockDim.x) smem[i] = 0;
     return a;
   }
   // ds: d loss / d value of the pair (before the softmax scale, as x_dx's value).
   __device__ void param_grad(float ds, float dot, int q, int k, GradAcc& acc) const {
     user.param_grad(ds, dot * scale, doc, h, q, k, acc);
   }
-  // After every add of the CTA (a barrier): its nonzero sums into grad_acc, one integer
-  // atomic each.
-  __device__ void param_grad_end(const GradAcc& acc, int group) const {
+  // After every add of the CTA (a barrier): its nonzero sums into grad_acc = (hi[n], lo[n],
+  // overflow), one integer atomic each.
+  __device__ void param_grad_end(const GradAcc& acc) const {
     const long long n = user.param_count();
 #pragma unroll
     for (int t = 0; t < U::kGradTables; ++t) {
       long long offset, numel, per_head;
       U::grad_table(t, offset, numel, per_head);
-      const long long kept = per_head > 0 ? group * per_head : numel;
+      const long long kept = acc.kept(t), base = acc.base(t), first = offset + acc.first(t);
       for (long long e = threadIdx.x; e < kept; e += blockDim.x) {
-        const unsigned long long hi = acc.slots[2 * (acc.base[t] + e)],
-                                 lo = acc.slots[2 * (acc.base[t] + e) + 1];
-        const long long at = offset + acc.first[t] + e;
-        if (hi != 0) atomicAdd(user.grad_acc + at, hi);
-        if (lo != 0) atomicAdd(user.grad_acc + n + at, lo);
+        const unsigned long long hi = acc.slots[2 * (base + e)], lo = acc.slots[2 * (base + e) + 1];
+        if (hi != 0) atomicAdd(user.grad_acc + first + e, hi);
+        if (lo != 0) atomicAdd(user.grad_acc + n + first + e, lo);
       }
     }
+    if (threadIdx.x == 0 && acc.slots[2 * acc.entries()] != 0)
+      atomicOr(user.grad_acc + 2 * n, 1ull);
   }
 };
 

@@ -17,7 +17,8 @@ namespace driftless::layers::gpu::fast {
 // n 2^-65 of their exact sum; that sum is then rounded once to f32. A contribution of
 // magnitude 2^22 or more, or not finite, sets the overflow word instead, and the gradient
 // comes back as NaN (the run's non-finite check reports it) rather than wrapped.
-// (kGradSlotBytes, fast_attention.h: the shared bytes of one kept entry, hi and lo.)
+// (kGradSlotBytes, fast_attention.h: the shared bytes of one kept entry, hi and lo; one more
+// holds the overflow word.)
 
 // True for a modifier that has learnable tables (ModExpr of an expression that reads one);
 // the built-ins and expressions without learnables compile the dK/dV kernel as before.
@@ -30,14 +31,38 @@ struct HasParamGrad<M, decltype(void(M::kHasParamGrad))> {
   static constexpr bool value = M::kHasParamGrad;
 };
 
-// A dK/dV CTA's accumulator over N learnable tables: the entries of table t that the CTA
-// keeps are [first[t], first[t] + kept) of the table, at shared slots base[t] ...; entries
-// are (hi, lo) pairs of unsigned 64-bit integers (two's complement sums).
-template <int N>
+// A dK/dV CTA's accumulator of the learnable tables of U (the emitted functor: grad_table(t)
+// gives table t's offset, entries and entries a head row). The CTA keeps, per table in turn,
+// the rows of its query heads head0 .. head0 + group - 1 (global heads) of a table read by
+// h first, else the whole table; each kept entry is a (hi, lo) pair of unsigned 64-bit
+// integers (two's complement sums) in shared memory, then comes the overflow word. The
+// layout is folded from U's constants, so the accumulator holds two integers and a pointer.
+template <class U>
 struct ParamGradAcc {
   unsigned long long* slots = nullptr;
-  unsigned long long* overflow = nullptr;  // global: nonzero when a contribution did not fit
-  long long base[N], first[N];
+  int group = 0, head0 = 0;
+
+  __device__ __forceinline__ long long kept(int t) const {
+    long long offset, numel, per_head;
+    U::grad_table(t, offset, numel, per_head);
+    return per_head > 0 ? group * per_head : numel;
+  }
+  // The table entry of table t's first kept entry.
+  __device__ __forceinline__ long long first(int t) const {
+    long long offset, numel, per_head;
+    U::grad_table(t, offset, numel, per_head);
+    return per_head > 0 ? (long long)head0 * per_head : 0;
+  }
+  __device__ __forceinline__ long long base(int t) const {
+    long long at = 0;
+#pragma unroll
+    for (int u = 0; u < t; ++u) at += kept(u);
+    return at;
+  }
+  // Kept entries of every table: the overflow word is slot pair `entries()`'s first word.
+  __device__ __forceinline__ long long entries() const {
+    return base(U::kGradTables);
+  }
 
   // Table t's entry `flat` (row-major within the table) += ds * d. Masked pairs (ds = 0) add
   // nothing, and a derivative that is not finite counts as 0 (ModExpr::x_dx's rule).
@@ -46,12 +71,12 @@ struct ParamGradAcc {
     if (v == 0.f) return;
     const double x = double(v) * 0x1p40;
     if (!(fabs(x) < 0x1p62)) {  // also NaN (a visible pair's: the CPU's sum is NaN too)
-      atomicOr(overflow, 1ull);
+      atomicOr(slots + 2 * entries(), 1ull);
       return;
     }
     const long long hi = __double2ll_rn(x);
     const long long lo = __double2ll_rn((x - double(hi)) * 0x1p24);  // x - hi: exact
-    unsigned long long* s = slots + 2 * (base[t] + flat - first[t]);
+    unsigned long long* s = slots + 2 * (base(t) + flat - first(t));
     atomicAdd(s, (unsigned long long)hi);
     if (lo != 0) atomicAdd(s + 1, (unsigned long long)lo);
   }
