@@ -268,7 +268,8 @@ std::string emit_cuda(const Program& p, const std::string& name, bool constants_
       << "  template <class Acc>\n"
       << "  __device__ void param_grad(float dvalue, float score, int b, int h, int q_idx, "
          "int k_idx, Acc& acc) const {\n"
-      << locals << "    const Bound* bd = nullptr; (void)bd;\n";
+      << locals;
+    em.use_bound = false;  // reads the tables (no Bound here)
     const std::vector<int> table_of = grad_table_of(p);
     for (size_t i = 0; i < p.occurrences.size(); ++i) {
       const Node& occ = *p.occurrences[i];
@@ -278,6 +279,7 @@ std::string emit_cuda(const Program& p, const std::string& name, bool constants_
       o << "    acc.add(" << table_of[size_t(occ.param)] << ", " << idx << ", dvalue, "
         << em.e(*p.d_occurrence[i]) << ");\n";
     }
+    em.use_bound = true;
     o << "  }\n";
   }
   o << "};\n";
