@@ -112,10 +112,6 @@ void resolve_score_mods(Config& c, std::vector<std::string>& errors) {
           d.shape.push_back(s.Scalar() == "heads" ? m.n_head : s.as<int64_t>());
       }
       d.learnable = n["learnable"] && n["learnable"].as<bool>();
-      DL_CHECK(!d.learnable || c.precision.device != Device::cuda, "config",
-               where << ": learnable expression parameters train on the CPU only (the CUDA "
-                        "kernels take fixed parameters); set learnable: false or "
-                        "precision.device: cpu");
       const YAML::Node init = n["init"];
       DL_CHECK(init, "config", where << ".init is required: a number or " << d.numel() << " values");
       if (init.IsSequence()) {
@@ -135,6 +131,17 @@ void resolve_score_mods(Config& c, std::vector<std::string>& errors) {
     DL_CHECK(c.precision.device != Device::cuda || !mm, "config",
              "model.mask_mod runs on CPU only (precision.device: cpu); model.score_mod runs on "
              "CUDA too");
+    // Learnable tables on CUDA: a dK/dV block of the backward keeps the entries its GQA
+    // group's heads read (layers/attention/cuda/fast/param_grad.cuh).
+    if (sm && sm->param_count > 0 && c.precision.device == Device::cuda && m.kv_heads() > 0) {
+      const int64_t group = m.n_head / m.kv_heads();
+      const int64_t slots = layers::expr::grad_slots(*sm, group);
+      DL_CHECK(slots <= layers::expr::kMaxGradSlots, "config",
+               "model.score_mod_params: on CUDA the learnable tables an attention block keeps "
+               "for its " << group << " query heads are at most " << layers::expr::kMaxGradSlots
+               << " entries, these have " << slots << " (a table not subscripted by h first "
+               "counts whole); use smaller tables or precision.device: cpu");
+    }
     // The ring's calls hold parts of a document and pass its positions as a shift that the
     // CPU kernels apply and the CUDA kernels do not read yet (spec.h "Positions").
     const auto& cp = c.distributed.context_parallel;

@@ -35,7 +35,7 @@ struct Case {
   int64_t window_left = -1, window_right = -1;
   enum { none, softcap, alibi } mod = none;
   double cap = 30.0;
-  // A score expression (ScoreModKind::expression) with its fixed tables, instead of mod.
+  // A score expression (ScoreModKind::expression) with its tables, instead of mod.
   std::string expression{};
   std::vector<layers::expr::ParamDecl> decls{};
 };
@@ -103,7 +103,8 @@ inline Problem make(const Case& c, uint64_t seed, bool bf16_values = true) {
 }
 
 struct Result {
-  Tensor t[5];  // out, lse, dq, dk, dv on cpu
+  Tensor t[5];       // out, lse, dq, dk, dv on cpu
+  Tensor dparams{};  // learnable expression tables: the flat gradient (dscore_mod) on cpu
 };
 inline const char* const kNames[5] = {"out", "lse", "dq", "dk", "dv"};
 
@@ -114,8 +115,8 @@ inline Result run(const Problem& p, DType dtype, Device device) {
   AttentionOutputs f = layers::attention_forward(q, k, v, p.spec);
   if (device == Device::cuda) testing::poison_cache(3);
   AttentionGrads g = layers::attention_backward(q, k, v, p.spec, f.out, f.lse, dout);
-  auto cpu = [](const Tensor& t) { return t.to(Device::cpu); };
-  return {{cpu(f.out), cpu(f.lse), cpu(g.dq), cpu(g.dk), cpu(g.dv)}};
+  auto cpu = [](const Tensor& t) { return t.defined() ? t.to(Device::cpu) : t; };
+  return {{cpu(f.out), cpu(f.lse), cpu(g.dq), cpu(g.dk), cpu(g.dv)}, cpu(g.dscore_mod)};
 }
 
 // The plain bf16 reference of the criterion (see the top of the file).
@@ -125,7 +126,7 @@ inline Result run_bf16_reference(const Problem& p) {
   AttentionOutputs f = layers::attention_forward_bf16_operands(q, k, v, p.spec);
   AttentionGrads g =
       layers::attention_backward_bf16_operands(q, k, v, p.spec, f.out, f.lse, bf(p.dout));
-  return {{f.out, f.lse, g.dq, g.dk, g.dv}};
+  return {{f.out, f.lse, g.dq, g.dk, g.dv}, g.dscore_mod};
 }
 
 // The criterion's bound on the error of tensor i from the bf16 reference's error ec.

@@ -3,8 +3,9 @@
 // criterion (attention_check.h, attention_fast_test.cpp): out, lse, dq, dk, dv within 2x the
 // plain bf16 reference's error against float64, bitwise repeatable, padded rows zero; the
 // non-deterministic (atomic dQ) backward's dq within the same bound and its other outputs the
-// deterministic call's bits. Also: the built-ins written as expressions, bitwise, and
-// the process kernel cache (one compile per expression structure, pass and head dim).
+// deterministic call's bits. Learnable tables: their gradient within the same bound, bitwise
+// repeatable in both backwards. Also: the built-ins written as expressions, bitwise, and the
+// process kernel cache (one compile per expression structure, pass and head dim).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -118,6 +119,67 @@ TEST(AttentionExprCuda, MatchesTheCpuExpressionWithinTwiceTheBf16Error) {
       for (int i : {0, 1, 3, 4})
         EXPECT_TRUE(same_bits(atomic.t[i], gpu.t[i])) << kNames[i] << " differs from deterministic";
       expect_padding(p, c, atomic);
+    }
+}
+
+// Learnable tables (the dK/dV kernel's fixed-point sums, cuda/fast/param_grad.cuh): a per-head
+// bias by distance (the CTA keeps its GQA group's rows) and with it a scalar every head reads
+// (kept whole), on varlen, GQA 2:1, causal problems with padding. dq, dk, dv and the tables'
+// gradient against the float64 CPU attention within 2x the plain bf16 reference's error (the
+// gradient is the f32 sum of the CPU's param_grad terms), and the gradient bitwise the same
+// over two runs of each backward (deterministic, and atomic dQ: its dK/dV kernel is another).
+TEST(AttentionExprCuda, LearnableTableGradientsMatchTheCpuAndRepeatBitwise) {
+  DL_REQUIRE_GPU();
+  uint64_t seed = testing::fresh_seed("attention expr learnable");
+  std::vector<double> bias;
+  for (int64_t h = 0; h < kHeads; ++h)
+    for (int64_t d = 0; d < 64; ++d) bias.push_back(0.5 * std::sin(0.3 * double(d + 7 * h)));
+  const ParamDecl table{"bias", {kHeads, 64}, bias, true}, temp{"temp", {}, {0.9}, true};
+  const std::vector<Expr> exprs = {
+      {"learn_bias", "score + bias[h, min(abs(q - k), 63)]", {table}},
+      {"learn_temp_bias", "temp * score + bias[h, min(abs(q - k), 63)]", {table, temp}},
+  };
+  for (const Expr& e : exprs)
+    for (int64_t d : {64, 128}) {
+      Case c{e.name + "_d" + std::to_string(d),
+             {{7, 7, 3, 2}, {0, 0, 4, 4}, {65, 100, 5, 0}, {130, 130, 0, 9}, {300, 300}},
+             kHeads,
+             kKvHeads,
+             d};
+      c.expression = e.source;
+      c.decls = e.decls;
+      SCOPED_TRACE(c.name);
+      Problem p = make(c, seed += 10);
+      const Result ref = run(p, DType::f64, Device::cpu);
+      const Result cpu = run_bf16_reference(p);
+      ASSERT_TRUE(ref.dparams.defined() && cpu.dparams.defined());
+      bool zero_ref = false;
+      const double ec = err(cpu.dparams, ref.dparams, "dparams", &zero_ref);
+      ASSERT_FALSE(zero_ref) << "the tables' gradient is all zero: the test checks nothing";
+      for (bool deterministic : {true, false}) {
+        p.spec.deterministic = deterministic;
+        const char* mode = deterministic ? "deterministic" : "atomic dQ";
+        const Result gpu = run(p, DType::bf16, Device::cuda);
+        const Result gpu2 = run(p, DType::bf16, Device::cuda);
+        ASSERT_TRUE(gpu.dparams.defined()) << mode << ": no gradient of the tables";
+        ASSERT_EQ(gpu.dparams.numel(), ref.dparams.numel()) << mode;
+        std::printf("[attention expr] %-24s %-13s", c.name.c_str(), mode);
+        for (int i : {2, 3, 4}) {
+          bool z = false;
+          const double eci = err(cpu.t[i], ref.t[i], kNames[i], &z);
+          const double eg = err(gpu.t[i], ref.t[i], kNames[i], &z);
+          EXPECT_LE(eg, bound_of(i, eci, z))
+              << mode << " " << kNames[i] << ": cuda error " << eg << ", bf16 reference " << eci;
+          std::printf(" %s %.2e/%.2e", kNames[i], eg, eci);
+        }
+        const double eg = err(gpu.dparams, ref.dparams, "dparams", &zero_ref);
+        std::printf(" dparams %.2e/%.2e\n", eg, ec);
+        EXPECT_LE(eg, bound_of(2, ec, false))
+            << mode << " tables' gradient: cuda error " << eg << ", bf16 reference " << ec;
+        EXPECT_TRUE(same_bits(gpu.dparams, gpu2.dparams))
+            << mode << ": the tables' gradient is not bitwise repeatable";
+        expect_padding(p, c, gpu);
+      }
     }
 }
 

@@ -39,6 +39,19 @@ const char* kT5 =
 const char* kCausalOnly = "score * (1 + 0.02 * sqrt(q - k)) + 0.2 * log(q - k + 1)";
 const char* kWhere = "where(q >= k && h != 2, score - 0.5 * sqrt(q - k), score / 2)";
 
+// A learnable per-head bias by distance (the GPU tests' table) and, with it, a learnable
+// scalar read by every head (a table the dK/dV CTA keeps whole).
+std::vector<ParamDecl> learnable_decls() {
+  return {{"bias", {4, 64}, std::vector<double>(4 * 64, 0.0), true},
+          {"temp", {}, {1.0}, true},
+          {"slope", {4}, {0.5, 0.25, 0.125, 0.0625}, false}};
+}
+const char* kLearnBias = "score + bias[h, min(abs(q - k), 63)]";
+const char* kLearnTwo = "temp * score + bias[h, min(abs(q - k), 63)] - slope[h] * abs(q - k)";
+std::shared_ptr<const expr::Program> learnable(const std::string& s) {
+  return expr::compile_score_mod(s, learnable_decls(), 4);
+}
+
 bool nvrtc_usable() {
   int major = 0, minor = 0;
   return nvrtcVersion(&major, &minor) == NVRTC_SUCCESS;
@@ -47,7 +60,9 @@ bool nvrtc_usable() {
 // "" on success, else the error.
 std::string try_compile(const std::string& expression, const ProgramSpec& spec) {
   try {
-    const AttentionProgram p = make_program(*score(expression), spec);
+    const bool learn = expression == kLearnBias || expression == kLearnTwo;
+    const AttentionProgram p =
+        make_program(learn ? *learnable(expression) : *score(expression), spec);
     const CompiledProgram c = compile_program(p);
     if (c.lowered.size() != p.kernels.size()) return "lowered names missing";
     for (const std::string& l : c.lowered)  // the ELF's symbol table names each kernel
@@ -112,6 +127,21 @@ TEST(AttentionJit, ExpressionsWithTablesAndBranchesCompile) {
   compile_all(cases);
 }
 
+// Learnable tables: the dK/dV kernel's fixed-point accumulation (param_grad.cuh) through the
+// emitted param_grad, in both backwards and both kernel families, and the conversion kernel.
+TEST(AttentionJit, LearnableTablesCompileWithTheirGradientKernels) {
+  if (!nvrtc_usable()) GTEST_SKIP() << "NVRTC is not usable";
+  std::vector<Case> cases = {
+      {kLearnBias, spec(Pass::backward, 64, true, "sm_90a")},
+      {kLearnBias, spec(Pass::backward_atomic, 128, true, "sm_90a")},
+      {kLearnBias, spec(Pass::backward, 128, false, "sm_80")},
+      {kLearnBias, spec(Pass::forward, 64, true, "sm_90a")},
+      {kLearnTwo, spec(Pass::backward_atomic, 64, true, "sm_90a")},
+      {kLearnTwo, spec(Pass::backward, 128, true, "sm_90a")},
+  };
+  compile_all(cases);
+}
+
 TEST(AttentionJit, BrokenProgramFailsWithTheLog) {
   if (!nvrtc_usable()) GTEST_SKIP() << "NVRTC is not usable";
   AttentionProgram p = make_program(*score(kSoftcap), spec(Pass::forward, 64, false, "sm_80"));
@@ -159,6 +189,22 @@ TEST(AttentionJit, KeysDifferExactlyWhenTheKernelDiffers) {
   add(key(kSoftcap, Pass::backward_atomic, 64, true, "sm_90a"), "atomic backward");
   add(key(kAlibi, Pass::forward, 64, true, "sm_90a"), "another expression");
   add(key(kT5, Pass::forward, 64, true, "sm_90a"), "a table expression");
+  // The same expression with a learnable table: another functor (its param_grad) and, in the
+  // backward, another dK/dV kernel.
+  for (Pass pass : {Pass::forward, Pass::backward, Pass::backward_atomic}) {
+    auto fixed = expr::compile_score_mod(
+        kLearnBias,
+        [] {
+          std::vector<ParamDecl> d = learnable_decls();
+          for (ParamDecl& x : d) x.learnable = false;
+          return d;
+        }(),
+        4);
+    const std::string f = make_program(*fixed, spec(pass, 64, true, "sm_90a")).key;
+    const std::string l = make_program(*learnable(kLearnBias), spec(pass, 64, true, "sm_90a")).key;
+    EXPECT_NE(f, l) << pass_name(pass);
+    add(l, "a learnable table");
+  }
   // The key names what compiled it.
   EXPECT_NE(base.find(kJitFormat), std::string::npos);
   EXPECT_NE(base.find(nvrtc_version()), std::string::npos);
@@ -190,13 +236,64 @@ TEST(AttentionJit, PacksConstantsAndTablesAtTheirOffsets) {
   EXPECT_THROW(pack_mod(p, *s, {slope}, 0, 1.f), std::exception);
 }
 
-TEST(AttentionJit, RefusesMasksAndLearnables) {
+TEST(AttentionJit, PacksTheLearnablesSums) {
+  auto s = learnable(kLearnTwo);
+  const AttentionProgram p = make_program(*s, spec(Pass::backward, 64, false, "sm_80"));
+  auto* sums = reinterpret_cast<unsigned long long*>(0x3000);
+  const float* t[3] = {reinterpret_cast<const float*>(0x1000),
+                       reinterpret_cast<const float*>(0x2000),
+                       reinterpret_cast<const float*>(0x4000)};
+  const std::vector<unsigned char> b = pack_mod(p, *s, {t[0], t[1], t[2]}, 2, 0.5f, sums);
+  ASSERT_EQ(b.size(), p.layout.size);
+  unsigned long long* got = nullptr;
+  std::memcpy(&got, b.data() + p.layout.grad_acc, sizeof got);
+  EXPECT_EQ(got, sums);
+  EXPECT_EQ(p.layout.grad_acc, 3 * 8u);  // after the three table pointers
+  EXPECT_EQ(p.layout.head_offset, 4 * 8u);
+  int h = 0;
+  std::memcpy(&h, b.data() + p.layout.head_offset, 4);
+  EXPECT_EQ(h, 2);
+}
+
+// The backward passes of learnable tables end with the conversion of their sums; the forward
+// is the forward alone.
+TEST(AttentionJit, LearnableBackwardsEndWithTheGradientConversion) {
+  auto s = learnable(kLearnBias);
+  const AttentionProgram f = make_program(*s, spec(Pass::forward, 64, true, "sm_90a"));
+  const AttentionProgram b = make_program(*s, spec(Pass::backward, 64, true, "sm_90a"));
+  const AttentionProgram a = make_program(*s, spec(Pass::backward_atomic, 64, true, "sm_90a"));
+  EXPECT_EQ(f.kernels.size(), 1u);
+  ASSERT_EQ(b.kernels.size(), 3u);
+  ASSERT_EQ(a.kernels.size(), 2u);
+  EXPECT_NE(b.kernels[2].find("param_grad_to_f32"), std::string::npos);
+  EXPECT_NE(a.kernels[1].find("param_grad_to_f32"), std::string::npos);
+  EXPECT_EQ(make_program(*score(kAlibi), spec(Pass::backward, 64, true, "sm_90a")).kernels.size(),
+            2u);
+}
+
+// The tables a dK/dV CTA keeps: a table subscripted by h first, its group's rows; another,
+// whole (expr::grad_tables, the emitted grad_table's source).
+TEST(AttentionJit, GradTablesKeepTheGroupsRowsOrTheWholeTable) {
+  auto s = learnable(kLearnTwo);
+  const std::vector<expr::GradTable> t = expr::grad_tables(*s);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].offset, 0);
+  EXPECT_EQ(t[0].numel, 256);
+  EXPECT_EQ(t[0].per_head, 64);
+  EXPECT_EQ(t[1].offset, 256);
+  EXPECT_EQ(t[1].numel, 1);
+  EXPECT_EQ(t[1].per_head, 0);
+  EXPECT_EQ(expr::grad_slots(*s, 1), 65);
+  EXPECT_EQ(expr::grad_slots(*s, 4), 257);
+  auto mixed =
+      expr::compile_score_mod("score + bias[h, 3] + bias[min(h, 2), 5]", learnable_decls(), 4);
+  EXPECT_EQ(expr::grad_slots(*mixed, 2), 256 + 1);  // bias whole (one read not by h), temp
+  EXPECT_TRUE(expr::grad_tables(*score(kT5)).empty());
+}
+
+TEST(AttentionJit, RefusesMasks) {
   auto mask = expr::compile_mask_mod("q - k < 4", decls(), 4);
   EXPECT_THROW(make_program(*mask, spec(Pass::forward, 64, false, "sm_80")), std::exception);
-  std::vector<ParamDecl> d = decls();
-  d[0].learnable = true;
-  auto learn = expr::compile_score_mod(kAlibi, d, 4);
-  EXPECT_THROW(make_program(*learn, spec(Pass::forward, 64, false, "sm_80")), std::exception);
   EXPECT_THROW(make_program(*score(kAlibi), spec(Pass::forward, 96, false, "sm_80")),
                std::exception);
   EXPECT_THROW(make_program(*score(kAlibi), spec(Pass::backward_atomic, 64, false, "sm_80")),

@@ -30,11 +30,22 @@ std::string compile(const std::string& src) {
   return ptx > 0 ? "" : "empty PTX";
 }
 
-// A kernel that instantiates every member so the device code is really generated.
+// A kernel that instantiates every member so the device code is really generated; param_grad
+// hands its entries to an accumulator (the kernels' is cuda/fast/param_grad.cuh), here a
+// plain add at table t's offset in the flat gradient (grad_table).
 std::string with_kernel(const std::string& functor, const std::string& name, bool mask,
                         bool params) {
-  std::string k = functor + "extern \"C\" __global__ void probe(" + name +
-                  " m, float* out, float* grad) {\n  const int i = threadIdx.x;\n";
+  std::string k = functor;
+  if (params)
+    k += "struct ProbeAcc {\n  float* g;\n"
+         "  __device__ void add(int t, long long e, float ds, float d) {\n"
+         "    long long offset, numel, per_head;\n"
+         "    " +
+         name +
+         "::grad_table(t, offset, numel, per_head);\n"
+         "    g[offset + e] += ds * d;\n  }\n};\n";
+  k += "extern \"C\" __global__ void probe(" + name +
+       " m, float* out, float* grad) {\n  const int i = threadIdx.x;\n";
   if (mask)
     k += "  out[i] = m.visible(0, i % 4, i, i / 2) ? 1.f : 0.f;\n";
   else
@@ -42,7 +53,10 @@ std::string with_kernel(const std::string& functor, const std::string& name, boo
          "  " + name + "::Bound bd;\n  m.bind_into(bd, i % 4);\n"
          "  out[i] += m.value_log2(out[i], 0.125f, 0, i % 4, i, i / 2, &bd) +\n"
          "            m.derivative_dot(out[i], 0.125f, 0, i % 4, i, 3, &bd);\n";
-  if (params) k += "  m.param_grad(1.f, out[i], 0, i % 4, i, i / 2, grad);\n";
+  if (params)
+    k += "  ProbeAcc acc{grad};\n  m.param_grad(1.f, out[i], 0, i % 4, i, i / 2, acc);\n"
+         "  static_assert(" +
+         name + "::kHasParamGrad, \"learnable\");\n";
   return k + "}\n";
 }
 

@@ -196,7 +196,8 @@ TEST(Config, KernelCacheKeys) {
 }
 
 // model.score_mod_params: learnable tables become declarations the model puts in its slab;
-// a CUDA run refuses them (its kernels take fixed parameters) with the key in the message.
+// a CUDA run takes them up to the entries one dK/dV block keeps (layers::expr::grad_slots),
+// and refuses larger ones with the key and the limit in the message.
 TEST(Config, LearnableExpressionParameters) {
   const std::string model =
       "model: {n_embd: 64, n_head: 4, score_mod: 'score + bias[h, clamp(q - k, 0, 3)]',\n"
@@ -206,12 +207,24 @@ TEST(Config, LearnableExpressionParameters) {
   EXPECT_TRUE(c.model.score_mod_decls[0].learnable);
   EXPECT_EQ(c.model.score_mod_decls[0].shape, (std::vector<int64_t>{4, 4}));
   EXPECT_EQ(c.model.score_mod_decls[0].init, std::vector<double>(16, 0.5));
-  const std::string err =
-      error_of([&] { parse_config_text(model + "precision: {device: cuda}\n"); });
-  EXPECT_NE(err.find("model.score_mod_params.bias: learnable expression parameters train on "
-                     "the CPU only"),
-            std::string::npos)
-      << err;
+  const std::string cuda = "precision: {device: cuda}\n";
+  const std::string ok = error_of([&] { parse_config_text(model + cuda); });
+  EXPECT_EQ(ok.find("score_mod_params"), std::string::npos) << ok;
+  // (H, 5000) read by h: a block keeps 5000 entries (one query head a K/V head).
+  auto table = [](const std::string& subscript, int n) {
+    return "model: {n_embd: 64, n_head: 4, score_mod: 'score + bias[" + subscript +
+           ", clamp(q - k, 0, 3)]',\n        score_mod_params: {bias: {shape: [heads, " +
+           std::to_string(n) + "], init: 0.5, learnable: true}}}\n";
+  };
+  std::string err = error_of([&] { parse_config_text(table("h", 5000) + cuda); });
+  EXPECT_NE(err.find("model.score_mod_params"), std::string::npos) << err;
+  EXPECT_NE(err.find("at most 4096"), std::string::npos) << err;
+  EXPECT_EQ(error_of([&] { parse_config_text(table("h", 1000) + cuda); }).find("score_mod_params"),
+            std::string::npos);
+  // Not subscripted by h first: every block keeps the whole (4, 1100) table.
+  err = error_of([&] { parse_config_text(table("min(h, 1)", 1100) + cuda); });
+  EXPECT_NE(err.find("at most 4096"), std::string::npos) << err;
+  EXPECT_EQ(error_of([&] { parse_config_text(table("min(h, 1)", 1100)); }), "");  // CPU: any size
 }
 
 TEST(Config, ArchitectureRules) {

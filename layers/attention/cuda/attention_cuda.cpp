@@ -2,7 +2,8 @@
 // a validated call into the POD problem of flash_cuda.h (documents and per-row document
 // maps copied to the device, the score modifier bound to its description, score_mod.h) and
 // launches the kernels. Built-in modifiers none, softcap and ALiBi; a score expression on the
-// fast kernels compiled at run time (jit/); the relative-position table, the additive bias
+// fast kernels compiled at run time (jit/), with the gradient of its learnable tables;
+// the relative-position table, the additive bias
 // and mask expressions are CPU-only for now.
 // bf16 with head_dim 64 or 128 goes to the tensor-core kernels of cuda/fast/ (which need
 // only the documents and a tile schedule); everything else to the reference kernels.
@@ -27,6 +28,7 @@ struct DeviceProblem {
   bool q_padded = false, k_padded = false;
   bool expression = false;  // a score expression: the run-time compiled fast kernels
   jit::BoundExpr expr;      // its program and tables (in mod.expression_params)
+  Tensor sums;              // the backward's fixed-point sums of learnable tables
 };
 
 // A tile schedule (fast_attention.h) on the device, as int32 pairs.
@@ -131,9 +133,6 @@ DeviceProblem make_device_problem(const ResolvedAttention& r, const Tensor& q, c
   d.expression = d.mod.desc.kind == ScoreModKind::expression;
   if (d.expression) {
     DL_CHECK(!spec.score_mod.mask, kOp, "mask_mod expressions run on CPU only (use cpu tensors)");
-    DL_CHECK(expression_learnables(spec.score_mod).empty(), kOp,
-             "learnable score_mod parameters run on CPU only (use cpu tensors); fixed tables "
-             "run on cuda");
     DL_CHECK(d.fast, kOp,
              "a score_mod expression on cuda takes bf16 q/k/v with head_dim 64 or 128 (the fast "
              "kernels), got " << dtype_name(q.dtype()) << " with head_dim " << r.head_dim
@@ -141,6 +140,14 @@ DeviceProblem make_device_problem(const ResolvedAttention& r, const Tensor& q, c
     d.expr.score = spec.score_mod.expression.get();
     for (const Tensor& t : d.mod.expression_params) d.expr.params.push_back(t.data<float>());
     d.expr.head_offset = int(spec.score_mod.head_offset);
+    // Learnable tables: the dK/dV kernel keeps the entries of its GQA group's heads in shared
+    // memory (jit_launch.cpp); refused here, before any work, where they do not fit.
+    const int64_t slots = expr::grad_slots(*d.expr.score, r.heads / r.kv_heads);
+    DL_CHECK(d.expr.score->param_count == 0 || slots <= expr::kMaxGradSlots, kOp,
+             "learnable score_mod tables on cuda: a dK/dV block keeps the entries its "
+                 << r.heads / r.kv_heads << " query heads read, at most " << expr::kMaxGradSlots
+                 << ", and this expression has " << slots
+                 << " (a table not subscripted by h first counts whole); use cpu tensors");
   }
   d.fast = d.fast && (d.expression || gpu::fast::supported(d.p, d.mod.desc));
   if (d.fast)
@@ -238,6 +245,16 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
                          : device_tiles(gpu::fast::q_tiles(d.p, d.host_docs,
                                                            gpu::fast::dq_block_q(d.p.head_dim)));
     float* acc = dq_acc.defined() ? dq_acc.data<float>() : nullptr;
+    if (d.expression && d.expr.score->param_count > 0) {
+      // The learnables' gradient (flat, as the CPU's ExprMod::param_grad fills it) from
+      // fixed-point sums (cuda/fast/param_grad.cuh): hi, lo and the overflow word.
+      const int64_t n = d.expr.score->param_count;
+      Tensor sums = Tensor::zeros({2 * n + 1}, DType::i64, Device::cuda);
+      g.dscore_mod = Tensor::empty({n}, DType::f32, Device::cuda);
+      d.expr.grad_acc = static_cast<unsigned long long*>(sums.raw_data());
+      d.expr.dparams = g.dscore_mod.data<float>();
+      d.sums = sums;
+    }
     if (d.expression)
       jit::backward(d.p, d.expr, tiles_ptr(qt), tile_count(qt), tiles_ptr(kt), tile_count(kt),
                     d.q_padded, d.k_padded, oc.raw_data(), doc.raw_data(), lc.data<float>(),

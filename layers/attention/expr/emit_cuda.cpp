@@ -446,6 +446,15 @@ Folded folded(const Program& p, bool members) {
   return f;
 }
 
+// The learnable table ordinal (grad_tables' index) of each declared parameter, -1 if fixed.
+std::vector<int> grad_table_of(const Program& p) {
+  std::vector<int> out(p.params.size(), -1);
+  int n = 0;
+  for (size_t i = 0; i < p.params.size(); ++i)
+    if (p.grad_offset[i] >= 0) out[i] = n++;
+  return out;
+}
+
 }  // namespace
 
 namespace {
@@ -469,6 +478,26 @@ bool calls_transcendental(const Node& n) {
 
 bool heavy(const Program& p) {
   return !p.is_mask && p.root && calls_transcendental(*p.root);
+}
+
+std::vector<GradTable> grad_tables(const Program& p) {
+  std::vector<GradTable> out;
+  if (p.is_mask) return out;
+  for (size_t i = 0; i < p.params.size(); ++i) {
+    if (p.grad_offset[i] < 0) continue;
+    const ParamDecl& d = p.params[i];
+    bool by_head = !d.shape.empty();
+    for (const Node* o : p.occurrences)
+      if (o->param == int(i)) by_head = by_head && !o->args.empty() && o->args[0]->op == Op::h;
+    out.push_back({p.grad_offset[i], d.numel(), by_head ? d.numel() / d.shape[0] : 0});
+  }
+  return out;
+}
+
+int64_t grad_slots(const Program& p, int64_t group) {
+  int64_t n = 0;
+  for (const GradTable& t : grad_tables(p)) n += t.per_head > 0 ? group * t.per_head : t.numel;
+  return n;
 }
 
 int bound_slots(const Program& p) {
@@ -500,6 +529,8 @@ std::string emit_cuda(const Program& p, const std::string& name, bool constants_
     o << "  const float* p_" << d.name << ";  // " << (d.learnable ? "learnable " : "") << "("
       << (d.shape.empty() ? "" : std::to_string(d.shape[0]))
       << (d.shape.size() > 1 ? ", " + std::to_string(d.shape[1]) : "") << ")\n";
+  if (p.param_count > 0)
+    o << "  unsigned long long* grad_acc;  // the gradient's fixed-point sums (hi, lo, overflow)\n";
   o << "  int head_offset;  // h of the expression = head_offset + the call's head\n";
   if (!p.is_mask)
     o << "  static constexpr bool kHeavy = " << (heavy(p) ? "true" : "false")
@@ -543,21 +574,36 @@ std::string emit_cuda(const Program& p, const std::string& name, bool constants_
     << "  __device__ float derivative(float score, int b, int h, int q_idx, int k_idx,\n"
     << "                              const Bound* bd = nullptr) const {\n"
     << locals << "    return " << em.e(*p.d_score) << ";\n  }\n";
+  // Learnable tables: grad_tables' description, and each occurrence's entry and
+  // derivative handed to the kernel's accumulator (acc.add(table, entry, dvalue, d)).
+  const std::vector<GradTable> tables = grad_tables(p);
+  o << "  static constexpr bool kHasParamGrad = " << (p.param_count > 0 ? "true" : "false")
+    << ";\n  static constexpr int kGradTables = " << tables.size() << ";\n";
   if (p.param_count > 0) {
     o << "  __host__ __device__ long long param_count() const { return " << p.param_count
       << "LL; }\n"
-      << "  // grad += dvalue * d value / d params; the kernel decides how grad is shared.\n"
+      << "  __device__ static void grad_table(int t, long long& offset, long long& numel,\n"
+      << "                                    long long& per_head) {\n    switch (t) {\n";
+    for (size_t t = 0; t < tables.size(); ++t)
+      o << "      case " << t << ": offset = " << tables[t].offset
+        << "LL; numel = " << tables[t].numel << "LL; per_head = " << tables[t].per_head
+        << "LL; return;\n";
+    o << "      default: offset = numel = per_head = 0; return;\n    }\n  }\n"
+      << "  template <class Acc>\n"
       << "  __device__ void param_grad(float dvalue, float score, int b, int h, int q_idx, "
-         "int k_idx, float* grad) const {\n"
-      << locals << "    const Bound* bd = nullptr; (void)bd;\n";
+         "int k_idx, Acc& acc) const {\n"
+      << locals;
+    em.use_bound = false;  // reads the tables (no Bound here)
+    const std::vector<int> table_of = grad_table_of(p);
     for (size_t i = 0; i < p.occurrences.size(); ++i) {
       const Node& occ = *p.occurrences[i];
       std::string idx = "0LL";
       for (size_t d = 0; d < occ.args.size(); ++d)
         idx = "(" + idx + " * " + std::to_string(occ.shape[d]) + "LL + " + em.e(*occ.args[d]) + ")";
-      o << "    grad[" << p.grad_offset[size_t(occ.param)] << "LL + " << idx << "] += dvalue * "
-        << em.e(*p.d_occurrence[i]) << ";\n";
+      o << "    acc.add(" << table_of[size_t(occ.param)] << ", " << idx << ", dvalue, "
+        << em.e(*p.d_occurrence[i]) << ");\n";
     }
+    em.use_bound = true;
     o << "  }\n";
   }
   o << "};\n";

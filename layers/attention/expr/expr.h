@@ -147,6 +147,20 @@ int64_t param_index(const Node& n, const Bindings<T>& b, T score, int64_t h, int
 // constants_as_members: literals read from a member array `c` (the kernel cache's form)
 // instead of being written into the code.
 std::string emit_cuda(const Program& p, const std::string& name, bool constants_as_members = false);
+// The learnable tables of a score expression as the CUDA dK/dV kernel accumulates their
+// gradients (cuda/fast/param_grad.cuh), in declaration order: the table's offset in the flat
+// gradient, its entries, and per_head, its entries a head row (numel / heads) when every
+// occurrence subscripts it by h first (bias[h, ...]: a CTA keeps the rows of its query heads),
+// else 0 (the CTA keeps the whole table).
+struct GradTable {
+  int64_t offset = 0, numel = 0, per_head = 0;
+};
+std::vector<GradTable> grad_tables(const Program& p);
+// The entries one dK/dV CTA keeps in shared memory for a GQA group of `group` query heads,
+// and the most it may keep (kGradSlotBytes each): beyond it, learnable tables are refused on
+// CUDA.
+int64_t grad_slots(const Program& p, int64_t group);
+constexpr int64_t kMaxGradSlots = 4096;
 // How many table reads of p's score expression depend on the head alone (subscripts of h and
 // literals: ALiBi's slope[h]): the emitted functor's Bound holds them, read once per (tile,
 // head) in bind_into instead of once per score; at least 1 (Bound is never empty).

@@ -75,6 +75,11 @@ ModLayout mod_layout(const expr::Program& score) {
     at += 8;
     align = 8;
   }
+  if (score.param_count > 0) {  // the learnables' fixed-point sums (emit_cuda's grad_acc)
+    l.grad_acc = at;
+    at += 8;
+    align = 8;
+  }
   l.head_offset = at;
   at += 4;
   l.slots = score.constants().size();
@@ -110,8 +115,6 @@ std::string nvrtc_version() {
 AttentionProgram make_program(const expr::Program& score, const ProgramSpec& spec) {
   DL_CHECK(!score.is_mask, kOp,
            "mask_mod expressions do not run on CUDA (a score_mod expression does)");
-  DL_CHECK(score.param_count == 0, kOp,
-           "learnable score_mod parameters do not run on CUDA (fixed tables do)");
   DL_CHECK(spec.head_dim == 64 || spec.head_dim == 128, kOp,
            "score_mod expressions on CUDA take head_dim 64 or 128, not " << spec.head_dim);
   DL_CHECK(!spec.wgmma || spec.arch == "sm_90a", kOp,
@@ -158,6 +161,9 @@ AttentionProgram make_program(const expr::Program& score, const ProgramSpec& spe
       break;
     }
   }
+  // Learnable tables: the backward ends with their gradient's conversion (param_grad.cuh).
+  if (spec.pass != Pass::forward && score.param_count > 0)
+    p.kernels.push_back("&" + fast + "param_grad_to_f32<" + M + ">");
   // The flags of the nvcc build (cmake/cuda.cmake) that reach device code, with NVRTC's
   // defaults for the math flags written out (nvcc's are the same).
   p.options = {"--gpu-architecture=" + spec.arch, "-std=c++17", "-DDRIFTLESS_SM90A=1", "-DNDEBUG",
@@ -179,7 +185,7 @@ AttentionProgram make_program(const expr::Program& score, const ProgramSpec& spe
 
 std::vector<unsigned char> pack_mod(const AttentionProgram& program, const expr::Program& score,
                                     const std::vector<const float*>& params, int head_offset,
-                                    float scale) {
+                                    float scale, unsigned long long* grad_acc) {
   const ModLayout& l = program.layout;
   DL_CHECK(params.size() == score.params.size(), kOp,
            "the expression declares " << score.params.size() << " parameters, " << params.size()
@@ -187,6 +193,7 @@ std::vector<unsigned char> pack_mod(const AttentionProgram& program, const expr:
   std::vector<unsigned char> out(l.size, 0);
   auto put = [&](size_t at, const void* v, size_t n) { std::memcpy(out.data() + at, v, n); };
   for (size_t i = 0; i < params.size(); ++i) put(l.params[i], &params[i], sizeof(const float*));
+  if (score.param_count > 0) put(l.grad_acc, &grad_acc, sizeof grad_acc);
   put(l.head_offset, &head_offset, 4);
   const std::vector<expr::Literal> constants = score.constants();
   DL_CHECK(constants.size() == l.slots, kOp, "constant slots changed");

@@ -94,8 +94,8 @@ Loaded load(const std::string& binary) {
 }
 
 // make_program, remembered per (spec, emitted functor): its key holds every kernel header, so
-// building it takes longer than a launch. Never freed: a run has a few (the constants of an
-// expression are fixed on CUDA, where its parameters cannot be learnable).
+// building it takes longer than a launch. Never freed: a run has a few (an expression's
+// literals are fixed; its tables, learnable or not, are pointers).
 const AttentionProgram& program(const expr::Program& score, const ProgramSpec& spec) {
   static std::mutex mutex;
   static std::map<std::string, std::shared_ptr<const AttentionProgram>> memo;
@@ -130,7 +130,7 @@ Kernels kernels(const BoundExpr& e, Pass pass, const gpu::Problem& p) {
   DL_CHECK(k.program->functions.size() == prog.kernels.size(), kOp,
            "a cached attention program has " << k.program->functions.size() << " kernels, not "
                                              << prog.kernels.size());
-  k.mod = pack_mod(prog, *e.score, e.params, e.head_offset, p.scale);
+  k.mod = pack_mod(prog, *e.score, e.params, e.head_offset, p.scale, e.grad_acc);
   return k;
 }
 
@@ -198,6 +198,16 @@ void backward(const gpu::Problem& p, const BoundExpr& e, const gpu::fast::Tile* 
               bool k_padded, const void* out, const void* dout, const float* lse, float* delta,
               void* dq, void* dk, void* dv, gpu::fast::OutRows rows, float* dq_acc) {
   const bool atomic = dq_acc != nullptr && gpu::fast::use_wgmma();
+  const int64_t learnables = e.score != nullptr ? e.score->param_count : 0;
+  DL_CHECK(learnables == 0 || (e.grad_acc != nullptr && e.dparams != nullptr), kOp,
+           "an expression with learnable tables needs its gradient's sums and output");
+  // The dK/dV CTA's shared accumulator of the learnables, past the kernel's own bytes
+  // (fast_dkv.cuh).
+  const int64_t slots = learnables > 0 ? expr::grad_slots(*e.score, p.heads / p.kv_heads) : 0;
+  DL_CHECK(slots <= expr::kMaxGradSlots, kOp,
+           "learnable score_mod tables on cuda: a dK/dV block keeps the entries its "
+               << p.heads / p.kv_heads << " query heads read, at most " << expr::kMaxGradSlots
+               << ", and this expression has " << slots << "; use cpu tensors");
   Kernels k = kernels(e, atomic ? Pass::backward_atomic : Pass::backward, p);
   gpu::fast::ModLauncher l;
   // Pass::backward holds dq_kernel then dkv_kernel; Pass::backward_atomic its dkv_kernel only.
@@ -223,10 +233,20 @@ void backward(const gpu::Problem& p, const BoundExpr& e, const gpu::fast::Tile* 
     int heads = a.dkv_heads;
     float* acc = a.dq_acc;
     void* args[] = {&pp, k.mod.data(), &t, &d_o, &s, &dl, &g_k, &g_v, &heads, &acc};
-    launch(k.program->functions[atomic ? 0 : 1], g, args);
+    gpu::fast::Geometry gs = g;
+    if (learnables > 0)  // the kept entries and the overflow word's pair
+      gs.smem = (g.smem + 15) / 16 * 16 + int(slots + 1) * gpu::fast::kGradSlotBytes;
+    launch(k.program->functions[atomic ? 0 : 1], gs, args);
   };
   gpu::fast::backward_with(p, l, q_tiles, n_q_tiles, k_tiles, n_k_tiles, q_padded, k_padded, out,
                            dout, lse, delta, dq, dk, dv, rows, dq_acc);
+  if (learnables > 0) {  // param_grad_to_f32, the program's last kernel
+    const unsigned long long* sums = e.grad_acc;
+    float* grad = e.dparams;
+    long long n = learnables;
+    void* args[] = {&sums, &grad, &n};
+    launch(k.program->functions.back(), {unsigned((n + 255) / 256), 256, 0}, args);
+  }
 }
 
 }  // namespace driftless::layers::jit

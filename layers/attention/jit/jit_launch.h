@@ -11,12 +11,17 @@
 
 namespace driftless::layers::jit {
 
-// A score expression bound for one call: its fixed tables as f32 device arrays (one per
-// declared parameter) and the global head of the call's head 0.
+// A score expression bound for one call: its tables as f32 device arrays (one per declared
+// parameter) and the global head of the call's head 0. With learnable tables the backward
+// also takes grad_acc, 2 param_count + 1 zeroed integers (the fixed-point sums,
+// cuda/fast/param_grad.cuh), and writes d loss / d table entries to dparams (param_count
+// f32, the flat gradient of the CPU's ExprMod::param_grad).
 struct BoundExpr {
   const expr::Program* score = nullptr;
   std::vector<const float*> params;
   int head_offset = 0;
+  unsigned long long* grad_acc = nullptr;
+  float* dparams = nullptr;
 };
 
 // fast::forward and fast::backward with the expression as the modifier (same arguments).

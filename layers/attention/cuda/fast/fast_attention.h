@@ -32,6 +32,9 @@ inline int dq_block_q(int64_t head_dim) {
   return head_dim <= 64 ? DqRows<64>::value : DqRows<128>::value;
 }
 constexpr int kBwdBlockK = 64;  // key rows per dK/dV warpgroup (4 warps x 16 rows)
+// Shared memory of one learnable-table entry a dK/dV CTA keeps: its fixed-point sums hi and
+// lo (param_grad.cuh), past the kernel's own bytes rounded up to 16.
+constexpr int kGradSlotBytes = 16;
 
 // One unit of work: `start` is a row offset inside document `doc` (q rows for the forward
 // and dQ kernels, k rows for the dK/dV kernel); `head`: the kv head, in schedules that list

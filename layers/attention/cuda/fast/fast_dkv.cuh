@@ -3,10 +3,11 @@
 // the heads of its GQA group in a fixed order.
 #pragma once
 #include "engine/core/cuda/launch.cuh"
-#include "layers/attention/rtc_std.h"
 #include "layers/attention/cuda/fast/fast_common.cuh"
 #include "layers/attention/cuda/fast/fast_dq.cuh"
+#include "layers/attention/cuda/fast/param_grad.cuh"
 #include "layers/attention/cuda/fast/wgmma.cuh"
+#include "layers/attention/rtc_std.h"
 
 namespace driftless::layers::gpu::fast::bwd {
 
@@ -65,6 +66,12 @@ struct DkvWarpgroups {
 // kWG = 2 (wgmma only): two warpgroups, 128 keys a CTA, sharing each step's Q and dO tiles
 // (half the Q and dO loads per key). With kDq each warpgroup computes dQ = dS K over all 128
 // keys for half of dQ's columns, so a step adds dQ once per 128 keys instead of once per 64.
+//
+// A modifier with learnable tables (HasParamGrad, mod_expr.cuh) also sums each visible pair's
+// d loss / d entry into its fixed-point accumulator (param_grad.cuh) in shared memory past
+// DkvSmem's bytes (the launch adds them: round_up(kBytes, 16), then kGradSlotBytes a kept
+// entry and one more),
+// then into the call's sums; every other modifier compiles as without it.
 template <int D, class M, bool W, bool kDq = false, int kWG = 1>
 __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
     dkv_kernel(Problem p, M mod0, const Tile* tiles, const bf16* dout, const float* lse,
@@ -115,6 +122,13 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
   if (wl >= 0) i_end = min(i_end, j0 + nk - 1 + wl - shift);
   const int n_qt = i_end >= i_begin ? (i_end - i_begin) / kBQ + 1 : 0;
   const int n_steps = int(group) * n_qt;
+  constexpr bool kPG = HasParamGrad<M>::value;
+  typename GradAccOf<M>::type pg{};
+  if constexpr (kPG)
+    if (n_steps > 0)  // zeroed before step 0's barrier
+      pg = mod0.param_grad_begin(
+          reinterpret_cast<unsigned long long*>(smem_raw + (L::kBytes + 15) / 16 * 16),
+          int(kh * group), int(group));
 
   const bf16* kg = static_cast<const bf16*>(p.k) + ((doc.k_offset + j0) * KH + kh) * D;
   const bf16* vg = static_cast<const bf16*>(p.v) + ((doc.k_offset + j0) * VH + kh) * D;
@@ -191,7 +205,8 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
           for (int e = 0; e < 4; ++e) {
             const int c = c0 + n * 8 + 2 * t4 + (e & 1), i = q0 + c, j = jr[e >> 1];
             float dx;
-            const float x = mod.x_dx(st[n][e], i + shift, j, &dx);
+            const float dot = st[n][e];
+            const float x = mod.x_dx(dot, i + shift, j, &dx);
             float pr = exp2_ftz(x - log2_lse((e & 1) ? l2[n].y : l2[n].x));
             if (!full) {
               int lo, hi;
@@ -199,7 +214,13 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
               if (i >= q_len || j < lo || j > hi) pr = 0.f;
             }
             st[n][e] = pr;
-            dpt[n][e] = pr * (dpt[n][e] - ((e & 1) ? dl2[n].y : dl2[n].x)) * dx;
+            if constexpr (kPG) {
+              const float ds = pr * (dpt[n][e] - ((e & 1) ? dl2[n].y : dl2[n].x));
+              mod.param_grad(ds, dot, i + shift, j, pg);
+              dpt[n][e] = ds * dx;
+            } else {
+              dpt[n][e] = pr * (dpt[n][e] - ((e & 1) ? dl2[n].y : dl2[n].x)) * dx;
+            }
           }
       };
       if constexpr (W) {
@@ -330,6 +351,11 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
       }
     }
   }
+  if constexpr (kPG)
+    if (n_steps > 0) {
+      __syncthreads();  // every pair's adds done
+      mod0.param_grad_end(pg);
+    }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = warp * 16 + g + 8 * r;

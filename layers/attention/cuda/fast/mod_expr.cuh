@@ -3,6 +3,7 @@
 // with the kernels at run time by NVRTC (layers/attention/jit/). Never built ahead of time.
 #pragma once
 #include "layers/attention/cuda/fast/fast_common.cuh"
+#include "layers/attention/cuda/fast/param_grad.cuh"
 
 namespace driftless::layers::gpu::fast {
 
@@ -20,6 +21,10 @@ namespace driftless::layers::gpu::fast {
 // not finite either).
 // bound: U's table reads that depend on the head alone (ALiBi's slope[h]), read in bind
 // rather than per score; the host packs zeros there.
+// Learnable tables (U::kHasParamGrad): the dK/dV kernel adds each pair's d loss / d entry
+// through param_grad into a CTA accumulator (param_grad.cuh) over the entries its query
+// heads can read (U::grad_table: a table subscripted by h first keeps group rows, another
+// the whole table), then into U::grad_acc, the call's (hi, lo, overflow) sums.
 template <class U>
 struct ModExpr {
   U user;
@@ -38,6 +43,42 @@ struct ModExpr {
     const float d = user.derivative_dot(dot, scale, doc, h, q, k, &bound);
     *dx = fabsf(d) < INFINITY ? d : 0.f;
     return user.value_log2(dot, scale, doc, h, q, k, &bound);
+  }
+
+  static constexpr bool kHasParamGrad = U::kHasParamGrad;
+  using GradAcc = ParamGradAcc<U>;
+  // The accumulator of the call's query heads head0 .. head0 + group - 1 at smem, zeroed by
+  // the CTA's threads (the caller synchronises before the first add).
+  __device__ GradAcc param_grad_begin(unsigned long long* smem, int head0, int group) const {
+    GradAcc a;
+    a.slots = smem;
+    a.group = group;
+    a.head0 = head0 + user.head_offset;
+    const long long words = 2 * (a.entries() + 1);
+    for (long long i = threadIdx.x; i < words; i += blockDim.x) smem[i] = 0;
+    return a;
+  }
+  // ds: d loss / d value of the pair (before the softmax scale, as x_dx's value).
+  __device__ void param_grad(float ds, float dot, int q, int k, GradAcc& acc) const {
+    user.param_grad(ds, dot * scale, doc, h, q, k, acc);
+  }
+  // After every add of the CTA (a barrier): its nonzero sums into grad_acc = (hi[n], lo[n],
+  // overflow), one integer atomic each.
+  __device__ void param_grad_end(const GradAcc& acc) const {
+    const long long n = user.param_count();
+#pragma unroll
+    for (int t = 0; t < U::kGradTables; ++t) {
+      long long offset, numel, per_head;
+      U::grad_table(t, offset, numel, per_head);
+      const long long kept = acc.kept(t), base = acc.base(t), first = offset + acc.first(t);
+      for (long long e = threadIdx.x; e < kept; e += blockDim.x) {
+        const unsigned long long hi = acc.slots[2 * (base + e)], lo = acc.slots[2 * (base + e) + 1];
+        if (hi != 0) atomicAdd(user.grad_acc + first + e, hi);
+        if (lo != 0) atomicAdd(user.grad_acc + n + first + e, lo);
+      }
+    }
+    if (threadIdx.x == 0 && acc.slots[2 * acc.entries()] != 0)
+      atomicOr(user.grad_acc + 2 * n, 1ull);
   }
 };
 // U::kHeavy: the expression calls tanh, exp, log, pow, sqrt or sigmoid (expr::heavy).
