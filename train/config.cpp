@@ -142,15 +142,8 @@ void resolve_score_mods(Config& c, std::vector<std::string>& errors) {
                << " entries, these have " << slots << " (a table not subscripted by h first "
                "counts whole); use smaller tables or precision.device: cpu");
     }
-    // The ring's calls hold parts of a document and pass its positions as a shift that the
-    // CPU kernels apply and the CUDA kernels do not read yet (spec.h "Positions").
-    const auto& cp = c.distributed.context_parallel;
-    DL_CHECK(!(cp.size > 1 && cp.kind != layers::ContextParallel::a2a) ||
-                 c.precision.device != Device::cuda || !sm || !sm->reads_positions(),
-             "config",
-             "distributed.context_parallel.kind ring and hybrid on CUDA take no score_mod of q "
-             "or k (the CUDA kernels do not take the ring's document positions yet); use kind "
-             "a2a or precision.device: cpu");
+    // The ring's calls hold parts of a document and pass its positions as a shift (spec.h
+    // "Positions") that the CPU kernels and the CUDA expression kernels apply.
     // The model is causal and a mask is intersected with that (a query's later keys are in
     // no layout's K extent): q - k < 256 is a sliding window; a mask cannot show later keys.
   } catch (const YAML::Exception& e) {
@@ -219,8 +212,9 @@ void cross_check(const Config& c, std::vector<std::string>& errors) {
            "yet; use kind a2a or sequence_data_parallel");
       need(!m.alibi || c.precision.device != Device::cuda,
            "distributed.context_parallel.kind ring and hybrid on CUDA do not take model.alibi "
-           "(the CUDA kernels do not take the ring's document positions yet); use kind a2a or "
-           "precision.device: cpu");
+           "(the built-in's CUDA kernels do not take the ring's document positions); write it "
+           "as model.score_mod: score - slope[h] * abs(q - k) (bitwise the same), or use kind "
+           "a2a");
       need(m.sliding_window == 0,
            "distributed.context_parallel.kind ring and hybrid do not take model.sliding_window "
            "(their calls over earlier chunks see every key); use kind a2a or "

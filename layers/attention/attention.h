@@ -114,13 +114,16 @@ bool use_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Attention
            "on cuda too");
   DL_CHECK(!Binder::kUserFunctor, kOp,
            "user score modifiers are not on cuda yet; use a built-in modifier or cpu tensors");
-  // The CUDA kernels give document 0 the call's own positions (they do not read the shift).
-  DL_CHECK(spec.first_doc_shift.zero() || !reads_positions(spec.score_mod), kOp,
+  // The built-in CUDA modifiers give document 0 the call's own positions; a score expression
+  // takes the shift (jit ModExpr).
+  DL_CHECK(spec.first_doc_shift.zero() || !reads_positions(spec.score_mod) ||
+               spec.score_mod.kind == ScoreModKind::expression,
+           kOp,
            "a call with first_doc_shift (" << spec.first_doc_shift.q << ", "
-                                           << spec.first_doc_shift.k << ") and a modifier of "
+                                           << spec.first_doc_shift.k << ") and the built-in "
                                            << score_mod_name(spec.score_mod.kind)
-                                           << " that reads positions runs on CPU only (the "
-                                              "CUDA kernels do not shift positions yet)");
+                                           << " runs on CPU only (the CUDA kernels' built-ins do "
+                                              "not shift positions; write it as an expression)");
   return true;
 }
 

@@ -38,6 +38,7 @@ struct Case {
   // A score expression (ScoreModKind::expression) with its tables, instead of mod.
   std::string expression{};
   std::vector<layers::expr::ParamDecl> decls{};
+  layers::PositionShift shift{};  // AttentionSpec::first_doc_shift (a ring call's positions)
 };
 
 struct Problem {
@@ -79,6 +80,7 @@ inline Problem make(const Case& c, uint64_t seed, bool bf16_values = true) {
   s.causal = c.causal;
   s.window_left = c.window_left;
   s.window_right = c.window_right;
+  s.first_doc_shift = c.shift;
   if (c.mod == Case::softcap) s.score_mod = ScoreModSpec::make_softcap(c.cap);
   if (c.mod == Case::alibi) {
     std::vector<float> slopes;

@@ -183,6 +183,40 @@ TEST(AttentionExprCuda, LearnableTableGradientsMatchTheCpuAndRepeatBitwise) {
     }
 }
 
+// A ring call's first document starts mid-document (AttentionSpec::first_doc_shift): the
+// expression kernels add the shift to document 0's positions as the CPU path does, and a
+// planted wrong shift must be seen (the check has teeth).
+TEST(AttentionExprCuda, FirstDocumentShiftGivesDocumentPositions) {
+  DL_REQUIRE_GPU();
+  uint64_t seed = testing::fresh_seed("attention expr shift");
+  for (const Expr& e : expressions()) {
+    if (e.name == "softcap") continue;  // reads no position
+    Case c{e.name + "_shift", {{65, 130}, {40, 40}, {7, 7, 2, 2}}, kHeads, kKvHeads, 64};
+    c.expression = e.source;
+    c.decls = e.decls;
+    c.shift = {37, 5};  // queries 37 - 5 = 32 rows further on than bottom-right alignment says
+    SCOPED_TRACE(c.name);
+    Problem p = make(c, seed += 10);
+    const Result ref = run(p, DType::f64, Device::cpu);
+    const Result cpu = run_bf16_reference(p);
+    const Result gpu = run(p, DType::bf16, Device::cuda);
+    Problem wrong = p;
+    wrong.spec.first_doc_shift = {38, 5};
+    const Result planted = run(wrong, DType::bf16, Device::cuda);
+    for (int i = 0; i < 5; ++i) {
+      bool zero_ref = false;
+      const double ec = err(cpu.t[i], ref.t[i], kNames[i], &zero_ref);
+      EXPECT_LE(err(gpu.t[i], ref.t[i], kNames[i], &zero_ref), bound_of(i, ec, zero_ref))
+          << kNames[i];
+    }
+    if (e.causal_only) continue;  // its sqrt and log of a distance near 40 barely move by one
+    bool zero_ref = false;
+    const double ec = err(cpu.t[0], ref.t[0], kNames[0], &zero_ref);
+    EXPECT_GT(err(planted.t[0], ref.t[0], kNames[0], &zero_ref), bound_of(0, ec, zero_ref))
+        << "a shift off by one is not seen";
+  }
+}
+
 // The built-ins written as expressions run the built-ins' arithmetic (the emitter folds the
 // scale, tanh's 2 log2 e and the log2 e of the value into constants multiplied once per head,
 // in the host's order for the built-ins): out, lse, dq, dk and dv are the built-in kernels'

@@ -82,7 +82,10 @@ TEST(Config, ContextParallelRules) {
 
 // The ring's and the hybrid's calls give modifiers document positions on the CPU; the CUDA
 // kernels do not take them yet, so there ALiBi and expressions of q or k are refused.
-TEST(Config, RingPositionsOnCpuOnly) {
+// The ring and hybrid give modifiers document positions (first_doc_shift): expressions of q
+// and k and masks on CPU, score expressions of q and k on CUDA too; the built-in ALiBi's
+// CUDA kernels take no shift, so a CUDA ring refuses it and names the expression instead.
+TEST(Config, RingPositionsOfExpressions) {
   const std::string exprs =
       "model: {n_embd: 64, n_head: 4, score_mod: 'score - 0.1 * (q - k)', mask_mod: 'k < 4 || "
       "q - k < 24'}\nbatch: {sequence_length: 64}\n";
@@ -92,19 +95,17 @@ TEST(Config, RingPositionsOnCpuOnly) {
     EXPECT_NO_THROW(parse_config_text(cp + exprs)) << kind;
     EXPECT_NO_THROW(parse_config_text(cp + "model: {alibi: true}\nbatch: {sequence_length: 64}\n"))
         << kind;
+    EXPECT_NO_THROW(parse_config_text(cp +
+                                      "model: {n_embd: 64, n_head: 4, score_mod: 'score - 0.1 * "
+                                      "(q - k)'}\nbatch: {sequence_length: 64}\nprecision: "
+                                      "{device: cuda}\n"))
+        << kind;
     const std::string err = error_of([&] {
-      parse_config_text(cp +
-                        "model: {n_embd: 64, n_head: 4, score_mod: 'score - 0.1 * (q - "
-                        "k)'}\nbatch: {sequence_length: 64}\nprecision: {device: cuda}\n");
+      parse_config_text(cp + "model: {alibi: true}\nbatch: {sequence_length: 64}\nprecision: "
+                             "{device: cuda}\n");
     });
-    EXPECT_NE(err.find("ring and hybrid on CUDA take no score_mod of q or k"), std::string::npos)
-        << err;
+    EXPECT_NE(err.find("score - slope[h] * abs(q - k)"), std::string::npos) << err;
   }
-  // A score of the score alone needs no positions: the ring takes it on CUDA too.
-  EXPECT_NO_THROW(parse_config_text(
-      "distributed: {context_parallel: {size: 2, kind: ring}}\nbatch: {sequence_length: 64}\n"
-      "model: {n_embd: 64, n_head: 4, score_mod: '30 * tanh(score / 30)'}\n"
-      "precision: {device: cuda}\n"));
 }
 
 TEST(Config, CrossFieldRules) {

@@ -140,6 +140,8 @@ DeviceProblem make_device_problem(const ResolvedAttention& r, const Tensor& q, c
     d.expr.score = spec.score_mod.expression.get();
     for (const Tensor& t : d.mod.expression_params) d.expr.params.push_back(t.data<float>());
     d.expr.head_offset = int(spec.score_mod.head_offset);
+    d.expr.shift_q = spec.first_doc_shift.q;  // a ring call's document positions (ModExpr)
+    d.expr.shift_k = spec.first_doc_shift.k;
     // Learnable tables: the dK/dV kernel keeps the entries of its GQA group's heads in shared
     // memory (jit_launch.cpp); refused here, before any work, where they do not fit.
     const int64_t slots = expr::grad_slots(*d.expr.score, r.heads / r.kv_heads);

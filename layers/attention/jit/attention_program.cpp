@@ -100,9 +100,11 @@ ModLayout mod_layout(const expr::Program& score) {
   l.scale = user;
   l.h = user + 4;
   l.doc = user + 8;
+  l.q_shift = user + 12;
+  l.k_shift = user + 16;
   l.align = align;
-  // then U::Bound: bound_slots floats, which bind fills in the kernel
-  l.size = round_up(user + 12 + 4 * size_t(expr::bound_slots(score)), align);
+  // then qs, ks and U::Bound (bound_slots floats), which bind fills in the kernel
+  l.size = round_up(user + 28 + 4 * size_t(expr::bound_slots(score)), align);
   return l;
 }
 
@@ -185,7 +187,8 @@ AttentionProgram make_program(const expr::Program& score, const ProgramSpec& spe
 
 std::vector<unsigned char> pack_mod(const AttentionProgram& program, const expr::Program& score,
                                     const std::vector<const float*>& params, int head_offset,
-                                    float scale, unsigned long long* grad_acc) {
+                                    float scale, unsigned long long* grad_acc, int64_t shift_q,
+                                    int64_t shift_k) {
   const ModLayout& l = program.layout;
   DL_CHECK(params.size() == score.params.size(), kOp,
            "the expression declares " << score.params.size() << " parameters, " << params.size()
@@ -207,6 +210,12 @@ std::vector<unsigned char> pack_mod(const AttentionProgram& program, const expr:
   DL_CHECK(folds.size() == l.folds, kOp, "folded constants changed");
   for (size_t i = 0; i < folds.size(); ++i) put(l.f + 4 * i, &folds[i], 4);
   put(l.scale, &scale, 4);
+  DL_CHECK(shift_q >= INT32_MIN && shift_q <= INT32_MAX && shift_k >= INT32_MIN &&
+               shift_k <= INT32_MAX,
+           kOp, "first_doc_shift (" << shift_q << ", " << shift_k << ") exceeds 32 bits");
+  const int32_t sq = int32_t(shift_q), sk = int32_t(shift_k);
+  put(l.q_shift, &sq, 4);
+  put(l.k_shift, &sk, 4);
   return out;
 }
 

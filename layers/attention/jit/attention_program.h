@@ -3,6 +3,7 @@
 // headers and the instantiations of one pass), its cache key, and the bytes of its modifier.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,7 @@ struct ModLayout {
   size_t head_offset = 0, c = 0, ci = 0;  // c, ci: the constant slots (when slots > 0)
   size_t slots = 0;
   size_t f = 0, folds = 0;  // the folded constants (expr::folded_constants), when folds > 0
-  size_t scale = 0, h = 0, doc = 0;
+  size_t scale = 0, h = 0, doc = 0, q_shift = 0, k_shift = 0;
 };
 ModLayout mod_layout(const expr::Program& score);
 
@@ -62,7 +63,8 @@ AttentionProgram make_program(const expr::Program& score, const ProgramSpec& spe
 // (param_grad.cuh); ignored otherwise.
 std::vector<unsigned char> pack_mod(const AttentionProgram& program, const expr::Program& score,
                                     const std::vector<const float*>& params, int head_offset,
-                                    float scale, unsigned long long* grad_acc = nullptr);
+                                    float scale, unsigned long long* grad_acc = nullptr,
+                                    int64_t shift_q = 0, int64_t shift_k = 0);
 
 // "nvrtc <major>.<minor>", or "nvrtc unavailable".
 std::string nvrtc_version();

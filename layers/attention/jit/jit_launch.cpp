@@ -130,7 +130,8 @@ Kernels kernels(const BoundExpr& e, Pass pass, const gpu::Problem& p) {
   DL_CHECK(k.program->functions.size() == prog.kernels.size(), kOp,
            "a cached attention program has " << k.program->functions.size() << " kernels, not "
                                              << prog.kernels.size());
-  k.mod = pack_mod(prog, *e.score, e.params, e.head_offset, p.scale, e.grad_acc);
+  k.mod = pack_mod(prog, *e.score, e.params, e.head_offset, p.scale, e.grad_acc, e.shift_q,
+                   e.shift_k);
   return k;
 }
 

@@ -22,6 +22,7 @@ struct BoundExpr {
   int head_offset = 0;
   unsigned long long* grad_acc = nullptr;
   float* dparams = nullptr;
+  int64_t shift_q = 0, shift_k = 0;  // AttentionSpec::first_doc_shift (ModExpr q_shift, k_shift)
 };
 
 // fast::forward and fast::backward with the expression as the modifier (same arguments).

@@ -25,24 +25,31 @@ namespace driftless::layers::gpu::fast {
 // through param_grad into a CTA accumulator (param_grad.cuh) over the entries its query
 // heads can read (U::grad_table: a table subscripted by h first keeps group rows, another
 // the whole table), then into U::grad_acc, the call's (hi, lo, overflow) sums.
+// q_shift, k_shift: the call's AttentionSpec::first_doc_shift (a ring call over part of a
+// document): added to the positions of document 0 (qs, ks, set by bind), so that the user
+// sees positions in the document, as on the CPU.
 template <class U>
 struct ModExpr {
   U user;
   float scale;
   int h, doc;
+  int q_shift, k_shift;
+  int qs, ks;
   typename U::Bound bound;
   __device__ void bind(int head, int document) {
     h = head;
     doc = document;
+    qs = document == 0 ? q_shift : 0;
+    ks = document == 0 ? k_shift : 0;
     user.bind_into(bound, head);
   }
   __device__ float x(float dot, int q, int k) const {
-    return user.value_log2(dot, scale, doc, h, q, k, &bound);
+    return user.value_log2(dot, scale, doc, h, q + qs, k + ks, &bound);
   }
   __device__ float x_dx(float dot, int q, int k, float* dx) const {
-    const float d = user.derivative_dot(dot, scale, doc, h, q, k, &bound);
+    const float d = user.derivative_dot(dot, scale, doc, h, q + qs, k + ks, &bound);
     *dx = fabsf(d) < INFINITY ? d : 0.f;
-    return user.value_log2(dot, scale, doc, h, q, k, &bound);
+    return user.value_log2(dot, scale, doc, h, q + qs, k + ks, &bound);
   }
 
   static constexpr bool kHasParamGrad = U::kHasParamGrad;
@@ -60,7 +67,7 @@ struct ModExpr {
   }
   // ds: d loss / d value of the pair (before the softmax scale, as x_dx's value).
   __device__ void param_grad(float ds, float dot, int q, int k, GradAcc& acc) const {
-    user.param_grad(ds, dot * scale, doc, h, q, k, acc);
+    user.param_grad(ds, dot * scale, doc, h, q + qs, k + ks, acc);
   }
   // After every add of the CTA (a barrier): its nonzero sums into grad_acc = (hi[n], lo[n],
   // overflow), one integer atomic each.
