@@ -8,11 +8,14 @@
 #include <sstream>
 
 #include "layers/attention/expr/expr.h"
+#include "layers/attention/expr/fold.h"
 #include "layers/attention/expr/typer.h"
 
 namespace driftless::layers::expr {
 
 namespace {
+
+using namespace detail;  // fold.h, typer.h
 
 const char* kHelpers = R"(#ifndef DL_EXPR_HELPERS
 #define DL_EXPR_HELPERS
@@ -65,118 +68,6 @@ std::vector<const Node*> bound_reads(const Program& p) {
   if (p.d_score) collect_bound(*p.d_score, out);
   for (const auto& d : p.d_occurrence) collect_bound(*d, out);
   return out;
-}
-
-// A real constant: literals and arithmetic of literals (no score, index or table).
-bool is_const(const Node& n) {
-  if (n.type != Type::real && n.op != Op::to_real) return false;
-  switch (n.op) {
-    case Op::literal:
-      return true;
-    case Op::to_real:
-      return n.args[0]->op == Op::literal;
-    case Op::neg:
-    case Op::add:
-    case Op::sub:
-    case Op::mul:
-    case Op::div:
-      for (const auto& a : n.args)
-        if (!is_const(*a)) return false;
-      return true;
-    default:
-      return false;
-  }
-}
-
-// One factor of a product chain: a constant (multiplying, or dividing), the score, or any
-// other subexpression.
-struct Factor {
-  enum Kind { mul_const, div_const, score, other } kind;
-  const Node* n;
-};
-
-void collect_factors(const Node& n, std::vector<Factor>& out) {
-  if (is_const(n)) {
-    out.push_back({Factor::mul_const, &n});
-  } else if (n.op == Op::score) {
-    out.push_back({Factor::score, &n});
-  } else if (n.op == Op::mul && n.type == Type::real) {
-    collect_factors(*n.args[0], out);
-    collect_factors(*n.args[1], out);
-  } else if (n.op == Op::div && n.type == Type::real && is_const(*n.args[1])) {
-    collect_factors(*n.args[0], out);
-    out.push_back({Factor::div_const, n.args[1].get()});
-  } else {
-    out.push_back({Factor::other, &n});
-  }
-}
-
-constexpr const char* kLog2eText = "1.4426950408889634f";
-constexpr const char* kTwoLog2eText = "2.8853900817779268f";
-constexpr float kLog2e = 1.4426950408889634f, kTwoLog2e = 2.8853900817779268f;
-
-// How the host computes a folded constant: from `start` (or 1), times the softmax scale and
-// the constant factors, divided by the constant divisors, in order.
-struct FoldStep {
-  enum Kind { start, scale, mul, div } kind;
-  float value = 0;            // start
-  const Node* n = nullptr;    // mul, div: a constant subexpression
-};
-using FoldRecipe = std::vector<FoldStep>;
-
-// A constant in float as the kernels read it (c[slot] = float(value); an integer literal
-// made real from its int), with each operation rounded as the emitted __f*_rn would.
-float const_value(const Node& n) {
-  auto r = [&](size_t i) { return const_value(*n.args[i]); };
-  switch (n.op) {
-    case Op::literal:
-      return n.type == Type::integer ? float(int64_t(n.value)) : float(n.value);
-    case Op::to_real:
-      return float(int64_t(n.args[0]->value));
-    case Op::neg:
-      return -r(0);
-    case Op::add: {
-      volatile float x = r(0) + r(1);  // volatile: no contraction with a neighbour's product
-      return x;
-    }
-    case Op::sub: {
-      volatile float x = r(0) - r(1);
-      return x;
-    }
-    case Op::mul: {
-      volatile float x = r(0) * r(1);
-      return x;
-    }
-    case Op::div: {
-      volatile float x = r(0) / r(1);
-      return x;
-    }
-    default:
-      return 0.f;  // not a constant (is_const excludes it)
-  }
-}
-
-float run_recipe(const FoldRecipe& r, float scale) {
-  bool any = false;
-  volatile float acc = 1.f;
-  for (const FoldStep& s : r) {
-    switch (s.kind) {
-      case FoldStep::start:
-        acc = s.value;
-        break;
-      case FoldStep::scale:
-        acc = any ? acc * scale : scale;
-        break;
-      case FoldStep::mul:
-        acc = any ? acc * const_value(*s.n) : const_value(*s.n);
-        break;
-      case FoldStep::div:
-        acc = acc / const_value(*s.n);
-        break;
-    }
-    any = true;
-  }
-  return acc;
 }
 
 // Integer arithmetic in 32 bits where it provably fits: the kernels' positions are 32-bit
