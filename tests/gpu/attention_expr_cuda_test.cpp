@@ -160,6 +160,27 @@ TEST(AttentionExprCuda, MasksMatchTheCpuWithinTwiceTheBf16Error) {
   }
 }
 
+// What the kernels do not take is refused before any work, naming what they take: a mask on
+// f32 tensors, or at head dim 96.
+TEST(AttentionExprCuda, MasksOutsideTheFastKernelsFailClearly) {
+  DL_REQUIRE_GPU();
+  for (int64_t d : {64, 96}) {
+    Case c{"mask_refused", {{65, 65}}, kHeads, kKvHeads, d};
+    c.mask = "q - k < 24 || k < 4";
+    const Problem p = make(c, 5);
+    const DType dtype = d == 64 ? DType::f32 : DType::bf16;
+    std::string what;
+    try {
+      run(p, dtype, Device::cuda);
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    EXPECT_NE(what.find("mask_mod expressions on cuda take bf16 q/k/v with head_dim 64 or 128"),
+              std::string::npos)
+        << "head_dim " << d << ": " << what;
+  }
+}
+
 // A mask with a learnable score table: a hidden pair adds nothing to the table's gradient.
 TEST(AttentionExprCuda, MaskedLearnableTableGradientMatchesTheCpu) {
   DL_REQUIRE_GPU();
