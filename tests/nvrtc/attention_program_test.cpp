@@ -295,6 +295,24 @@ TEST(AttentionJit, PacksConstantsAndTablesAtTheirOffsets) {
   EXPECT_THROW(pack_mod(p, *s, {slope}, 0, 1.f), std::exception);
 }
 
+// A score functor of 4-byte alignment (no table, no constant) with a mask of 8 (constants):
+// ModExpr takes the mask's alignment, the functor keeps its own; the program checks both.
+TEST(AttentionJit, MaskAlignmentBeyondTheScoresCompiles) {
+  if (!nvrtc_usable()) GTEST_SKIP() << "NVRTC is not usable";
+  const auto m = expr::compile_mask_mod("k > 2", {}, 4);
+  const auto s = identity_score(*m);
+  const AttentionProgram p = make_program(*s, spec(Pass::forward, 64, false, "sm_80"), m.get());
+  EXPECT_EQ(p.layout.user_align, 4u);
+  EXPECT_EQ(p.layout.align, 8u);
+  EXPECT_EQ(p.layout.mask.align, 8u);
+  try {
+    const CompiledProgram c = compile_program(p);
+    EXPECT_EQ(c.lowered.size(), p.kernels.size());
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();
+  }
+}
+
 // The mask functor follows ModExpr's last member but one (U::Bound): the same tables, the same
 // head_offset, its own constants; the score's offsets are those of the score alone.
 TEST(AttentionJit, PacksTheMaskAfterTheScore) {

@@ -43,7 +43,7 @@ std::string layout_asserts(const ModLayout& l) {
            " && alignof(DlUserMask) == " + std::to_string(l.mask.align) +
            ", \"ModExpr layout: the mask functor\");\n";
   return mask + "static_assert(sizeof(DlUserMod) == " + std::to_string(l.scale) +
-         " && alignof(DlUserMod) == " + std::to_string(l.align) +
+         " && alignof(DlUserMod) == " + std::to_string(l.user_align) +
          ", \"ModExpr layout: the functor\");\n" +
          "static_assert(sizeof(M) == " + std::to_string(l.size) +
          " && alignof(M) == " + std::to_string(l.align) + ", \"ModExpr layout: ModExpr\");\n";
@@ -104,6 +104,7 @@ ModLayout mod_layout(const expr::Program& score, const expr::Program* mask) {
   }
   const size_t user = round_up(at, align);  // sizeof(U)
   l.scale = user;
+  l.user_align = align;
   l.h = user + 4;
   l.doc = user + 8;
   l.q_shift = user + 12;

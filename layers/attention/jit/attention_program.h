@@ -37,7 +37,8 @@ struct MaskLayout {
   size_t head_offset = 0, c = 0, ci = 0, slots = 0;
 };
 struct ModLayout {
-  size_t size = 0, align = 4;
+  size_t size = 0, align = 4;  // ModExpr's (the mask's alignment may exceed the functor's)
+  size_t user_align = 4;       // the score functor U's
   std::vector<size_t> params;             // offset of each declared parameter's pointer
   size_t grad_acc = 0;                    // with learnable tables: the sums' address
   size_t head_offset = 0, c = 0, ci = 0;  // c, ci: the constant slots (when slots > 0)

@@ -7,33 +7,36 @@
 
 namespace driftless::layers::gpu::fast {
 
+// ModExpr's mask V: the emitted mask functor (expr::emit_cuda of a mask_mod: its own constants,
+// the same tables), or NoMask. A hidden pair's value is -inf with derivative 0, which the
+// kernels treat as they treat the causal and window masks (P = 0; a row that sees nothing gets
+// out 0 and lse -inf), and it adds nothing to learnable tables. It is ModExpr's last member, so
+// the score functor's offsets do not depend on it (jit/attention_program.cpp mod_layout).
+struct NoMask {
+  __device__ bool visible(int, int, int, int) const { return true; }
+};
+
 // The user's value(score, doc, h, q, k) in log2 units at score = scale * dot, and its
 // derivative d value / d score (the kernels apply the softmax scale to dS once at the end,
 // as for the built-ins), as U's value_log2 / derivative_dot: functions of the dot product
 // whose constant factors, the scale and log2 e included, the host multiplied into U's f[]
-// (emit_cuda.cpp; 30 * tanh(score / 30) is then the built-in softcap's arithmetic). h is the call's
-// head (U adds its head_offset); doc is the document within the call, q and k positions within the
-// document. The host packs this struct byte for byte (jit/attention_program.cpp); the program
-// checks that layout with static_asserts. The kernels evaluate the modifier on masked pairs too
-// (then zero their P), where the CPU path never calls it: an expression defined only on visible
-// pairs (sqrt(q - k) under causal masking) may give NaN there, and dS = P (dP - delta) dx = 0 * NaN
-// would spread it, so a derivative that is not finite counts as 0 (on a visible pair the CPU's
-// result is then not finite either). bound: U's table reads that depend on the head alone (ALiBi's
-// slope[h]), read in bind rather than per score; the host packs zeros there. Learnable tables
-// (U::kHasParamGrad): the dK/dV kernel adds each pair's d loss / d entry through param_grad into a
-// CTA accumulator (param_grad.cuh) over the entries its query heads can read (U::grad_table: a
-// table subscripted by h first keeps group rows, another the whole table), then into U::grad_acc,
-// the call's (hi, lo, overflow) sums. q_shift, k_shift: the call's AttentionSpec::first_doc_shift
-// (a ring call over part of a document): added to the positions of document 0 (qs, ks, set by
-// bind), so that the user sees positions in the document, as on the CPU. mask: V is the emitted
-// mask functor (expr::emit_cuda of a mask_mod: its own constants, the same tables), or NoMask. A
-// hidden pair's value is -inf with derivative 0, which the kernels treat as they treat the causal
-// and window masks (P = 0; a row that sees nothing gets out 0 and lse -inf), and it adds nothing to
-// learnable tables. It is the last member, so the score functor's offsets do not depend on it
-// (jit/attention_program.cpp mod_layout).
-struct NoMask {
-  __device__ bool visible(int, int, int, int) const { return true; }
-};
+// (emit_cuda.cpp; 30 * tanh(score / 30) is then the built-in softcap's arithmetic). h is the call's head (U adds its head_offset); doc is the document
+// within the call, q and k positions within the document. The host packs this struct byte
+// for byte (jit/attention_program.cpp); the program checks that layout with static_asserts.
+// The kernels evaluate the modifier on masked pairs too (then zero their P), where the CPU
+// path never calls it: an expression defined only on visible pairs (sqrt(q - k) under causal
+// masking) may give NaN there, and dS = P (dP - delta) dx = 0 * NaN would spread it, so a
+// derivative that is not finite counts as 0 (on a visible pair the CPU's result is then
+// not finite either).
+// bound: U's table reads that depend on the head alone (ALiBi's slope[h]), read in bind
+// rather than per score; the host packs zeros there.
+// Learnable tables (U::kHasParamGrad): the dK/dV kernel adds each pair's d loss / d entry
+// through param_grad into a CTA accumulator (param_grad.cuh) over the entries its query
+// heads can read (U::grad_table: a table subscripted by h first keeps group rows, another
+// the whole table), then into U::grad_acc, the call's (hi, lo, overflow) sums.
+// q_shift, k_shift: the call's AttentionSpec::first_doc_shift (a ring call over part of a
+// document): added to the positions of document 0 (qs, ks, set by bind), so that the user
+// sees positions in the document, as on the CPU.
 template <class U, class V = NoMask>
 struct ModExpr {
   U user;
