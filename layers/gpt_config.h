@@ -32,9 +32,9 @@ struct GptConfig {
   int64_t sliding_window = 0;       // a query sees the last W keys of its document; 0: off
   bool is_llama() const { return architecture == Architecture::llama; }
   int64_t mlp_width() const { return intermediate_size > 0 ? intermediate_size : 4 * n_embd; }
-  // Attention modifier expressions (README "Score and mask expressions"); "" is off. CPU only
-  // until the NVRTC kernels land. score_mod_params: name -> YAML {shape, init, learnable},
-  // resolved by the config into score_mod_decls.
+  // Attention modifier expressions (README "Score and mask expressions"); "" is off. On CPU and
+  // on CUDA (bf16, head_dim 64 or 128: the kernels compiled at run time). score_mod_params: name ->
+  // YAML {shape, init, learnable}, resolved by the config into score_mod_decls.
   std::string score_mod;
   std::string mask_mod;
   std::map<std::string, std::string> score_mod_params;

@@ -127,10 +127,8 @@ void resolve_score_mods(Config& c, std::vector<std::string>& errors) {
     DL_CHECK(!m.alibi && m.softcap == 0, "config",
              "model.score_mod / mask_mod replace model.softcap and model.alibi; write them as "
              "expressions (30 * tanh(score / 30), score - slope[h] * abs(q - k))");
-    // On CUDA a score_mod runs in the fast kernels, compiled at run time (layers/attention/jit/).
-    DL_CHECK(c.precision.device != Device::cuda || !mm, "config",
-             "model.mask_mod runs on CPU only (precision.device: cpu); model.score_mod runs on "
-             "CUDA too");
+    // On CUDA score_mod and mask_mod run in the fast kernels, compiled at run time
+    // (layers/attention/jit/).
     // Learnable tables on CUDA: a dK/dV block of the backward keeps the entries its GQA
     // group's heads read (layers/attention/cuda/fast/param_grad.cuh).
     if (sm && sm->param_count > 0 && c.precision.device == Device::cuda && m.kv_heads() > 0) {

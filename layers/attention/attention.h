@@ -100,7 +100,7 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
                              const Tensor& lse, const Tensor& dout);
 
 // The one place that picks the backend of a call: true for cuda (every tensor must then be
-// on cuda, and the modifier must be a built-in), false for the CPU kernels.
+// on cuda, and the modifier must be a built-in or an expression), false for the CPU kernels.
 template <class Binder>
 bool use_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionSpec& spec) {
   DL_CHECK(k.device() == q.device() && v.device() == q.device(), kOp,
@@ -108,10 +108,8 @@ bool use_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Attention
                                                  << device_name(k.device()) << ", "
                                                  << device_name(v.device()));
   if (q.device() != Device::cuda) return false;
-  // A score expression runs on CUDA (compiled at run time: jit/); a mask expression does not.
-  DL_CHECK(spec.score_mod.kind != ScoreModKind::expression || !spec.score_mod.mask, kOp,
-           "mask_mod expressions run on CPU only (use cpu tensors); score_mod expressions run "
-           "on cuda too");
+  // Score and mask expressions run on CUDA (compiled at run time: jit/; bf16 with head_dim
+  // 64 or 128, which the CUDA path checks).
   DL_CHECK(!Binder::kUserFunctor, kOp,
            "user score modifiers are not on cuda yet; use a built-in modifier or cpu tensors");
   // The built-in CUDA modifiers give document 0 the call's own positions; a score expression

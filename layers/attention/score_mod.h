@@ -33,8 +33,8 @@
 
 namespace driftless::layers {
 
-// expression: a user expression (layers/attention/expr/), CPU only for now; its functor is
-// host code (expr_mod.h), so visit_score_mod does not make it.
+// expression: a user expression (layers/attention/expr/); its CPU functor is host code
+// (expr_mod.h), so visit_score_mod does not make it; CUDA compiles it at run time (jit/).
 enum class ScoreModKind { none, softcap, alibi, relative_position, expression };
 
 // A built-in modifier as the kernels take it. Only the fields of `kind` are read; the

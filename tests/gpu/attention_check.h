@@ -39,6 +39,8 @@ struct Case {
   std::string expression{};
   std::vector<layers::expr::ParamDecl> decls{};
   layers::PositionShift shift{};  // AttentionSpec::first_doc_shift (a ring call's positions)
+  // A mask expression over the same tables (with or without `expression`).
+  std::string mask{};
 };
 
 struct Problem {
@@ -87,13 +89,16 @@ inline Problem make(const Case& c, uint64_t seed, bool bf16_values = true) {
     for (int64_t h = 0; h < c.heads; ++h) slopes.push_back(std::pow(2.0f, -float(h + 1)));
     s.score_mod = ScoreModSpec::make_alibi(Tensor::from_vector(slopes));
   }
-  if (!c.expression.empty()) {
+  if (!c.expression.empty() || !c.mask.empty()) {
     std::vector<Tensor> params;
     for (const layers::expr::ParamDecl& d : c.decls)
       params.push_back(
           Tensor::from_vector(std::vector<float>(d.init.begin(), d.init.end()), Shape(d.shape)));
     s.score_mod = ScoreModSpec::make_expression(
-        layers::expr::compile_score_mod(c.expression, c.decls, int(c.heads)), nullptr, params);
+        c.expression.empty() ? nullptr
+                             : layers::expr::compile_score_mod(c.expression, c.decls, int(c.heads)),
+        c.mask.empty() ? nullptr : layers::expr::compile_mask_mod(c.mask, c.decls, int(c.heads)),
+        params);
   }
   const int64_t tq = cq.back(), tk = ck.back();
   auto bf = [bf16_values](Tensor t) { return bf16_values ? t.to(DType::bf16).to(DType::f32) : t; };

@@ -4,12 +4,15 @@
 // plain bf16 reference's error against float64, bitwise repeatable, padded rows zero; the
 // non-deterministic (atomic dQ) backward's dq within the same bound and its other outputs the
 // deterministic call's bits. Learnable tables: their gradient within the same bound, bitwise
-// repeatable in both backwards. Also: the built-ins written as expressions, bitwise, and the
-// process kernel cache (one compile per expression structure, pass and head dim).
+// repeatable in both backwards. Masks (mask_mod) alone and with scores, the same way, and the
+// tiles a mask hides whole skipped with the bits of running every tile. Also: the built-ins
+// written as expressions, bitwise, and the process kernel cache (one compile per expression
+// structure, pass and head dim).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -85,40 +88,168 @@ std::vector<Case> cases(const Expr& e) {
   return out;
 }
 
+// One case against the CPU: out, lse, dq, dk, dv within twice the bf16 reference's error,
+// bitwise repeatable, padded rows zero; the atomic-dQ backward's dq within the same bound and
+// its other outputs the deterministic call's bits.
+void expect_matches_cpu(const Case& c, uint64_t seed) {
+  SCOPED_TRACE(c.name);
+  Problem p = make(c, seed);
+  const Result ref = run(p, DType::f64, Device::cpu);
+  const Result cpu = run_bf16_reference(p);
+  const Result gpu = run(p, DType::bf16, Device::cuda);
+  const Result gpu2 = run(p, DType::bf16, Device::cuda);
+  std::printf("[attention expr] %-28s", c.name.c_str());
+  for (int i = 0; i < 5; ++i) {
+    bool zero_ref = false;
+    const double ec = err(cpu.t[i], ref.t[i], kNames[i], &zero_ref);
+    const double eg = err(gpu.t[i], ref.t[i], kNames[i], &zero_ref);
+    EXPECT_LE(eg, bound_of(i, ec, zero_ref))
+        << kNames[i] << ": cuda bf16 error " << eg << ", bf16 reference error " << ec;
+    EXPECT_TRUE(same_bits(gpu.t[i], gpu2.t[i])) << kNames[i] << " not bitwise repeatable";
+    std::printf(" %s %.2e/%.2e", kNames[i], eg, ec);
+  }
+  std::printf("\n");
+  expect_padding(p, c, gpu);
+  // The non-deterministic backward (atomic dQ on the wgmma kernels).
+  p.spec.deterministic = false;
+  const Result atomic = run(p, DType::bf16, Device::cuda);
+  bool zero_ref = false;
+  const double ec = err(cpu.t[2], ref.t[2], "dq", &zero_ref);
+  const double eg = err(atomic.t[2], ref.t[2], "dq", &zero_ref);
+  EXPECT_LE(eg, bound_of(2, ec, zero_ref)) << "atomic dq: cuda error " << eg << ", bf16 "
+                                           << "reference error " << ec;
+  for (int i : {0, 1, 3, 4})
+    EXPECT_TRUE(same_bits(atomic.t[i], gpu.t[i])) << kNames[i] << " differs from deterministic";
+  expect_padding(p, c, atomic);
+}
+
 TEST(AttentionExprCuda, MatchesTheCpuExpressionWithinTwiceTheBf16Error) {
   DL_REQUIRE_GPU();
   uint64_t seed = testing::fresh_seed("attention expr");
   for (const Expr& e : expressions())
-    for (const Case& c : cases(e)) {
-      SCOPED_TRACE(c.name);
-      Problem p = make(c, seed += 10);
-      const Result ref = run(p, DType::f64, Device::cpu);
-      const Result cpu = run_bf16_reference(p);
+    for (const Case& c : cases(e)) expect_matches_cpu(c, seed += 10);
+}
+
+// Mask expressions in the kernels (a hidden pair's value is -inf, fast/mod_expr.cuh): alone (the
+// identity score) and with a score expression, reading a table, depending on the head, and
+// hiding every key of some rows (k > 2 under causal masking: rows 0 to 2 of each document see
+// nothing, so their out is 0 and their lse -inf, as on the CPU).
+TEST(AttentionExprCuda, MasksMatchTheCpuWithinTwiceTheBf16Error) {
+  DL_REQUIRE_GPU();
+  uint64_t seed = testing::fresh_seed("attention expr mask");
+  std::vector<double> slopes, width{3, 9, 17, 40};
+  for (int64_t h = 0; h < kHeads; ++h) slopes.push_back(std::pow(2.0, -double(h + 1)));
+  const std::vector<ParamDecl> decls{{"slope", {kHeads}, slopes, false},
+                                     {"width", {kHeads}, width, false}};
+  struct Masked {
+    const char *name, *score, *mask;
+  };
+  const std::vector<Masked> masks{
+      {"sinks", "", "q - k < 24 || k < 4"},
+      {"head_mask", "", "h != 1 || q - k < 8"},
+      {"alibi_sinks", "score - slope[h] * abs(q - k)", "q - k < 24 || k < 4"},
+      {"table_window", "30 * tanh(score / 30)", "q - k < width[h]"},
+      {"rows_see_nothing", "", "k > 2"},
+  };
+  for (const Masked& m : masks) {
+    Expr e{m.name, m.score, decls};
+    for (Case c : cases(e)) {
+      c.mask = m.mask;
+      expect_matches_cpu(c, seed += 10);
+    }
+  }
+}
+
+// What the kernels do not take is refused before any work, naming what they take: a mask on
+// f32 tensors, or at head dim 96.
+TEST(AttentionExprCuda, MasksOutsideTheFastKernelsFailClearly) {
+  DL_REQUIRE_GPU();
+  for (int64_t d : {64, 96}) {
+    Case c{"mask_refused", {{65, 65}}, kHeads, kKvHeads, d};
+    c.mask = "q - k < 24 || k < 4";
+    const Problem p = make(c, 5);
+    const DType dtype = d == 64 ? DType::f32 : DType::bf16;
+    std::string what;
+    try {
+      run(p, dtype, Device::cuda);
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    EXPECT_NE(what.find("mask_mod expressions on cuda take bf16 q/k/v with head_dim 64 or 128"),
+              std::string::npos)
+        << "head_dim " << d << ": " << what;
+  }
+}
+
+// A mask with a learnable score table: a hidden pair adds nothing to the table's gradient.
+TEST(AttentionExprCuda, MaskedLearnableTableGradientMatchesTheCpu) {
+  DL_REQUIRE_GPU();
+  uint64_t seed = testing::fresh_seed("attention expr mask learnable");
+  std::vector<double> bias;
+  for (int64_t h = 0; h < kHeads; ++h)
+    for (int64_t d = 0; d < 64; ++d) bias.push_back(0.5 * std::sin(0.3 * double(d + 7 * h)));
+  for (int64_t d : {64, 128}) {
+    Case c{"mask_learn_bias_d" + std::to_string(d),
+           {{7, 7, 3, 2}, {65, 100, 5, 0}, {300, 300}},
+           kHeads,
+           kKvHeads,
+           d};
+    c.expression = "score + bias[h, min(abs(q - k), 63)]";
+    c.mask = "q - k < 24 || k < 4";
+    c.decls = {{"bias", {kHeads, 64}, bias, true}};
+    SCOPED_TRACE(c.name);
+    Problem p = make(c, seed += 10);
+    const Result ref = run(p, DType::f64, Device::cpu);
+    const Result cpu = run_bf16_reference(p);
+    bool zero_ref = false;
+    const double ec = err(cpu.dparams, ref.dparams, "dparams", &zero_ref);
+    ASSERT_FALSE(zero_ref);
+    for (bool deterministic : {true, false}) {
+      p.spec.deterministic = deterministic;
       const Result gpu = run(p, DType::bf16, Device::cuda);
-      const Result gpu2 = run(p, DType::bf16, Device::cuda);
-      std::printf("[attention expr] %-28s", c.name.c_str());
-      for (int i = 0; i < 5; ++i) {
-        bool zero_ref = false;
-        const double ec = err(cpu.t[i], ref.t[i], kNames[i], &zero_ref);
-        const double eg = err(gpu.t[i], ref.t[i], kNames[i], &zero_ref);
-        EXPECT_LE(eg, bound_of(i, ec, zero_ref))
-            << kNames[i] << ": cuda bf16 error " << eg << ", bf16 reference error " << ec;
-        EXPECT_TRUE(same_bits(gpu.t[i], gpu2.t[i])) << kNames[i] << " not bitwise repeatable";
-        std::printf(" %s %.2e/%.2e", kNames[i], eg, ec);
+      ASSERT_TRUE(gpu.dparams.defined());
+      const double eg = err(gpu.dparams, ref.dparams, "dparams", &zero_ref);
+      EXPECT_LE(eg, bound_of(2, ec, false))
+          << (deterministic ? "deterministic" : "atomic dQ") << ": tables' gradient error " << eg
+          << ", bf16 reference " << ec;
+    }
+  }
+}
+
+// Tiles a mask hides whole are dropped from the schedule (attention_cuda.cpp
+// drop_hidden_tiles): the same bits as with every tile (DRIFTLESS_MASK_TILE_SKIP=0), in both
+// backwards (all but the atomic dQ, whose bits vary run to run). k < 700 && q - k < 128
+// hides the key tiles past 700 from every query; q < 200 the query tiles and the key tiles
+// past 200; a sliding window over a long document hides no tile whole (the kernels still
+// mask per pair: narrowing a tile's key range is not done).
+TEST(AttentionExprCuda, SkippedMaskTilesGiveTheSameBits) {
+  DL_REQUIRE_GPU();
+  uint64_t seed = testing::fresh_seed("attention expr mask skip");
+  for (const char* mask : {"k < 700 && q - k < 128", "q - k < 128", "q < 200"})
+    for (int64_t d : {64, 128}) {
+      Case c{std::string("skip_d") + std::to_string(d),
+             {{1100, 1100}, {300, 300}, {7, 7, 2, 2}},
+             kHeads,
+             kKvHeads,
+             d};
+      c.mask = mask;
+      SCOPED_TRACE(std::string(mask) + " " + c.name);
+      for (bool det : {true, false}) {
+        Problem p = make(c, seed + 10);
+        p.spec.deterministic = det;
+        ::setenv("DRIFTLESS_MASK_TILE_SKIP", "0", 1);
+        const Result all = run(p, DType::bf16, Device::cuda);
+        ::unsetenv("DRIFTLESS_MASK_TILE_SKIP");
+        const Result skipped = run(p, DType::bf16, Device::cuda);
+        for (int i = 0; i < 5; ++i) {
+          if (!det && i == 2) continue;
+          EXPECT_TRUE(same_bits(skipped.t[i], all.t[i]))
+              << kNames[i] << (det ? " (deterministic)" : " (atomic dQ)")
+              << ": skipping hidden tiles changed the bits";
+        }
+        expect_padding(p, c, skipped);
       }
-      std::printf("\n");
-      expect_padding(p, c, gpu);
-      // The non-deterministic backward (atomic dQ on the wgmma kernels).
-      p.spec.deterministic = false;
-      const Result atomic = run(p, DType::bf16, Device::cuda);
-      bool zero_ref = false;
-      const double ec = err(cpu.t[2], ref.t[2], "dq", &zero_ref);
-      const double eg = err(atomic.t[2], ref.t[2], "dq", &zero_ref);
-      EXPECT_LE(eg, bound_of(2, ec, zero_ref)) << "atomic dq: cuda error " << eg << ", bf16 "
-                                               << "reference error " << ec;
-      for (int i : {0, 1, 3, 4})
-        EXPECT_TRUE(same_bits(atomic.t[i], gpu.t[i])) << kNames[i] << " differs from deterministic";
-      expect_padding(p, c, atomic);
+      seed += 10;
     }
 }
 

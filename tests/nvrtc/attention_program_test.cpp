@@ -57,12 +57,24 @@ bool nvrtc_usable() {
   return nvrtcVersion(&major, &minor) == NVRTC_SUCCESS;
 }
 
-// "" on success, else the error.
-std::string try_compile(const std::string& expression, const ProgramSpec& spec) {
+// Masks: a window with sinks reading a table, and a head mask (run alone, with the identity).
+const char* kSinks = "q - k < 24 || k < 4 && slope[h] > 0.1";
+const char* kHeadMask = "h != 1 || q - k < 8";
+std::shared_ptr<const expr::Program> mask(const std::string& s) {
+  return expr::compile_mask_mod(s, decls(), 4);
+}
+
+// "" on success, else the error. An empty expression with a mask: the mask alone.
+std::string try_compile(const std::string& expression, const ProgramSpec& spec,
+                        const std::string& mask_source = "") {
   try {
     const bool learn = expression == kLearnBias || expression == kLearnTwo;
-    const AttentionProgram p =
-        make_program(learn ? *learnable(expression) : *score(expression), spec);
+    const auto m = mask_source.empty() ? nullptr
+                   : learn             ? expr::compile_mask_mod(mask_source, learnable_decls(), 4)
+                                       : mask(mask_source);
+    const auto s = expression.empty() ? identity_score(*m)
+                                      : (learn ? learnable(expression) : score(expression));
+    const AttentionProgram p = make_program(*s, spec, m.get());
     const CompiledProgram c = compile_program(p);
     if (c.lowered.size() != p.kernels.size()) return "lowered names missing";
     for (const std::string& l : c.lowered)  // the ELF's symbol table names each kernel
@@ -83,6 +95,7 @@ ProgramSpec spec(Pass pass, int d, bool wgmma, const char* arch) {
 struct Case {
   std::string expression;
   ProgramSpec spec;
+  std::string mask = "";
 };
 
 // Compiles the cases two at a time (the machines that run this have few cores).
@@ -90,13 +103,13 @@ void compile_all(const std::vector<Case>& cases) {
   for (size_t i = 0; i < cases.size(); i += 2) {
     std::vector<std::future<std::string>> runs;
     for (size_t j = i; j < cases.size() && j < i + 2; ++j)
-      runs.push_back(
-          std::async(std::launch::async, try_compile, cases[j].expression, cases[j].spec));
+      runs.push_back(std::async(std::launch::async, try_compile, cases[j].expression, cases[j].spec,
+                                cases[j].mask));
     for (size_t j = 0; j < runs.size(); ++j) {
       const Case& c = cases[i + j];
       EXPECT_EQ(runs[j].get(), "")
-          << c.expression << " " << pass_name(c.spec.pass) << " D " << c.spec.head_dim
-          << (c.spec.wgmma ? " wgmma " : " mma ") << c.spec.arch;
+          << c.expression << " mask " << c.mask << " " << pass_name(c.spec.pass) << " D "
+          << c.spec.head_dim << (c.spec.wgmma ? " wgmma " : " mma ") << c.spec.arch;
     }
   }
 }
@@ -124,6 +137,24 @@ TEST(AttentionJit, ExpressionsWithTablesAndBranchesCompile) {
     cases.push_back({e, spec(Pass::backward_atomic, 64, true, "sm_90a")});
     cases.push_back({e, spec(Pass::backward, 128, false, "sm_80")});
   }
+  compile_all(cases);
+}
+
+// Masks in every pass and head dim of both kernel families: with a score expression, and alone
+// (the identity score).
+TEST(AttentionJit, MasksCompileInEveryPass) {
+  if (!nvrtc_usable()) GTEST_SKIP() << "NVRTC is not usable";
+  std::vector<Case> cases;
+  for (int d : {64, 128}) {
+    for (Pass pass : {Pass::forward, Pass::backward, Pass::backward_atomic}) {
+      cases.push_back({kAlibi, spec(pass, d, true, "sm_90a"), kSinks});
+      cases.push_back({"", spec(pass, d, true, "sm_90a"), kHeadMask});
+    }
+    cases.push_back({kSoftcap, spec(Pass::forward, d, false, "sm_80"), kHeadMask});
+    cases.push_back({"", spec(Pass::backward, d, false, "sm_80"), kSinks});
+  }
+  // A learnable score table with a mask: the mask gates the table's gradient too.
+  cases.push_back({kLearnBias, spec(Pass::backward, 64, true, "sm_90a"), "q - k < 24 || k < 4"});
   compile_all(cases);
 }
 
@@ -163,6 +194,16 @@ TEST(AttentionJit, ModLayoutIsCheckedByTheProgram) {
   ASSERT_NE(at, std::string::npos) << p.source;
   p.source.replace(at, good.size(), "sizeof(M) == " + std::to_string(p.layout.size + 8));
   EXPECT_THROW(compile_program(p), std::exception);
+  // The mask functor's own size is asserted too, and the whole of ModExpr with it.
+  const auto m = mask(kSinks);
+  AttentionProgram q = make_program(*score(kT5), spec(Pass::forward, 64, false, "sm_80"), m.get());
+  EXPECT_EQ(try_compile(kT5, q.spec, kSinks), "");
+  const std::string mask_good = "sizeof(DlUserMask) == " + std::to_string(q.layout.mask.size);
+  const size_t mat = q.source.find(mask_good);
+  ASSERT_NE(mat, std::string::npos) << q.source;
+  q.source.replace(mat, mask_good.size(),
+                   "sizeof(DlUserMask) == " + std::to_string(q.layout.mask.size + 8));
+  EXPECT_THROW(compile_program(q), std::exception);
 }
 
 TEST(AttentionJit, KeysDifferExactlyWhenTheKernelDiffers) {
@@ -205,6 +246,24 @@ TEST(AttentionJit, KeysDifferExactlyWhenTheKernelDiffers) {
     EXPECT_NE(f, l) << pass_name(pass);
     add(l, "a learnable table");
   }
+  // A mask is in the key by its structure: another structure is another kernel, another
+  // constant the same; a mask alone is not the identity score alone.
+  auto mkey = [](const char* e, const char* m, Pass pass) {
+    const auto mp = mask(m);
+    const auto sp = e != nullptr ? score(e) : identity_score(*mp);
+    return make_program(*sp, spec(pass, 64, true, "sm_90a"), mp.get()).key;
+  };
+  for (Pass pass : {Pass::forward, Pass::backward, Pass::backward_atomic}) {
+    const std::string sinks = mkey(kAlibi, "q - k < 24 || k < 4", pass);
+    EXPECT_EQ(sinks, mkey(kAlibi, "q - k < 256 || k < 64", pass)) << pass_name(pass);
+    EXPECT_EQ(sinks, mkey("score - slope[h] * abs(q - k)", "(q-k<24)||(k<4)", pass));
+    add(sinks, "a score with a mask");
+    add(mkey(kAlibi, "q - k < 24 && k < 4", pass), "a mask of another structure");
+    add(mkey(kAlibi, "q - k <= 24 || k < 4", pass), "a mask of another comparison");
+    add(mkey(nullptr, "q - k < 24 || k < 4", pass), "a mask alone");
+    add(make_program(*identity_score(*mask("k < 4")), spec(pass, 64, true, "sm_90a")).key,
+        "the identity score alone");
+  }
   // The key names what compiled it.
   EXPECT_NE(base.find(kJitFormat), std::string::npos);
   EXPECT_NE(base.find(nvrtc_version()), std::string::npos);
@@ -234,6 +293,68 @@ TEST(AttentionJit, PacksConstantsAndTablesAtTheirOffsets) {
     EXPECT_EQ(at(p.layout.ci + 8 * i, 0LL), (long long)c[i].value);
   }
   EXPECT_THROW(pack_mod(p, *s, {slope}, 0, 1.f), std::exception);
+}
+
+// A score functor of 4-byte alignment (no table, no constant) with a mask of 8 (constants):
+// ModExpr takes the mask's alignment, the functor keeps its own; the program checks both.
+TEST(AttentionJit, MaskAlignmentBeyondTheScoresCompiles) {
+  if (!nvrtc_usable()) GTEST_SKIP() << "NVRTC is not usable";
+  const auto m = expr::compile_mask_mod("k > 2", {}, 4);
+  const auto s = identity_score(*m);
+  const AttentionProgram p = make_program(*s, spec(Pass::forward, 64, false, "sm_80"), m.get());
+  EXPECT_EQ(p.layout.user_align, 4u);
+  EXPECT_EQ(p.layout.align, 8u);
+  EXPECT_EQ(p.layout.mask.align, 8u);
+  try {
+    const CompiledProgram c = compile_program(p);
+    EXPECT_EQ(c.lowered.size(), p.kernels.size());
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();
+  }
+}
+
+// The mask functor follows ModExpr's last member but one (U::Bound): the same tables, the same
+// head_offset, its own constants; the score's offsets are those of the score alone.
+TEST(AttentionJit, PacksTheMaskAfterTheScore) {
+  auto s = score("score - 0.75 * slope[h] + bias[h, 3] * 2");
+  auto m = mask("q - k < 24 || k < 4 && slope[h] > 0.1");
+  const AttentionProgram alone = make_program(*s, spec(Pass::forward, 64, false, "sm_80"));
+  const AttentionProgram p = make_program(*s, spec(Pass::forward, 64, false, "sm_80"), m.get());
+  EXPECT_EQ(p.layout.scale, alone.layout.scale);
+  EXPECT_EQ(p.layout.c, alone.layout.c);
+  EXPECT_EQ(p.layout.k_shift, alone.layout.k_shift);
+  ASSERT_TRUE(p.layout.has_mask);
+  EXPECT_FALSE(alone.layout.has_mask);
+  EXPECT_GE(p.layout.mask.at, alone.layout.k_shift + 12);  // past qs, ks and the Bound
+  EXPECT_EQ(p.layout.mask.at % 8, 0u);
+  EXPECT_EQ(p.layout.size, p.layout.mask.at + p.layout.mask.size);
+  const float* slope = reinterpret_cast<const float*>(0x1000);
+  const float* bias = reinterpret_cast<const float*>(0x2000);
+  const std::vector<unsigned char> b =
+      pack_mod(p, *s, {slope, bias}, 3, 0.125f, nullptr, 0, 0, m.get());
+  ASSERT_EQ(b.size(), p.layout.size);
+  auto at = [&](size_t off, auto v) {
+    std::memcpy(&v, b.data() + off, sizeof v);
+    return v;
+  };
+  EXPECT_EQ(at(p.layout.scale, 0.f), 0.125f);
+  EXPECT_EQ(at(p.layout.mask.params[0], (const float*)nullptr), slope);
+  EXPECT_EQ(at(p.layout.mask.params[1], (const float*)nullptr), bias);
+  EXPECT_EQ(at(p.layout.mask.head_offset, 0), 3);
+  const std::vector<expr::Literal> c = m->constants();
+  ASSERT_EQ(p.layout.mask.slots, c.size());
+  ASSERT_EQ(c.size(), 3u);  // 24, 4 and 0.1
+  for (size_t i = 0; i < c.size(); ++i) {
+    EXPECT_EQ(at(p.layout.mask.c + 4 * i, 0.f), float(c[i].value));
+    EXPECT_EQ(at(p.layout.mask.ci + 8 * i, 0LL), (long long)c[i].value);
+  }
+  // The score's constants where the score alone has them.
+  for (size_t i = 0; i < s->constants().size(); ++i)
+    EXPECT_EQ(at(p.layout.c + 4 * i, 0.f), float(s->constants()[i].value));
+  // Packed without its mask (or a mask into a program without one): refused.
+  EXPECT_THROW(pack_mod(p, *s, {slope, bias}, 3, 0.125f), std::exception);
+  EXPECT_THROW(pack_mod(alone, *s, {slope, bias}, 3, 0.125f, nullptr, 0, 0, m.get()),
+               std::exception);
 }
 
 TEST(AttentionJit, PacksTheLearnablesSums) {
@@ -291,9 +412,14 @@ TEST(AttentionJit, GradTablesKeepTheGroupsRowsOrTheWholeTable) {
   EXPECT_TRUE(expr::grad_tables(*score(kT5)).empty());
 }
 
-TEST(AttentionJit, RefusesMasks) {
-  auto mask = expr::compile_mask_mod("q - k < 4", decls(), 4);
-  EXPECT_THROW(make_program(*mask, spec(Pass::forward, 64, false, "sm_80")), std::exception);
+TEST(AttentionJit, RefusesMasksInTheScoresPlace) {
+  auto m = mask("q - k < 4");
+  EXPECT_THROW(make_program(*m, spec(Pass::forward, 64, false, "sm_80")), std::exception);
+  EXPECT_THROW(
+      make_program(*score(kAlibi), spec(Pass::forward, 64, false, "sm_80"), score(kSoftcap).get()),
+      std::exception);
+  EXPECT_THROW(make_program(*identity_score(*m), spec(Pass::forward, 96, false, "sm_80"), m.get()),
+               std::exception);
   EXPECT_THROW(make_program(*score(kAlibi), spec(Pass::forward, 96, false, "sm_80")),
                std::exception);
   EXPECT_THROW(make_program(*score(kAlibi), spec(Pass::backward_atomic, 64, false, "sm_80")),

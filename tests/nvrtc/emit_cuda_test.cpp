@@ -82,9 +82,21 @@ TEST(EmitCuda, EmittedFunctorsCompileWithNvrtc) {
       EXPECT_EQ(compile(with_kernel(src, "UserMod", false, p->param_count > 0)), "") << s << "\n"
                                                                                      << src;
     }
-  auto m = compile_mask_mod("k < 64 || q - k < 256 && h != 1 && slope[h] > 0.1", d, 4);
-  const std::string src = emit_cuda(*m, "UserMask", true);
-  EXPECT_EQ(compile(with_kernel(src, "UserMask", true, false)), "") << src;
+  // Masks as the attention kernels take them (fast::ModExpr's second functor): tables, learnable
+  // ones too (the mask only reads them), integer and real arithmetic, literals by slot or inline.
+  const char* masks[] = {
+      "k < 64 || q - k < 256 && h != 1 && slope[h] > 0.1",
+      "q - k < 24 || k < 4",
+      "h != 1 || q - k < 8",
+      "k > 2",
+      "!(abs(q - k) > 5) || where(h < 2, q, k) == min(q, 3 * k) || bias[h, 3] > temp",
+      "floor(q / 64.0) == floor(k / 64.0) && clamp(q - k, 0, 15) < 12"};
+  for (const char* mask : masks)
+    for (bool members : {false, true}) {
+      auto m = compile_mask_mod(mask, d, 4);
+      const std::string src = emit_cuda(*m, "UserMask", members);
+      EXPECT_EQ(compile(with_kernel(src, "UserMask", true, false)), "") << mask << "\n" << src;
+    }
 }
 
 }  // namespace

@@ -108,6 +108,18 @@ TEST(Config, RingPositionsOfExpressions) {
   }
 }
 
+// Mask expressions run on CUDA (the fast kernels compiled at run time), alone and with a score
+// expression: the config takes them there as on the CPU.
+TEST(Config, MaskModRunsOnCuda) {
+  for (const char* model :
+       {"model: {n_embd: 64, n_head: 4, mask_mod: 'q - k < 24 || k < 4'}\n",
+        "model: {n_embd: 64, n_head: 4, score_mod: 'score - 0.1 * (q - k)', mask_mod: 'h != 1 || "
+        "q - k < 8'}\n"})
+    EXPECT_NO_THROW(parse_config_text(std::string(model) +
+                                      "batch: {sequence_length: 64}\nprecision: {device: cuda}\n"))
+        << model;
+}
+
 TEST(Config, CrossFieldRules) {
   std::string err = error_of([] {
     parse_config_text("model: {n_embd: 100, n_head: 3}\nbatch: {sequence_length: 100, sequences: 3}\n"

@@ -1,18 +1,21 @@
 // Host glue of the CUDA attention (attention.h detail::cuda_forward / cuda_backward): turns
 // a validated call into the POD problem of flash_cuda.h (documents and per-row document
 // maps copied to the device, the score modifier bound to its description, score_mod.h) and
-// launches the kernels. Built-in modifiers none, softcap and ALiBi; a score expression on the
-// fast kernels compiled at run time (jit/), with the gradient of its learnable tables;
-// the relative-position table, the additive bias
-// and mask expressions are CPU-only for now.
+// launches the kernels. Built-in modifiers none, softcap and ALiBi; score and mask
+// expressions on the fast kernels compiled at run time (jit/), with the gradient of learnable
+// tables; the relative-position table and the additive bias are CPU-only for now.
 // bf16 with head_dim 64 or 128 goes to the tensor-core kernels of cuda/fast/ (which need
 // only the documents and a tile schedule); everything else to the reference kernels.
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "layers/attention/attention.h"
 #include "layers/attention/cuda/fast/fast_attention.h"
 #include "layers/attention/cuda/flash_cuda.h"
+#include "layers/attention/jit/attention_program.h"
 #include "layers/attention/jit/jit_launch.h"
+#include "layers/attention/mask.h"
 
 namespace driftless::layers::detail {
 
@@ -27,7 +30,8 @@ struct DeviceProblem {
   std::vector<gpu::Doc> host_docs;  // for the fast kernels' tile schedule
   bool q_padded = false, k_padded = false;
   bool expression = false;  // a score expression: the run-time compiled fast kernels
-  jit::BoundExpr expr;      // its program and tables (in mod.expression_params)
+  jit::BoundExpr expr;      // its programs and tables (in mod.expression_params)
+  std::shared_ptr<const expr::Program> identity;  // the score of a mask given alone
   Tensor sums;              // the backward's fixed-point sums of learnable tables
 };
 
@@ -46,6 +50,51 @@ int tile_count(const Tensor& t) {
 
 const gpu::fast::Tile* tiles_ptr(const Tensor& t) {
   return t.defined() ? static_cast<const gpu::fast::Tile*>(t.raw_data()) : nullptr;
+}
+
+// The tiles of a schedule that a mask expression hides whole, dropped (expr::mask_cover over
+// the tile's rows, the keys they may see under the call's causal and window masks, and the
+// call's heads): forward query tiles (query = true) and dK/dV key tiles. Their rows are then
+// written as padded rows are (out 0, lse -inf; dk, dv 0: what the kernels write for rows that
+// see nothing), so the caller sets the padded flag where `dropped`. The dQ kernel's query
+// tiles are never dropped (the wgmma one writes delta, which dK/dV reads for every row).
+// DRIFTLESS_MASK_TILE_SKIP=0 keeps every tile (a test compares the bits).
+std::vector<gpu::fast::Tile> drop_hidden_tiles(const DeviceProblem& d,
+                                               std::vector<gpu::fast::Tile> tiles, int block,
+                                               bool query, bool* dropped) {
+  const expr::Program* mask = d.expr.mask;
+  const char* env = std::getenv("DRIFTLESS_MASK_TILE_SKIP");
+  if (mask == nullptr || (env != nullptr && std::string(env) == "0")) return tiles;
+  const gpu::Problem& p = d.p;
+  std::vector<gpu::fast::Tile> kept;
+  kept.reserve(tiles.size());
+  for (const gpu::fast::Tile& t : tiles) {
+    const gpu::Doc& doc = d.host_docs[size_t(t.doc)];
+    const int64_t shift = doc.k_len - doc.q_len;  // the kernels' query position: row + shift
+    const int64_t qs = t.doc == 0 ? d.expr.shift_q : 0, ks = t.doc == 0 ? d.expr.shift_k : 0;
+    int64_t i0, i1, j0, j1;
+    if (query) {
+      i0 = t.start;
+      i1 = std::min<int64_t>(doc.q_len, t.start + block) - 1;
+      int64_t lo1, hi0;
+      visible_keys(i0, doc.q_len, doc.k_len, p.causal, p.window_left, p.window_right, &j0, &hi0);
+      visible_keys(i1, doc.q_len, doc.k_len, p.causal, p.window_left, p.window_right, &lo1, &j1);
+    } else {  // every row that may see the keys (a larger box than the kernel's: conservative)
+      j0 = t.start;
+      j1 = std::min<int64_t>(doc.k_len, t.start + block) - 1;
+      i0 = p.causal ? std::max<int64_t>(0, j0 - shift) : 0;
+      i1 = doc.q_len - 1;
+    }
+    const int64_t h0 = d.expr.head_offset;
+    const bool hidden = i0 <= i1 && j0 <= j1 &&
+                        expr::mask_cover(*mask, {i0 + shift + qs, i1 + shift + qs, j0 + ks, j1 + ks,
+                                                 h0, h0 + p.heads - 1}) == expr::MaskCover::hidden;
+    if (hidden)
+      *dropped = true;
+    else
+      kept.push_back(t);
+  }
+  return kept;
 }
 
 void check_cuda(const Tensor& t, const char* what) {
@@ -128,16 +177,19 @@ DeviceProblem make_device_problem(const ResolvedAttention& r, const Tensor& q, c
   p.window_left = r.window_left;
   p.window_right = r.window_right;
   d.mod = bind_score_mod<float>(spec.score_mod, Device::cuda);
-  if (spec.score_mod.kind == ScoreModKind::expression && !spec.score_mod.expression)
-    d.mod.desc.kind = ScoreModKind::none;  // no score expression (and no mask: use_cuda)
+  if (spec.score_mod.kind == ScoreModKind::expression && !spec.score_mod.expression &&
+      !spec.score_mod.mask)
+    d.mod.desc.kind = ScoreModKind::none;  // neither a score nor a mask expression
   d.expression = d.mod.desc.kind == ScoreModKind::expression;
   if (d.expression) {
-    DL_CHECK(!spec.score_mod.mask, kOp, "mask_mod expressions run on CPU only (use cpu tensors)");
     DL_CHECK(d.fast, kOp,
-             "a score_mod expression on cuda takes bf16 q/k/v with head_dim 64 or 128 (the fast "
-             "kernels), got " << dtype_name(q.dtype()) << " with head_dim " << r.head_dim
-                              << "; use cpu tensors otherwise");
-    d.expr.score = spec.score_mod.expression.get();
+             "score_mod / mask_mod expressions on cuda take bf16 q/k/v with head_dim 64 or 128 "
+             "(the fast kernels), got "
+                 << dtype_name(q.dtype()) << " with head_dim " << r.head_dim
+                 << "; use cpu tensors otherwise");
+    d.expr.mask = spec.score_mod.mask.get();
+    if (!spec.score_mod.expression) d.identity = jit::identity_score(*d.expr.mask);
+    d.expr.score = spec.score_mod.expression ? spec.score_mod.expression.get() : d.identity.get();
     for (const Tensor& t : d.mod.expression_params) d.expr.params.push_back(t.data<float>());
     d.expr.head_offset = int(spec.score_mod.head_offset);
     d.expr.shift_q = spec.first_doc_shift.q;  // a ring call's document positions (ModExpr)
@@ -186,10 +238,13 @@ AttentionOutputs cuda_forward(const ResolvedAttention& r, const Tensor& q, const
   Tensor out = Tensor::empty({r.t_q, r.heads, r.head_dim}, q.dtype(), Device::cuda);
   Tensor lse = Tensor::empty({r.heads, r.t_q}, DType::f32, Device::cuda);
   if (d.fast) {
-    const Tensor tiles = device_tiles(gpu::fast::q_tiles(d.p, d.host_docs, gpu::fast::kFwdBlockQ));
+    bool dropped = false;
+    const Tensor tiles = device_tiles(
+        drop_hidden_tiles(d, gpu::fast::q_tiles(d.p, d.host_docs, gpu::fast::kFwdBlockQ),
+                          gpu::fast::kFwdBlockQ, true, &dropped));
     if (d.expression)
-      jit::forward(d.p, d.expr, tiles_ptr(tiles), tile_count(tiles), d.q_padded, out.raw_data(),
-                   lse.data<float>());
+      jit::forward(d.p, d.expr, tiles_ptr(tiles), tile_count(tiles), d.q_padded || dropped,
+                   out.raw_data(), lse.data<float>());
     else
       gpu::fast::forward(d.p, d.mod.desc, tiles_ptr(tiles), tile_count(tiles), d.q_padded,
                          out.raw_data(), lse.data<float>());
@@ -236,12 +291,15 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
     Tensor dq_acc;  // the non-deterministic backward's f32 dQ sums
     if (!spec.deterministic && gpu::fast::atomic_dq())
       dq_acc = Tensor::empty({r.t_q * r.heads * r.head_dim}, DType::f32, Device::cuda);
-    const Tensor kt = device_tiles(
+    const int block_k = gpu::fast::dkv_block_k(d.p.head_dim, dq_acc.defined());
+    bool k_dropped = false;
+    const Tensor kt = device_tiles(drop_hidden_tiles(
+        d,
         dq_acc.defined()
-            ? gpu::fast::k_tiles_by_head(d.p, d.host_docs,
-                                         gpu::fast::dkv_block_k(d.p.head_dim, true),
+            ? gpu::fast::k_tiles_by_head(d.p, d.host_docs, block_k,
                                          gpu::fast::atomic_dkv_concurrent_ctas(d.p.head_dim))
-            : gpu::fast::k_tiles(d.p, d.host_docs, gpu::fast::dkv_block_k(d.p.head_dim, false)));
+            : gpu::fast::k_tiles(d.p, d.host_docs, block_k),
+        block_k, false, &k_dropped));
     const Tensor qt =  // the dQ kernel's, which the atomic backward does not run
         dq_acc.defined() ? Tensor()
                          : device_tiles(gpu::fast::q_tiles(d.p, d.host_docs,
@@ -259,9 +317,9 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
     }
     if (d.expression)
       jit::backward(d.p, d.expr, tiles_ptr(qt), tile_count(qt), tiles_ptr(kt), tile_count(kt),
-                    d.q_padded, d.k_padded, oc.raw_data(), doc.raw_data(), lc.data<float>(),
-                    delta.data<float>(), g.dq.raw_data(), g.dk.raw_data(), g.dv.raw_data(), rows,
-                    acc);
+                    d.q_padded, d.k_padded || k_dropped, oc.raw_data(), doc.raw_data(),
+                    lc.data<float>(), delta.data<float>(), g.dq.raw_data(), g.dk.raw_data(),
+                    g.dv.raw_data(), rows, acc);
     else
       gpu::fast::backward(d.p, d.mod.desc, tiles_ptr(qt), tile_count(qt), tiles_ptr(kt),
                           tile_count(kt), d.q_padded, d.k_padded, oc.raw_data(), doc.raw_data(),

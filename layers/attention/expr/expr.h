@@ -142,6 +142,19 @@ int64_t eval_int(const Node& n, const Bindings<T>& b, T score, int64_t h, int64_
 template <class T>
 int64_t param_index(const Node& n, const Bindings<T>& b, T score, int64_t h, int64_t q, int64_t k);
 
+// What a mask does over a box of pairs: hides every pair, shows every pair, or either (or
+// not proven). The box holds q in [q0, q1], k in [k0, k1] and the expression's h in [h0, h1]
+// (global heads: the call's plus head_offset), inclusive and non-empty.
+enum class MaskCover { hidden, visible, mixed };
+struct PairBox {
+  int64_t q0, q1, k0, k1, h0, h1;
+};
+// Interval arithmetic over the mask's integer subexpressions and three-valued logic over its
+// comparisons (mask_cover.cpp): conservative, never hidden (visible) where some pair of the box
+// is visible (hidden); a comparison of reals or of table entries is mixed. The CUDA host skips
+// the tiles a mask hides whole (layers/attention/cuda/attention_cuda.cpp).
+MaskCover mask_cover(const Program& mask, const PairBox& box);
+
 // CUDA source of a device functor with the score_mod.h interface for T = float, named
 // `name`: value, derivative, param_count, param_grad (and visible(b, h, q, k) for a mask).
 // constants_as_members: literals read from a member array `c` (the kernel cache's form)

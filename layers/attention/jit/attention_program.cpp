@@ -5,6 +5,7 @@
 
 #include <nvrtc.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -23,21 +24,26 @@ size_t round_up(size_t x, size_t a) {
 
 // The emitted functor with its comment line (the canonical text, constants included) replaced
 // by the canonical structure: the program text then depends on the structure only.
-std::string functor_source(const expr::Program& score) {
-  std::string src = expr::emit_cuda(score, "DlUserMod", true);
-  const std::string tag = "// score_mod: ";
+std::string functor_source(const expr::Program& p, const std::string& name) {
+  std::string src = expr::emit_cuda(p, name, true);
+  const std::string tag = p.is_mask ? "// mask_mod: " : "// score_mod: ";
   const size_t at = src.find(tag);
-  DL_CHECK(at != std::string::npos, kOp, "the emitted functor has no score_mod line");
+  DL_CHECK(at != std::string::npos, kOp, "the emitted functor has no " << tag << "line");
   const size_t end = src.find('\n', at);
-  return src.substr(0, at) + "// " + score.canonical_structure() + src.substr(end);
+  return src.substr(0, at) + "// " + p.canonical_structure() + src.substr(end);
 }
 
 // NVRTC has no offsetof (nor __builtin_offsetof): the sizes and alignments of the functor
 // and of ModExpr are asserted; the member offsets follow from them by the ABI's rule for
 // these plain structs (mod_layout), the same on the host and in device code.
 std::string layout_asserts(const ModLayout& l) {
-  return "static_assert(sizeof(DlUserMod) == " + std::to_string(l.scale) +
-         " && alignof(DlUserMod) == " + std::to_string(l.align) +
+  std::string mask;
+  if (l.has_mask)
+    mask = "static_assert(sizeof(DlUserMask) == " + std::to_string(l.mask.size) +
+           " && alignof(DlUserMask) == " + std::to_string(l.mask.align) +
+           ", \"ModExpr layout: the mask functor\");\n";
+  return mask + "static_assert(sizeof(DlUserMod) == " + std::to_string(l.scale) +
+         " && alignof(DlUserMod) == " + std::to_string(l.user_align) +
          ", \"ModExpr layout: the functor\");\n" +
          "static_assert(sizeof(M) == " + std::to_string(l.size) +
          " && alignof(M) == " + std::to_string(l.align) + ", \"ModExpr layout: ModExpr\");\n";
@@ -67,7 +73,7 @@ const char* pass_name(Pass p) {
   return "?";
 }
 
-ModLayout mod_layout(const expr::Program& score) {
+ModLayout mod_layout(const expr::Program& score, const expr::Program* mask) {
   ModLayout l;
   size_t at = 0, align = 4;
   for (size_t i = 0; i < score.params.size(); ++i) {
@@ -98,13 +104,52 @@ ModLayout mod_layout(const expr::Program& score) {
   }
   const size_t user = round_up(at, align);  // sizeof(U)
   l.scale = user;
+  l.user_align = align;
   l.h = user + 4;
   l.doc = user + 8;
   l.q_shift = user + 12;
   l.k_shift = user + 16;
-  l.align = align;
   // then qs, ks and U::Bound (bound_slots floats), which bind fills in the kernel
-  l.size = round_up(user + 28 + 4 * size_t(expr::bound_slots(score)), align);
+  const size_t end = user + 28 + 4 * size_t(expr::bound_slots(score));
+  // then the mask functor V, laid out as emit_cuda writes a mask's members (NoMask: 1 byte)
+  l.has_mask = mask != nullptr;
+  MaskLayout& m = l.mask;
+  if (mask != nullptr) {
+    size_t mat = 0, malign = 4;
+    for (size_t i = 0; i < mask->params.size(); ++i) {
+      m.params.push_back(mat);
+      mat += 8;
+      malign = 8;
+    }
+    if (mask->param_count > 0) {
+      m.grad_acc = mat;
+      mat += 8;
+      malign = 8;
+    }
+    m.head_offset = mat;
+    mat += 4;
+    m.slots = mask->constants().size();
+    if (m.slots > 0) {
+      m.c = mat;
+      mat += 4 * m.slots;
+      mat = round_up(mat, 8);
+      m.ci = mat;
+      mat += 8 * m.slots;
+      malign = 8;
+    }
+    m.size = round_up(mat, malign);
+    m.align = malign;
+    m.at = round_up(end, malign);
+    for (size_t& x : m.params) x += m.at;
+    m.grad_acc += m.at;
+    m.head_offset += m.at;
+    m.c += m.at;
+    m.ci += m.at;
+  } else {
+    m.at = end;
+  }
+  l.align = std::max(align, m.align);
+  l.size = round_up(m.at + m.size, l.align);
   return l;
 }
 
@@ -114,18 +159,30 @@ std::string nvrtc_version() {
   return "nvrtc " + std::to_string(major) + "." + std::to_string(minor);
 }
 
-AttentionProgram make_program(const expr::Program& score, const ProgramSpec& spec) {
-  DL_CHECK(!score.is_mask, kOp,
-           "mask_mod expressions do not run on CUDA (a score_mod expression does)");
-  DL_CHECK(spec.head_dim == 64 || spec.head_dim == 128, kOp,
-           "score_mod expressions on CUDA take head_dim 64 or 128, not " << spec.head_dim);
+std::shared_ptr<const expr::Program> identity_score(const expr::Program& mask) {
+  std::vector<expr::ParamDecl> decls = mask.params;
+  for (expr::ParamDecl& d : decls) d.learnable = false;
+  return expr::compile_score_mod("score", decls, mask.heads);
+}
+
+AttentionProgram make_program(const expr::Program& score, const ProgramSpec& spec,
+                              const expr::Program* mask) {
+  DL_CHECK(!score.is_mask, kOp, "the score expression of a program is a mask_mod");
+  DL_CHECK(mask == nullptr || mask->is_mask, kOp,
+           "the mask expression of a program is a score_mod");
+  DL_CHECK(mask == nullptr || mask->params.size() == score.params.size(), kOp,
+           "the mask declares " << (mask ? mask->params.size() : 0) << " parameters, the score "
+                                << score.params.size() << " (they share the declarations)");
+  DL_CHECK(
+      spec.head_dim == 64 || spec.head_dim == 128, kOp,
+      "score_mod / mask_mod expressions on CUDA take head_dim 64 or 128, not " << spec.head_dim);
   DL_CHECK(!spec.wgmma || spec.arch == "sm_90a", kOp,
            "the wgmma kernels compile for sm_90a, not " << spec.arch);
   DL_CHECK(spec.wgmma || spec.pass != Pass::backward_atomic, kOp,
            "the atomic-dQ backward runs on the wgmma kernels only");
   AttentionProgram p;
   p.spec = spec;
-  p.layout = mod_layout(score);
+  p.layout = mod_layout(score, mask);
   const std::string D = std::to_string(spec.head_dim), W = spec.wgmma ? "true" : "false";
   std::string src = "// driftless: run-time compiled attention (" +
                     std::string(pass_name(spec.pass)) + ", head_dim " + D +
@@ -139,8 +196,10 @@ AttentionProgram make_program(const expr::Program& score, const ProgramSpec& spe
   if (spec.wgmma)  // wgmma.cuh compiles its products to nothing without sm_90a's features
     src +=
         "#ifndef DL_WGMMA\n#error \"the wgmma kernels need sm_90a (DL_WGMMA undefined)\"\n#endif\n";
-  src += functor_source(score);
-  src += "namespace dl_jit {\nusing M = " + std::string(kFast) + "ModExpr<DlUserMod>;\n";
+  if (mask != nullptr) src += functor_source(*mask, "DlUserMask");
+  src += functor_source(score, "DlUserMod");
+  src += "namespace dl_jit {\nusing M = " + std::string(kFast) + "ModExpr<DlUserMod" +
+         (mask != nullptr ? ", DlUserMask" : "") + ">;\n";
   src += layout_asserts(p.layout);
   src += "}  // namespace dl_jit\n";
   p.source = src;
@@ -188,8 +247,11 @@ AttentionProgram make_program(const expr::Program& score, const ProgramSpec& spe
 std::vector<unsigned char> pack_mod(const AttentionProgram& program, const expr::Program& score,
                                     const std::vector<const float*>& params, int head_offset,
                                     float scale, unsigned long long* grad_acc, int64_t shift_q,
-                                    int64_t shift_k) {
+                                    int64_t shift_k, const expr::Program* mask) {
   const ModLayout& l = program.layout;
+  DL_CHECK(l.has_mask == (mask != nullptr), kOp,
+           "the program was made " << (l.has_mask ? "with" : "without") << " a mask, packed "
+                                   << (mask != nullptr ? "with" : "without") << " one");
   DL_CHECK(params.size() == score.params.size(), kOp,
            "the expression declares " << score.params.size() << " parameters, " << params.size()
                                       << " given");
@@ -216,6 +278,23 @@ std::vector<unsigned char> pack_mod(const AttentionProgram& program, const expr:
   const int32_t sq = int32_t(shift_q), sk = int32_t(shift_k);
   put(l.q_shift, &sq, 4);
   put(l.k_shift, &sk, 4);
+  if (mask != nullptr) {  // the same tables, its own constants
+    const MaskLayout& m = l.mask;
+    DL_CHECK(mask->params.size() == params.size(), kOp,
+             "the mask declares " << mask->params.size() << " parameters, " << params.size()
+                                  << " given");
+    for (size_t i = 0; i < params.size(); ++i) put(m.params[i], &params[i], sizeof(const float*));
+    if (mask->param_count > 0) put(m.grad_acc, &grad_acc, sizeof grad_acc);
+    put(m.head_offset, &head_offset, 4);
+    const std::vector<expr::Literal> mc = mask->constants();
+    DL_CHECK(mc.size() == m.slots, kOp, "mask constant slots changed");
+    for (size_t i = 0; i < mc.size(); ++i) {
+      const float c = float(mc[i].value);
+      const long long ci = (long long)mc[i].value;
+      put(m.c + 4 * i, &c, 4);
+      put(m.ci + 8 * i, &ci, 8);
+    }
+  }
   return out;
 }
 

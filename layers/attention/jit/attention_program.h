@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,18 +27,28 @@ struct ProgramSpec {
   std::string arch = "sm_90a";  // NVRTC's --gpu-architecture: sm_90a for wgmma
 };
 
-// Byte layout of ModExpr<U> (fast/mod_expr.cuh) for the emitted functor U: what the host
-// packs; the program asserts it (static_assert), so a mismatch fails the compile.
+// Byte layout of ModExpr<U, V> (fast/mod_expr.cuh) for the emitted functors U (score) and V
+// (mask, or NoMask): what the host packs; the program asserts it (static_assert), so a
+// mismatch fails the compile. Offsets are from the start of ModExpr.
+struct MaskLayout {
+  size_t at = 0, size = 1, align = 1;  // V within ModExpr (NoMask: one empty byte)
+  std::vector<size_t> params;          // the mask functor's table pointers (the same tables)
+  size_t grad_acc = 0;                 // present when the decls have learnable tables (unused)
+  size_t head_offset = 0, c = 0, ci = 0, slots = 0;
+};
 struct ModLayout {
-  size_t size = 0, align = 4;
+  size_t size = 0, align = 4;  // ModExpr's (the mask's alignment may exceed the functor's)
+  size_t user_align = 4;       // the score functor U's
   std::vector<size_t> params;             // offset of each declared parameter's pointer
   size_t grad_acc = 0;                    // with learnable tables: the sums' address
   size_t head_offset = 0, c = 0, ci = 0;  // c, ci: the constant slots (when slots > 0)
   size_t slots = 0;
   size_t f = 0, folds = 0;  // the folded constants (expr::folded_constants), when folds > 0
   size_t scale = 0, h = 0, doc = 0, q_shift = 0, k_shift = 0;
+  bool has_mask = false;
+  MaskLayout mask;
 };
-ModLayout mod_layout(const expr::Program& score);
+ModLayout mod_layout(const expr::Program& score, const expr::Program* mask = nullptr);
 
 struct AttentionProgram {
   ProgramSpec spec;
@@ -48,23 +59,34 @@ struct AttentionProgram {
   std::string key;  // the kernel cache key (see make_program)
 };
 
-// The program of `score` (a checked score expression) for `spec`.
+// The program of `score` (a checked score expression) and `mask` (a checked mask expression
+// over the same declarations, or null) for `spec`. A mask alone runs with the identity score
+// (identity_score).
 // Its key holds a format tag, the program text (with the expression's canonical structure:
 // constants are kernel arguments, so expressions that differ only in a constant share it),
 // every embedded header, the options, the architecture and the NVRTC and driftless versions.
 // Learnable tables are pointers like fixed ones, but the functor differs (grad_acc, param_grad),
 // so the text, and the key, differ from the same expression with fixed tables.
-// Throws "[attention] ..." for a mask or an unsupported spec.
-AttentionProgram make_program(const expr::Program& score, const ProgramSpec& spec);
+// The mask's canonical structure is in the text, its constants are kernel arguments as the
+// score's are.
+// Throws "[attention] ..." for an unsupported spec, a score given as the mask or the reverse.
+AttentionProgram make_program(const expr::Program& score, const ProgramSpec& spec,
+                              const expr::Program* mask = nullptr);
 
-// ModExpr<U>'s bytes: the table pointers (device addresses, one per declared parameter),
-// head_offset, the constants by slot, the softmax scale; h and doc are bound in the kernel.
+// The score expression `score` over mask's declarations (all fixed: a mask has no gradient),
+// which runs a mask given alone: its value is the built-ins' scaled score in log2 units.
+std::shared_ptr<const expr::Program> identity_score(const expr::Program& mask);
+
+// ModExpr<U, V>'s bytes: the table pointers (device addresses, one per declared parameter),
+// head_offset, the constants by slot, the softmax scale; h and doc are bound in the kernel;
+// with a mask (the program's), its functor's table pointers, head_offset and constants.
 // grad_acc: with learnable tables, the backward's (hi[n], lo[n], overflow) sums, zeroed
 // (param_grad.cuh); ignored otherwise.
 std::vector<unsigned char> pack_mod(const AttentionProgram& program, const expr::Program& score,
                                     const std::vector<const float*>& params, int head_offset,
                                     float scale, unsigned long long* grad_acc = nullptr,
-                                    int64_t shift_q = 0, int64_t shift_k = 0);
+                                    int64_t shift_q = 0, int64_t shift_k = 0,
+                                    const expr::Program* mask = nullptr);
 
 // "nvrtc <major>.<minor>", or "nvrtc unavailable".
 std::string nvrtc_version();

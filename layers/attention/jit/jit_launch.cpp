@@ -96,16 +96,18 @@ Loaded load(const std::string& binary) {
 // make_program, remembered per (spec, emitted functor): its key holds every kernel header, so
 // building it takes longer than a launch. Never freed: a run has a few (an expression's
 // literals are fixed; its tables, learnable or not, are pointers).
-const AttentionProgram& program(const expr::Program& score, const ProgramSpec& spec) {
+const AttentionProgram& program(const expr::Program& score, const expr::Program* mask,
+                                const ProgramSpec& spec) {
   static std::mutex mutex;
   static std::map<std::string, std::shared_ptr<const AttentionProgram>> memo;
   const std::string id = std::string(pass_name(spec.pass)) + " " + std::to_string(spec.head_dim) +
                          (spec.wgmma ? " wgmma " : " mma ") + spec.arch + "\n" +
-                         expr::emit_cuda(score, "DlUserMod", true);
+                         expr::emit_cuda(score, "DlUserMod", true) +
+                         (mask != nullptr ? expr::emit_cuda(*mask, "DlUserMask", true) : "");
   std::lock_guard<std::mutex> lock(mutex);
   auto it = memo.find(id);
   if (it != memo.end()) return *it->second;
-  auto p = std::make_shared<const AttentionProgram>(make_program(score, spec));
+  auto p = std::make_shared<const AttentionProgram>(make_program(score, spec, mask));
   memo.emplace(id, p);
   return *p;
 }
@@ -123,7 +125,7 @@ Kernels kernels(const BoundExpr& e, Pass pass, const gpu::Problem& p) {
   spec.head_dim = int(p.head_dim);
   spec.wgmma = gpu::fast::use_wgmma();
   spec.arch = device_arch();
-  const AttentionProgram& prog = program(*e.score, spec);
+  const AttentionProgram& prog = program(*e.score, e.mask, spec);
   Kernels k;
   k.program = std::static_pointer_cast<const LoadedProgram>(process_kernel_cache().get(
       prog.key, [&] { return to_binary(compile_program(prog)); }, load));
@@ -131,7 +133,7 @@ Kernels kernels(const BoundExpr& e, Pass pass, const gpu::Problem& p) {
            "a cached attention program has " << k.program->functions.size() << " kernels, not "
                                              << prog.kernels.size());
   k.mod = pack_mod(prog, *e.score, e.params, e.head_offset, p.scale, e.grad_acc, e.shift_q,
-                   e.shift_k);
+                   e.shift_k, e.mask);
   return k;
 }
 

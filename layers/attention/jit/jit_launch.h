@@ -16,8 +16,11 @@ namespace driftless::layers::jit {
 // also takes grad_acc, 2 param_count + 1 zeroed integers (the fixed-point sums,
 // cuda/fast/param_grad.cuh), and writes d loss / d table entries to dparams (param_count
 // f32, the flat gradient of the CPU's ExprMod::param_grad).
+// mask: a mask expression over the same declarations (null: none); a mask alone runs with
+// score = jit::identity_score(*mask).
 struct BoundExpr {
   const expr::Program* score = nullptr;
+  const expr::Program* mask = nullptr;
   std::vector<const float*> params;
   int head_offset = 0;
   unsigned long long* grad_acc = nullptr;

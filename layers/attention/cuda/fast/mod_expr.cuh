@@ -7,6 +7,15 @@
 
 namespace driftless::layers::gpu::fast {
 
+// ModExpr's mask V: the emitted mask functor (expr::emit_cuda of a mask_mod: its own constants,
+// the same tables), or NoMask. A hidden pair's value is -inf with derivative 0, which the
+// kernels treat as they treat the causal and window masks (P = 0; a row that sees nothing gets
+// out 0 and lse -inf), and it adds nothing to learnable tables. It is ModExpr's last member, so
+// the score functor's offsets do not depend on it (jit/attention_program.cpp mod_layout).
+struct NoMask {
+  __device__ bool visible(int, int, int, int) const { return true; }
+};
+
 // The user's value(score, doc, h, q, k) in log2 units at score = scale * dot, and its
 // derivative d value / d score (the kernels apply the softmax scale to dS once at the end,
 // as for the built-ins), as U's value_log2 / derivative_dot: functions of the dot product
@@ -28,7 +37,7 @@ namespace driftless::layers::gpu::fast {
 // q_shift, k_shift: the call's AttentionSpec::first_doc_shift (a ring call over part of a
 // document): added to the positions of document 0 (qs, ks, set by bind), so that the user
 // sees positions in the document, as on the CPU.
-template <class U>
+template <class U, class V = NoMask>
 struct ModExpr {
   U user;
   float scale;
@@ -36,6 +45,7 @@ struct ModExpr {
   int q_shift, k_shift;
   int qs, ks;
   typename U::Bound bound;
+  V mask;
   __device__ void bind(int head, int document) {
     h = head;
     doc = document;
@@ -43,10 +53,16 @@ struct ModExpr {
     ks = document == 0 ? k_shift : 0;
     user.bind_into(bound, head);
   }
+  __device__ bool visible(int q, int k) const { return mask.visible(doc, h, q + qs, k + ks); }
   __device__ float x(float dot, int q, int k) const {
+    if (!visible(q, k)) return -INFINITY;
     return user.value_log2(dot, scale, doc, h, q + qs, k + ks, &bound);
   }
   __device__ float x_dx(float dot, int q, int k, float* dx) const {
+    if (!visible(q, k)) {
+      *dx = 0.f;
+      return -INFINITY;
+    }
     const float d = user.derivative_dot(dot, scale, doc, h, q + qs, k + ks, &bound);
     *dx = fabsf(d) < INFINITY ? d : 0.f;
     return user.value_log2(dot, scale, doc, h, q + qs, k + ks, &bound);
@@ -67,6 +83,7 @@ struct ModExpr {
   }
   // ds: d loss / d value of the pair (before the softmax scale, as x_dx's value).
   __device__ void param_grad(float ds, float dot, int q, int k, GradAcc& acc) const {
+    if (!visible(q, k)) return;
     user.param_grad(ds, dot * scale, doc, h, q + qs, k + ks, acc);
   }
   // After every add of the CTA (a barrier): its nonzero sums into grad_acc = (hi[n], lo[n],
@@ -89,8 +106,8 @@ struct ModExpr {
   }
 };
 // U::kHeavy: the expression calls tanh, exp, log, pow, sqrt or sigmoid (expr::heavy).
-template <class U>
-struct HeavyMod<ModExpr<U>> {
+template <class U, class V>
+struct HeavyMod<ModExpr<U, V>> {
   static constexpr bool value = U::kHeavy;
 };
 
