@@ -73,30 +73,41 @@ const char* pass_name(Pass p) {
   return "?";
 }
 
+namespace {
+
+// Lays out the members a functor of `prog` starts with from offset `at`; returns the end
+// offset and raises `align` to theirs.
+size_t lay_members(const expr::Program& prog, FunctorMembers& m, size_t at, size_t& align) {
+  for (size_t i = 0; i < prog.params.size(); ++i) {
+    m.params.push_back(at);
+    at += 8;
+    align = 8;
+  }
+  if (prog.param_count > 0) {  // the learnables' fixed-point sums (emit_cuda's grad_acc)
+    m.grad_acc = at;
+    at += 8;
+    align = 8;
+  }
+  m.head_offset = at;
+  at += 4;
+  m.slots = prog.constants().size();
+  if (m.slots > 0) {
+    m.c = at;
+    at += 4 * m.slots;
+    at = round_up(at, 8);
+    m.ci = at;
+    at += 8 * m.slots;
+    align = 8;
+  }
+  return at;
+}
+
+}  // namespace
+
 ModLayout mod_layout(const expr::Program& score, const expr::Program* mask) {
   ModLayout l;
-  size_t at = 0, align = 4;
-  for (size_t i = 0; i < score.params.size(); ++i) {
-    l.params.push_back(at);
-    at += 8;
-    align = 8;
-  }
-  if (score.param_count > 0) {  // the learnables' fixed-point sums (emit_cuda's grad_acc)
-    l.grad_acc = at;
-    at += 8;
-    align = 8;
-  }
-  l.head_offset = at;
-  at += 4;
-  l.slots = score.constants().size();
-  if (l.slots > 0) {
-    l.c = at;
-    at += 4 * l.slots;
-    at = round_up(at, 8);
-    l.ci = at;
-    at += 8 * l.slots;
-    align = 8;
-  }
+  size_t align = 4;
+  size_t at = lay_members(score, l, 0, align);
   l.folds = size_t(expr::fold_count(score));
   if (l.folds > 0) {
     l.f = at;
@@ -115,28 +126,8 @@ ModLayout mod_layout(const expr::Program& score, const expr::Program* mask) {
   l.has_mask = mask != nullptr;
   MaskLayout& m = l.mask;
   if (mask != nullptr) {
-    size_t mat = 0, malign = 4;
-    for (size_t i = 0; i < mask->params.size(); ++i) {
-      m.params.push_back(mat);
-      mat += 8;
-      malign = 8;
-    }
-    if (mask->param_count > 0) {
-      m.grad_acc = mat;
-      mat += 8;
-      malign = 8;
-    }
-    m.head_offset = mat;
-    mat += 4;
-    m.slots = mask->constants().size();
-    if (m.slots > 0) {
-      m.c = mat;
-      mat += 4 * m.slots;
-      mat = round_up(mat, 8);
-      m.ci = mat;
-      mat += 8 * m.slots;
-      malign = 8;
-    }
+    size_t malign = 4;
+    const size_t mat = lay_members(*mask, m, 0, malign);
     m.size = round_up(mat, malign);
     m.align = malign;
     m.at = round_up(end, malign);
@@ -257,17 +248,22 @@ std::vector<unsigned char> pack_mod(const AttentionProgram& program, const expr:
                                       << " given");
   std::vector<unsigned char> out(l.size, 0);
   auto put = [&](size_t at, const void* v, size_t n) { std::memcpy(out.data() + at, v, n); };
-  for (size_t i = 0; i < params.size(); ++i) put(l.params[i], &params[i], sizeof(const float*));
-  if (score.param_count > 0) put(l.grad_acc, &grad_acc, sizeof grad_acc);
-  put(l.head_offset, &head_offset, 4);
-  const std::vector<expr::Literal> constants = score.constants();
-  DL_CHECK(constants.size() == l.slots, kOp, "constant slots changed");
-  for (size_t i = 0; i < constants.size(); ++i) {
-    const float c = float(constants[i].value);
-    const long long ci = (long long)constants[i].value;
-    put(l.c + 4 * i, &c, 4);
-    put(l.ci + 8 * i, &ci, 8);
-  }
+  // The leading members of a functor of `prog` (lay_members): tables, sums, head offset and
+  // literal slots.
+  auto put_members = [&](const expr::Program& prog, const FunctorMembers& m) {
+    for (size_t i = 0; i < params.size(); ++i) put(m.params[i], &params[i], sizeof(const float*));
+    if (prog.param_count > 0) put(m.grad_acc, &grad_acc, sizeof grad_acc);
+    put(m.head_offset, &head_offset, 4);
+    const std::vector<expr::Literal> constants = prog.constants();
+    DL_CHECK(constants.size() == m.slots, kOp, "constant slots changed");
+    for (size_t i = 0; i < constants.size(); ++i) {
+      const float c = float(constants[i].value);
+      const long long ci = (long long)constants[i].value;
+      put(m.c + 4 * i, &c, 4);
+      put(m.ci + 8 * i, &ci, 8);
+    }
+  };
+  put_members(score, l);
   const std::vector<float> folds = expr::folded_constants(score, scale);
   DL_CHECK(folds.size() == l.folds, kOp, "folded constants changed");
   for (size_t i = 0; i < folds.size(); ++i) put(l.f + 4 * i, &folds[i], 4);
@@ -283,17 +279,7 @@ std::vector<unsigned char> pack_mod(const AttentionProgram& program, const expr:
     DL_CHECK(mask->params.size() == params.size(), kOp,
              "the mask declares " << mask->params.size() << " parameters, " << params.size()
                                   << " given");
-    for (size_t i = 0; i < params.size(); ++i) put(m.params[i], &params[i], sizeof(const float*));
-    if (mask->param_count > 0) put(m.grad_acc, &grad_acc, sizeof grad_acc);
-    put(m.head_offset, &head_offset, 4);
-    const std::vector<expr::Literal> mc = mask->constants();
-    DL_CHECK(mc.size() == m.slots, kOp, "mask constant slots changed");
-    for (size_t i = 0; i < mc.size(); ++i) {
-      const float c = float(mc[i].value);
-      const long long ci = (long long)mc[i].value;
-      put(m.c + 4 * i, &c, 4);
-      put(m.ci + 8 * i, &ci, 8);
-    }
+    put_members(*mask, m);
   }
   return out;
 }

@@ -30,19 +30,19 @@ struct ProgramSpec {
 // Byte layout of ModExpr<U, V> (fast/mod_expr.cuh) for the emitted functors U (score) and V
 // (mask, or NoMask): what the host packs; the program asserts it (static_assert), so a
 // mismatch fails the compile. Offsets are from the start of ModExpr.
-struct MaskLayout {
-  size_t at = 0, size = 1, align = 1;  // V within ModExpr (NoMask: one empty byte)
-  std::vector<size_t> params;          // the mask functor's table pointers (the same tables)
-  size_t grad_acc = 0;                 // present when the decls have learnable tables (unused)
-  size_t head_offset = 0, c = 0, ci = 0, slots = 0;
-};
-struct ModLayout {
-  size_t size = 0, align = 4;  // ModExpr's (the mask's alignment may exceed the functor's)
-  size_t user_align = 4;       // the score functor U's
+// The members every emitted functor starts with (emit_cuda), score or mask alike.
+struct FunctorMembers {
   std::vector<size_t> params;             // offset of each declared parameter's pointer
   size_t grad_acc = 0;                    // with learnable tables: the sums' address
   size_t head_offset = 0, c = 0, ci = 0;  // c, ci: the constant slots (when slots > 0)
   size_t slots = 0;
+};
+struct MaskLayout : FunctorMembers {    // the same tables; grad_acc unused by a mask
+  size_t at = 0, size = 1, align = 1;  // V within ModExpr (NoMask: one empty byte)
+};
+struct ModLayout : FunctorMembers {
+  size_t size = 0, align = 4;  // ModExpr's (the mask's alignment may exceed the functor's)
+  size_t user_align = 4;       // the score functor U's
   size_t f = 0, folds = 0;  // the folded constants (expr::folded_constants), when folds > 0
   size_t scale = 0, h = 0, doc = 0, q_shift = 0, k_shift = 0;
   bool has_mask = false;
