@@ -208,15 +208,6 @@ void cross_check(const Config& c, std::vector<std::string>& errors) {
       need(c.data.pad_documents_to <= 1,
            "distributed.context_parallel.kind ring and hybrid do not take data.pad_documents_to "
            "yet; use kind a2a or sequence_data_parallel");
-      need(!m.alibi || c.precision.device != Device::cuda,
-           "distributed.context_parallel.kind ring and hybrid on CUDA do not take model.alibi "
-           "(the built-in's CUDA kernels do not take the ring's document positions); write it "
-           "as model.score_mod: score - slope[h] * abs(q - k) (bitwise the same), or use kind "
-           "a2a");
-      need(m.sliding_window == 0,
-           "distributed.context_parallel.kind ring and hybrid do not take model.sliding_window "
-           "(their calls over earlier chunks see every key); use kind a2a or "
-           "sequence_data_parallel, or on CPU the mask_mod q - k < W");
     } else {
       need((S / ms) % cp.size == 0, "a micro-sequence (" + std::to_string(S / ms) +
                                         " tokens) must divide over distributed.context_parallel.size (" +

@@ -53,13 +53,13 @@ void visit_schema_impl(C& c, V&& v) {
   v(Field{"model.n_embd", "model width; divisible by n_head", 1, 1e6}, c.model.n_embd);
   v(Field{"model.dropout", "dropout probability on the embeddings and every residual branch; an element's mask follows its token's place in the global batch, so every layout drops the same elements", 0, 0.999}, c.model.dropout);
   v(Field{"model.softcap", "attention score softcap c (c*tanh(s/c)); 0 is off", 0, 1e6}, c.model.softcap);
-  v(Field{"model.alibi", "ALiBi position biases in attention (in addition to learned positions); on CUDA not with context_parallel ring or hybrid"}, c.model.alibi);
+  v(Field{"model.alibi", "ALiBi position biases in attention (in addition to learned positions)"}, c.model.alibi);
   v(Field{"model.intermediate_size", "llama: SwiGLU MLP width; 0 means 4 n_embd", 0, 1e7}, c.model.intermediate_size);
   v(Field{"model.rms_norm_eps", "llama: RMSNorm epsilon", 0, 1}, c.model.rms_norm_eps);
   v(Field{"model.rope_theta", "llama: rotary embedding base; a token's rotary position is its index in its document", 1, 1e12}, c.model.rope_theta);
   v(Field{"model.tie_word_embeddings", "llama: the LM head is the token embedding (false: a separate lm_head.weight)"}, c.model.tie_word_embeddings);
   v(Field{"model.sliding_window", "llama: a query attends to the last W keys of its document, itself included (Mistral-style); 0 is off", 0, 1e9}, c.model.sliding_window);
-  v(Field{"model.score_mod", "attention score modifier expression of score, q, k, h and score_mod_params (README \"Score and mask expressions\"); CPU, and CUDA (bf16, head_dim 64/128; compiled at run time; with context_parallel ring or hybrid no q or k); empty is off"}, c.model.score_mod);
+  v(Field{"model.score_mod", "attention score modifier expression of score, q, k, h and score_mod_params (README \"Score and mask expressions\"); CPU, and CUDA (bf16, head_dim 64/128; compiled at run time); empty is off"}, c.model.score_mod);
   v(Field{"model.mask_mod", "attention mask expression of q, k, h: a boolean, intersected with the causal and document masks; on CPU and on CUDA (bf16, head_dim 64 or 128: run-time compiled kernels, which skip the tiles it hides whole); empty is off"}, c.model.mask_mod);
   v(Field{"model.score_mod_params", "parameters of score_mod / mask_mod: name -> {shape: [] | [heads] | [heads, n], init: a number or n values, learnable: false}; learnable: true trains one table per layer in the parameter slab (CPU and CUDA; on CUDA the entries the heads of one GQA group read, a table subscripted by h first, else every entry, at most 4096)"}, c.model.score_mod_params);
   // attention

@@ -51,11 +51,13 @@ class ThreadExchange final : public KvExchange {
           .copy_(hub_.posted[size_t(p)].contiguous().view({in.numel()}).narrow(0, rank_ * n, n));
     hub_.sync.arrive_and_wait();
   }
-  std::unique_ptr<Pending> ring_shift(const Tensor& send, const Tensor& recv) override {
-    post(send);
-    recv.copy_(hub_.posted[size_t((rank_ + hub_.P - 1) % hub_.P)]);
+  void all_gather(const Tensor& span, int64_t rows) override {
+    EXPECT_LT(rows, 0) << "the ring gathers whole chunks";
+    post(span);
+    const int64_t c = span.size(0) / hub_.P;
+    for (int64_t p = 0; p < hub_.P; ++p)
+      if (p != rank_) span.narrow(0, p * c, c).copy_(hub_.posted[size_t(p)].narrow(0, p * c, c));
     hub_.sync.arrive_and_wait();
-    return KvExchange::ring_shift(recv, recv);  // a completed step
   }
   void reduce_scatter_packed(const Tensor& packed) override {
     post(packed);
@@ -306,6 +308,28 @@ TEST(ContextParallel, RingAndHybridGiveModifiersDocumentPositions) {
   expect_same_as_single(ContextParallel::ring, 3, 1, 0, true);
 }
 
+// A sliding window shorter than the chunks and one longer: each ring and hybrid call covers
+// its chunk's keys from its first document's start, so the window is the single run's.
+TEST(ContextParallel, RingAndHybridTakeASlidingWindow) {
+  const auto seqs = batch();
+  for (int64_t W : {5, 20}) {
+    GptConfig cfg = tiny_config();
+    cfg.sliding_window = W;
+    const RankResult single = run_rank(cfg, seqs, 1, ContextParallel::none, nullptr);
+    GptConfig full = tiny_config();
+    const RankResult unwindowed = run_rank(full, seqs, 1, ContextParallel::none, nullptr);
+    ASSERT_GT(rms_rel(single.grads, unwindowed.grads), 1e-3) << "the window must matter";
+    for (auto [P, m] : {std::pair<int64_t, int>{2, 1}, {3, 2}}) {
+      SCOPED_TRACE("W = " + std::to_string(W) + ", ring P = " + std::to_string(P) +
+                   ", m = " + std::to_string(m));
+      EXPECT_LT(rms_rel(run_parallel(cfg, seqs, m, ContextParallel::ring, P).grads, single.grads),
+                1e-5);
+    }
+    SCOPED_TRACE("W = " + std::to_string(W) + ", hybrid 2 x 2");
+    EXPECT_LT(rms_rel(run_hybrid(cfg, seqs, 2, 2, 2).grads, single.grads), 1e-5);
+  }
+}
+
 // Without an exchange (one rank, the library used directly) both paths still run.
 TEST(ContextParallel, WithoutAnExchangeBothPathsRunOnOneRank) {
   const GptConfig cfg = tiny_config();
@@ -339,7 +363,7 @@ TEST(ContextParallel, BadInputsAreClearErrors) {
   } two;
   EXPECT_NE(error_of([&] { tokens_to_heads(qkv, 1, 3, 3, two); }).find("divisible by 2 ranks"),
             std::string::npos);
-  // The ring: a sliding window, a bias tensor, or chunks that are not r and 2P-1-r.
+  // The ring: a right window, a bias tensor, or chunks that are not r and 2P-1-r.
   Gpt model(tiny_config());
   const auto seq = batch()[0];
   // One rank: chunks 0 and 1 of 2.
@@ -357,12 +381,12 @@ TEST(ContextParallel, BadInputsAreClearErrors) {
               ring_attention(q, k, k, {{{&a, &b}, 1}}, buffer, one, base);
             }).find("does not fit the K/V buffer"),
             std::string::npos);
-  base.window_left = 4;
+  base.window_right = 4;
   EXPECT_NE(error_of([&] {
               ring_attention(q, k, k, {{{&a, &b}, 0}}, buffer, one, base);
-            }).find("no sliding window"),
+            }).find("no right window"),
             std::string::npos);
-  base.window_left = -1;
+  base.window_right = -1;
   base.bias = Tensor::zeros({4, 1, 1});
   EXPECT_NE(error_of([&] {
               ring_attention(q, k, k, {{{&a, &b}, 0}}, buffer, one, base);
@@ -382,16 +406,18 @@ TEST(ContextParallel, BadInputsAreClearErrors) {
 }
 
 // The test would pass vacuously if every rank computed the whole sequence: a ring whose
-// shift delivers this rank's own chunk instead of the neighbour's must be caught.
+// gather leaves the other ranks' rows stale (here: this rank's own chunk copied there) must
+// be caught.
 TEST(ContextParallel, AWrongRingStepIsCaught) {
   struct Stuck final : KvExchange {
     Stuck(Hub& h, int64_t r) : inner(h, r) {}
     int64_t ranks() const override { return inner.ranks(); }
     int64_t rank() const override { return inner.rank(); }
-    std::unique_ptr<Pending> ring_shift(const Tensor& send, const Tensor& recv) override {
-      inner.ring_shift(send, recv);
-      recv.copy_(send);  // the bug: keep our own chunks
-      return KvExchange::ring_shift(recv, recv);
+    void all_gather(const Tensor& span, int64_t rows) override {
+      inner.all_gather(span, rows);
+      const int64_t c = span.size(0) / ranks();
+      for (int64_t p = 0; p < ranks(); ++p)  // the bug: our own chunks in every slot
+        if (p != rank()) span.narrow(0, p * c, c).copy_(span.narrow(0, rank() * c, c));
     }
     void reduce_scatter_packed(const Tensor& p) override { inner.reduce_scatter_packed(p); }
     ThreadExchange inner;

@@ -69,6 +69,7 @@ Tensor HybridRoute::attend(const RouteCall& call, const Tensor& qkv) {
   AttentionSpec base;
   base.score_mod = call.score_mod(gx.rank() * Hg, Hg);
   base.deterministic = call.deterministic;
+  base.window_left = call.window_left;
   Tensor y =
       ring_attention(ops::reshape(parts[0], {T, Hg, D}), ops::reshape(parts[1], {T, Hkvg, D}),
                      ops::reshape(parts[2], {T, Hkvg, D}), seqs, buffer_of(buffers_, call.layer),

@@ -2,14 +2,12 @@
 #include "layers/attention/routes/ring_route.h"
 
 #include <algorithm>
-#include <functional>
 #include <utility>
 
 #include "engine/autograd/autograd.h"
 #include "engine/ops/ops.h"
 #include "layers/attention/attention.h"
 #include "layers/attention/context_parallel.h"
-#include "layers/attention/lse_merge.h"
 #include "layers/attention/routes/buffer_route.h"
 
 namespace driftless::layers {
@@ -20,14 +18,12 @@ constexpr const char* kOp = "context_parallel";
 
 namespace {
 
-// One attention call of a query chunk: its rows against buffer rows [k_begin, k_begin +
-// k_rows) of its sequence. diag: the chunk against its own rows, causal per document;
-// otherwise its first document's rows against earlier keys of that document (all visible).
-// Either way spec.first_doc_shift gives that document's rows their places in it (spec.h
-// "Positions"), so a modifier or mask sees the positions of a single call over the document.
+// The attention call of one query chunk, made once every rank's K/V rows are in the buffer:
+// the chunk's rows against buffer rows [k_begin, k_begin + k_rows) of its sequence, from the
+// start of its first document (which may lie in an earlier chunk or micro-sequence) to the
+// chunk's end. Bottom-right causal per document (spec.h "Positions"), so a modifier or mask
+// sees document positions, as in a single call over the document; no shift, no LSE merge.
 struct RingPart {
-  int64_t step = 0;               // ring step that brings the keys (0: own chunks, or the past)
-  int64_t chunk = 0;              // accumulator: 2 j + c for chunk c of sequence j
   int64_t q_row = 0, q_rows = 0;  // local rows of q
   int64_t slot = 0, k_begin = 0, k_rows = 0;
   AttentionSpec spec;
@@ -36,7 +32,7 @@ struct RingPart {
 struct RingPlan {
   int64_t P = 1, r = 0, Lc = 0;
   std::vector<int64_t> slot, begin;  // per sequence: buffer slot, micro-sequence start
-  std::vector<RingPart> parts;       // in merge order: diag first, then by step
+  std::vector<RingPart> parts;       // per sequence j, chunk c: parts[2 j + c]
 };
 
 RingPlan plan_ring(const std::vector<RingSequence>& seqs, const KvExchange& ex,
@@ -66,60 +62,20 @@ RingPlan plan_ring(const std::vector<RingSequence>& seqs, const KvExchange& ex,
                "ring: sequence " << j << " chunk " << ids[c] << " must be rows [" << a0 << ", "
                                  << a0 + Lc << ") without padding, got [" << a.query_begin << ", "
                                  << a.query_end << ")");
-      RingPart diag;
-      diag.chunk = 2 * j + c;
-      diag.q_row = j * 2 * Lc + c * Lc;
-      diag.q_rows = Lc;
-      diag.slot = s.slot;
-      diag.k_begin = a0;
-      diag.k_rows = Lc;
-      diag.spec = base;
-      diag.spec.causal = true;
-      diag.spec.cu_seqlens_q = Tensor::from_vector(a.cu_seqlens_q);
-      diag.spec.cu_seqlens_k = Tensor::from_vector(a.cu_seqlens_q);
-      diag.spec.max_seqlen_q = diag.spec.max_seqlen_k = std::max<int64_t>(a.max_seqlen_q, 1);
-      // The first document may have begun in an earlier chunk: its rows here are at a0 - start.
-      const int64_t lead = a0 - a.first_document_begin;
-      diag.spec.first_doc_shift = {lead, lead};
-      plan.parts.push_back(diag);
+      RingPart part;
+      part.q_row = j * 2 * Lc + c * Lc;
+      part.q_rows = Lc;
+      part.slot = s.slot;
+      part.k_begin = a.first_document_begin;
+      part.k_rows = a.num_keys();
+      part.spec = spec_from_input(a);  // keys from the first document's start: its K extent
+      part.spec.score_mod = base.score_mod;
+      part.spec.softmax_scale = base.softmax_scale;
+      part.spec.deterministic = base.deterministic;
+      part.spec.window_left = base.window_left;
+      plan.parts.push_back(part);
     }
   }
-  // Earlier keys of each chunk's first document, in the order the ring brings them.
-  std::vector<RingPart> full;
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t c = 0; c < 2; ++c) {
-      const data::ModelInput& a = *seqs[size_t(j)].chunk[c];
-      const int64_t m0 = plan.begin[size_t(j)], a0 = a.query_begin;
-      const int64_t start = a.first_document_begin, first_rows = a.cu_seqlens_q.at(1);
-      if (start >= a0 || first_rows == 0) continue;
-      auto add = [&](int64_t step, int64_t k0, int64_t k1) {
-        RingPart p;
-        p.step = step;
-        p.chunk = 2 * j + c;
-        p.q_row = j * 2 * Lc + c * Lc;
-        p.q_rows = first_rows;
-        p.slot = seqs[size_t(j)].slot;
-        p.k_begin = k0;
-        p.k_rows = k1 - k0;
-        // One document; every key precedes every query: not causal. Its positions: keys from
-        // k0 - start, queries from a0 - start (the call's own put them right after the keys).
-        p.spec = AttentionSpec::from_lengths({first_rows}, {p.k_rows}, false);
-        p.spec.first_doc_shift = {a0 - start - (p.k_rows - first_rows), k0 - start};
-        p.spec.score_mod = base.score_mod;
-        p.spec.softmax_scale = base.softmax_scale;
-        p.spec.deterministic = base.deterministic;
-        full.push_back(p);
-      };
-      if (start < m0) add(0, start, m0);  // earlier micro-sequences: already in the buffer
-      for (int64_t b = 0; m0 + b * Lc < a0; ++b) {
-        const int64_t b0 = m0 + b * Lc, b1 = b0 + Lc;
-        if (start >= b1) continue;
-        add((r - ring_owner(b, P) + P) % P, std::max(start, b0), b1);
-      }
-    }
-  std::stable_sort(full.begin(), full.end(),
-                   [](const RingPart& x, const RingPart& y) { return x.step < y.step; });
-  plan.parts.insert(plan.parts.end(), full.begin(), full.end());
   return plan;
 }
 
@@ -141,7 +97,7 @@ Tensor kv_rows(const Tensor& buf, int64_t slot, int64_t begin, int64_t rows, int
   return buf.select(0, slot).narrow(0, begin, rows).select(1, c);
 }
 
-// Writes the ring's packed chunks (per sequence: chunk src then chunk 2P-1-src) into the buffer.
+// Writes rank src's packed chunks (per sequence: chunk src then chunk 2P-1-src) into the buffer.
 void store_chunks(const Tensor& kv, const Tensor& packed, const RingPlan& plan, int64_t src) {
   const int64_t Lc = plan.Lc, P = plan.P;
   const auto ids = ring_chunks(src, P);
@@ -169,8 +125,8 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                                                     << shape_str(v.shape()));
   DL_CHECK(!base.bias.defined(), kOp,
            "ring attention takes no bias tensor (it is indexed by the rows of one call)");
-  DL_CHECK(base.window_left < 0 && base.window_right < 0, kOp,
-           "ring attention takes no sliding window (its calls over earlier keys see them all)");
+  DL_CHECK(base.window_right < 0, kOp,
+           "ring attention takes no right window (its queries see no later keys)");
   const Tensor& kv = buffer.kv();
   DL_CHECK(kv.defined() && kv.size(3) == k.size(1) && kv.size(4) == k.size(2), kOp,
            "ring: the K/V buffer must be allocated for " << k.size(1) << " heads of " << k.size(2));
@@ -188,42 +144,29 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
              kOp,
              "ring: sequence " << j << " (slot " << plan.slot[j] << ", rows from " << plan.begin[j]
                                << ") does not fit the K/V buffer " << shape_str(kv.shape()));
-  const int64_t P = plan.P, Lc = plan.Lc, chunks = int64_t(2 * sequences.size());
-  std::vector<Tensor> acc(static_cast<size_t>(chunks));  // (Lc, H, D) f32
-  saved->lse.resize(size_t(chunks));
+  const int64_t P = plan.P;
+  Tensor out = Tensor::empty({T, H, D}, q.dtype(), q.device());
+  saved->lse.resize(plan.parts.size());
   {
     autograd::NoGradGuard no_grad;
-    Tensor cur = Tensor::empty({T, 2, k.size(1), D}, kv.dtype(), kv.device());
-    cur.select(1, 0).copy_(k);
-    cur.select(1, 1).copy_(v);
-    Tensor next = P > 1 ? Tensor::empty(cur.shape(), cur.dtype(), cur.device()) : Tensor();
-    size_t at = 0;
-    for (int64_t s = 0; s < P; ++s) {
-      std::unique_ptr<KvExchange::Pending> pending;
-      if (s + 1 < P) pending = ex.ring_shift(cur, next);
-      store_chunks(kv, cur, plan, (plan.r - s + P) % P);
-      for (; at < plan.parts.size() && plan.parts[at].step == s; ++at) {
-        const RingPart& p = plan.parts[at];
-        const AttentionOutputs o = attention_forward(
-            q.narrow(0, p.q_row, p.q_rows), kv_rows(kv, p.slot, p.k_begin, p.k_rows, 0),
-            kv_rows(kv, p.slot, p.k_begin, p.k_rows, 1), p.spec);
-        Tensor& a = acc[size_t(p.chunk)];
-        if (!a.defined()) {  // the diagonal call: every row of the chunk
-          a = o.out.to(DType::f32).contiguous();
-          saved->lse[size_t(p.chunk)] = o.lse.to(DType::f32).contiguous();
-        } else {
-          lse_merge(a, saved->lse[size_t(p.chunk)], o.out, o.lse.to(DType::f32));
-        }
-      }
-      if (pending) {
-        pending->wait();
-        std::swap(cur, next);
-      }
+    // Every rank's chunks in one all-gather (rank p's packed rows at [p T, (p + 1) T)), then
+    // into the buffer at their sequence rows: the keys of every call below, of the later
+    // micro-sequences and of the backward.
+    Tensor all = Tensor::empty({P * T, 2, k.size(1), D}, kv.dtype(), kv.device());
+    Tensor mine = all.narrow(0, plan.r * T, T);
+    mine.select(1, 0).copy_(k);
+    mine.select(1, 1).copy_(v);
+    if (P > 1) ex.all_gather(all);
+    for (int64_t src = 0; src < P; ++src) store_chunks(kv, all.narrow(0, src * T, T), plan, src);
+    for (size_t c = 0; c < plan.parts.size(); ++c) {
+      const RingPart& p = plan.parts[c];
+      const AttentionOutputs o = attention_forward(
+          q.narrow(0, p.q_row, p.q_rows), kv_rows(kv, p.slot, p.k_begin, p.k_rows, 0),
+          kv_rows(kv, p.slot, p.k_begin, p.k_rows, 1), p.spec);
+      out.narrow(0, p.q_row, p.q_rows).copy_(o.out);
+      saved->lse[c] = o.lse;
     }
-    DL_CHECK(at == plan.parts.size(), kOp, "internal: ring parts out of step order");
   }
-  Tensor out = Tensor::empty({T, H, D}, q.dtype(), q.device());
-  for (int64_t c = 0; c < chunks; ++c) out.narrow(0, c * Lc, Lc).copy_(acc[size_t(c)]);
   autograd::Context ctx;
   ctx.save_for_backward({q, out.detach()});
   KvBuffer* buf = &buffer;
@@ -243,15 +186,15 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
         const Tensor& kv = buf->kv();
         const Tensor& grad = buf->grad_to_accumulate();  // f32, zeroed each step
         const int64_t P = plan.P, Lc = plan.Lc, n = int64_t(plan.slot.size());
-        Tensor dq = Tensor::zeros(q.shape(), DType::f32, q.device());
+        Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
         Tensor dmod;  // the modifier's learnable inputs, summed over the calls
-        for (const RingPart& p : plan.parts) {
-          const Tensor lse = saved->lse[size_t(p.chunk)].narrow(1, 0, p.q_rows).contiguous();
+        for (size_t i = 0; i < plan.parts.size(); ++i) {
+          const RingPart& p = plan.parts[i];
           const AttentionGrads gr = attention_backward(
               q.narrow(0, p.q_row, p.q_rows), kv_rows(kv, p.slot, p.k_begin, p.k_rows, 0),
               kv_rows(kv, p.slot, p.k_begin, p.k_rows, 1), p.spec, out.narrow(0, p.q_row, p.q_rows),
-              lse, dout.narrow(0, p.q_row, p.q_rows));
-          dq.narrow(0, p.q_row, p.q_rows).add_(gr.dq.to(DType::f32));
+              saved->lse[i], dout.narrow(0, p.q_row, p.q_rows));
+          dq.narrow(0, p.q_row, p.q_rows).copy_(gr.dq);  // the chunk's one call: all its keys
           kv_rows(grad, p.slot, p.k_begin, p.k_rows, 0).add_(gr.dk.to(DType::f32));
           kv_rows(grad, p.slot, p.k_begin, p.k_rows, 1).add_(gr.dv.to(DType::f32));
           if (gr.dscore_mod.defined()) {
@@ -277,7 +220,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
           }
         e->reduce_scatter_packed(packed);
         const Tensor mine = packed.select(0, plan.r);  // (T, 2, H_kv, D)
-        std::vector<Tensor> grads{dq.to(q.dtype()), mine.select(1, 0).to(kdt).contiguous(),
+        std::vector<Tensor> grads{dq, mine.select(1, 0).to(kdt).contiguous(),
                                   mine.select(1, 1).to(kdt).contiguous()};
         const ScoreModSpec& mod = plan.parts.front().spec.score_mod;
         if (mod.kind == ScoreModKind::relative_position) grads.push_back(dmod);
@@ -315,7 +258,7 @@ Tensor RingRoute::attend(const RouteCall& call, const Tensor& qkv) {
   AttentionSpec base;
   base.score_mod = call.score_mod(0, a.heads);
   base.deterministic = call.deterministic;
-  base.window_left = call.window_left;  // refused by ring_attention
+  base.window_left = call.window_left;
   Tensor y = ring_attention(p.q, p.k, p.v, seqs, buffer_of(buffers_, call.layer), ex, base);
   return ops::reshape(y, {qkv.size(0), a.heads * a.head_dim});
 }

@@ -1,6 +1,6 @@
-// The ring route (route.h; ARCHITECTURE.md "Context parallelism"): K/V chunks passed around
-// the ranks that share a sequence, with the load-balanced causal split. The slice lists
-// chunks r and 2P-1-r of each sequence as two consecutive entries sharing a K/V slot.
+// The ring route (route.h; ARCHITECTURE.md "Context parallelism"): the ranks that share a
+// sequence hold its chunks in the load-balanced causal split and all-gather their K/V. The
+// slice lists chunks r and 2P-1-r of each sequence as two consecutive entries sharing a slot.
 #pragma once
 #include <vector>
 
@@ -19,16 +19,18 @@ struct RingSequence {
   int64_t slot = 0;                                       // K/V buffer sequence
 };
 // q (T, H, D), k / v (T, H_kv, D): per sequence j, rows [j 2Lc, (j+1) 2Lc) hold its chunk r
-// then its chunk 2P-1-r. K/V chunks travel around the ring, each step's send overlapping the
-// attention of the chunk at hand, and land in the buffer (keys of later micro-sequences and
-// of the backward). Per query chunk: one causal call over its own rows, and one call per
-// earlier chunk (and the past) that its first document reaches back into (only the first
-// document of a chunk can), merged by LSE (lse_merge.h). Backward: the same calls with the
-// merged out and LSE, dK/dV added into the buffer's gradient, and the micro-sequence's
-// gradient rows reduce-scattered to their owners (same traffic as returning them around the
-// ring). base: score modifier (its q and k are positions in the document in every call:
-// AttentionSpec::first_doc_shift; its learnable inputs get the sum of the calls' gradients),
-// scale, determinism; no bias tensor, no window.
+// then its chunk 2P-1-r. Every rank's K/V chunks are all-gathered in one collective into the
+// buffer (keys of later micro-sequences and of the backward); then each query chunk is ONE
+// attention call over the buffer rows from the start of its first document (which may lie in
+// an earlier chunk or micro-sequence) to its own end, bottom-right causal per document, as
+// the SDP buffer route's call: no partial calls, no LSE merge, and the positions a modifier
+// or mask sees are document positions. This is the all-gather form of context parallelism
+// (Llama 3's) with the ring's load-balanced chunks: the compute was never overlapped with
+// the chunk-by-chunk ring shifts well enough to pay for ~2P small calls and their merges
+// (BENCHMARKS.md, session 16's phase timings). Backward: the same calls, dK/dV added into the
+// buffer's gradient, and the micro-sequence's gradient rows reduce-scattered to their owners.
+// base: score modifier (its learnable inputs get the sum of the calls' gradients), scale,
+// determinism, left window; no bias tensor, no right window.
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                       const std::vector<RingSequence>& sequences, KvBuffer& buffer, KvExchange& ex,
                       const AttentionSpec& base);
