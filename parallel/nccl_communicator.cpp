@@ -16,7 +16,9 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -290,9 +292,17 @@ class NcclCommunicator final : public Communicator {
     comm_ = nullptr;
   }
 
+  // The side stream's priority: high, so the gradient buckets' all-reduces get SMs while the
+  // backward's kernels run (BENCHMARKS.md, session 22's dp4 entry). DRIFTLESS_COMM_PRIORITY=normal
+  // gives the default priority (to measure the difference).
+  static cuda::Stream::Priority side_priority() {
+    const char* env = std::getenv("DRIFTLESS_COMM_PRIORITY");
+    return env != nullptr && std::string(env) == "normal" ? cuda::Stream::Priority::normal
+                                                          : cuda::Stream::Priority::high;
+  }
   // The side stream, ordered after everything issued so far on the compute stream.
   cudaStream_t side_stream() {
-    if (!side_) side_ = std::make_unique<cuda::Stream>();
+    if (!side_) side_ = std::make_unique<cuda::Stream>(side_priority());
     cuda::Event ready;
     ready.record(stream());
     side_->wait(ready);

@@ -31,8 +31,10 @@ void Event::synchronize() const {
   DL_CUDA_CHECK(cudaEventSynchronize(event_));
 }
 
-Stream::Stream() {
-  DL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+Stream::Stream(Priority priority) {
+  int least = 0, greatest = 0;
+  if (priority == Priority::high) DL_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  DL_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
 }
 Stream::~Stream() {
   if (stream_) cudaStreamDestroy(stream_);

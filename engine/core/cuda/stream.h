@@ -43,7 +43,11 @@ class Event {
 
 class Stream {
  public:
-  Stream();  // non-blocking, default priority
+  enum class Priority { normal, high };
+  // Non-blocking. high: the device's greatest stream priority, so that when SMs free up the
+  // block scheduler runs this stream's blocks (NCCL's, a few SMs' worth) before more blocks
+  // of the compute stream's kernels, which would otherwise hold every SM until they end.
+  explicit Stream(Priority priority = Priority::normal);
   ~Stream();
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
