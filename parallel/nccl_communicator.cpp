@@ -293,8 +293,8 @@ class NcclCommunicator final : public Communicator {
   }
 
   // The side stream's priority: high, so the gradient buckets' all-reduces get SMs while the
-  // backward's kernels run (BENCHMARKS.md, session 22's dp4 entry). DRIFTLESS_COMM_PRIORITY=normal
-  // gives the default priority (to measure the difference).
+  // backward's kernels run (BENCHMARKS.md, session 22's dp4 entry).
+  // DRIFTLESS_COMM_PRIORITY=normal gives the default priority (to measure the difference).
   static cuda::Stream::Priority side_priority() {
     const char* env = std::getenv("DRIFTLESS_COMM_PRIORITY");
     return env != nullptr && std::string(env) == "normal" ? cuda::Stream::Priority::normal
