@@ -109,7 +109,7 @@ struct DistributedConfig {
   ContextParallelConfig context_parallel;
   int64_t data_parallel = 1;
   int64_t zero_stage = 0;
-  double bucket_mb = 25;  // gradient all-reduce buckets; 0: one reduction after the backward
+  double bucket_mb = 100;  // gradient all-reduce buckets; 0: one reduction after the backward
   KvExchangeMode kv_exchange = KvExchangeMode::needed;
   double timeout_seconds = 600;
 };

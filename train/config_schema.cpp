@@ -113,7 +113,7 @@ void visit_schema_impl(C& c, V&& v) {
   v(Field{"distributed.context_parallel.group_size", "hybrid only: ranks per all-to-all group (consecutive ranks, a fast link); must divide size, n_head and n_kv_head. group_size = size is a2a's split of heads, 1 the ring's", 1, 1 << 16}, c.distributed.context_parallel.group_size);
   v(Field{"distributed.data_parallel", "ranks splitting the batch", 1, 1 << 16}, c.distributed.data_parallel);
   v(Field{"distributed.zero_stage", "0: all-reduce gradients; 1 (ZeRO-1): reduce-scatter gradients, shard optimizer state over the data group, all-gather parameters", 0, 1}, c.distributed.zero_stage);
-  v(Field{"distributed.bucket_mb", "size of the gradient buckets all-reduced during the backward (on GPU overlapped with it, on a side stream); 0: one all-reduce after the backward", 0, 1e5}, c.distributed.bucket_mb);
+  v(Field{"distributed.bucket_mb", "size of the gradient buckets (MiB of f32 gradients) all-reduced during the backward (on GPU overlapped with it, on a side stream; 100 was 0.6% faster than 25 on 4 H200s, BENCHMARKS.md); 0: one all-reduce after the backward", 0, 1e5}, c.distributed.bucket_mb);
   v(Field{"distributed.kv_exchange", "SDP K/V exchange per layer: needed moves only the rows another rank reads (the tail of each rank's chunk that a document crossing into the next chunk reaches back to); full all-gathers / reduce-scatters whole chunks"}, enum_ref(c.distributed.kv_exchange, kKvExchange));
   v(Field{"distributed.timeout_seconds", "a collective waiting longer ends the job", 1, 1e6}, c.distributed.timeout_seconds);
   // precision
