@@ -45,6 +45,7 @@ struct BenchArgs {
   // compiled at run time on CUDA; it may read the tables `slope` (H) and `bias` (H, 64).
   std::string score_mod;
   bool alibi = false;  // bench attention --alibi: the built-in ALiBi with `slope`'s values
+  bool learnable = false;  // bench attention --learnable: --score-mod's tables take gradients
 };
 
 struct AttnShape {
@@ -74,13 +75,14 @@ std::vector<double> bench_slopes(int64_t heads) {
   return slope;
 }
 
-[[maybe_unused]] layers::ScoreModSpec bench_score_mod(const std::string& source, int64_t heads) {
+[[maybe_unused]] layers::ScoreModSpec bench_score_mod(const std::string& source, int64_t heads,
+                                                      bool learnable) {
   const std::vector<double> slope = bench_slopes(heads);
   std::vector<double> bias;
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t d = 0; d < 64; ++d) bias.push_back(-slope[size_t(h)] * double(d));
-  std::vector<layers::expr::ParamDecl> decls = {{"slope", {heads}, slope, false},
-                                                {"bias", {heads, 64}, bias, false}};
+  std::vector<layers::expr::ParamDecl> decls = {{"slope", {heads}, slope, learnable},
+                                                {"bias", {heads, 64}, bias, learnable}};
   std::vector<Tensor> params;
   for (const auto& d : decls)
     params.push_back(
@@ -145,7 +147,7 @@ int run_attention(const BenchArgs& a) {
       const double bwd_flops = 2.5 * fwd_flops;
       layers::AttentionSpec spec = layers::AttentionSpec::from_lengths(sh.docs, sh.docs, true);
       if (sh.softcap > 0) spec.score_mod = layers::ScoreModSpec::make_softcap(sh.softcap);
-      if (!a.score_mod.empty()) spec.score_mod = bench_score_mod(a.score_mod, sh.heads);
+      if (!a.score_mod.empty()) spec.score_mod = bench_score_mod(a.score_mod, sh.heads, a.learnable);
       if (a.alibi) {
         const std::vector<double> sl = bench_slopes(sh.heads);
         spec.score_mod = layers::ScoreModSpec::make_alibi(
@@ -191,6 +193,7 @@ int run_attention(const BenchArgs& a) {
                       {"softcap", sh.softcap},
                       {"score_mod", a.score_mod},
                       {"alibi", a.alibi},
+                      {"learnable", a.learnable},
                       {"fwd_flops", fwd_flops},
                       {"bwd_flops", bwd_flops},
                       {"fwd_ms", f_ms},
@@ -274,6 +277,9 @@ Registrar reg({"bench",
                                  "*_expr), compiled at run time (e.g. "
                                  "'30 * tanh(score / 30)', 'score - slope[h] * abs(q - k)', "
                                  "'score + bias[h, min(abs(q - k), 63)]')");
+                 att->add_flag("--learnable", a->learnable,
+                               "--score-mod's tables `slope` and `bias` take gradients (the "
+                               "backward computes them, as in training)");
                  att->add_flag("--alibi", a->alibi,
                                "the built-in ALiBi, slopes 2^(-8 (h + 1) / H) (the table "
                                "`slope` of --score-mod), on every shape without softcap "
