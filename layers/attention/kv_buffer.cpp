@@ -9,11 +9,18 @@ void KvBuffer::ensure(int64_t sequences, int64_t sequence_length, int64_t kv_hea
                       int64_t head_dim, DType dtype, Device device, DType grad_dtype) {
   const Shape shape{sequences, sequence_length, 2, kv_heads, head_dim};
   if (kv_.defined() && kv_.shape() == shape && kv_.dtype() == dtype && kv_.device() == device &&
-      grad_.dtype() == grad_dtype)
+      grad_dtype_ == grad_dtype)
     return;
   kv_ = Tensor::zeros(shape, dtype, device);
-  grad_ = Tensor::zeros(shape, grad_dtype, device);
+  grad_ = Tensor();
+  grad_dtype_ = grad_dtype;
   grad_dirty_ = false;
+}
+
+const Tensor& KvBuffer::grad_to_accumulate() const {
+  if (!grad_.defined()) grad_ = Tensor::zeros(kv_.shape(), grad_dtype_, kv_.device());
+  grad_dirty_ = true;
+  return grad_;
 }
 
 namespace {
@@ -123,7 +130,7 @@ std::pair<Tensor, Tensor> kv_write_read(KvBuffer& buffer, const KvRows& slice,
         const DType dt = buffer.kv().dtype();
         if (sole && !drop) return {g[0].to(dt).contiguous(), g[1].to(dt).contiguous()};
         if (whole_chunk && !drop)
-          return whole_chunk_grads(slice, ex, buffer.grad().dtype(), dt, g, !skip_rs);
+          return whole_chunk_grads(slice, ex, buffer.grad_dtype(), dt, g, !skip_rs);
         const Tensor& grad = buffer.grad_to_accumulate();
         for (int64_t c = 0; c < 2; ++c)  // accumulate in the gradient buffer's dtype
           rows(grad, slice, slice.first_document_begin, slice.q1, c)

@@ -24,25 +24,32 @@ class KvBuffer {
  public:
   // (Re)allocates only when the shape, dtypes or device change. The gradient buffer may be
   // wider than the K/V (f32 for bf16 K/V): it accumulates over micro-sequences and ranks.
+  // It is allocated at its first use (grad_to_accumulate): the layouts whose K/V gradient
+  // never goes through it (one micro-sequence: kv_write_read's sole and whole-chunk cases,
+  // the ring's per-call sums) never hold it, which at long contexts is the largest buffer
+  // (f32, every row of the sequence, per layer: 77 GB for a ring over 1M tokens of GPT-2).
   void ensure(int64_t sequences, int64_t sequence_length, int64_t kv_heads, int64_t head_dim,
               DType dtype, Device device, DType grad_dtype);
-  const Tensor& kv() const { return kv_; }      // (B, S, 2, H_kv, D)
-  const Tensor& grad() const { return grad_; }  // (B, S, 2, H_kv, D)
+  const Tensor& kv() const { return kv_; }  // (B, S, 2, H_kv, D)
+  DType grad_dtype() const { return grad_dtype_; }
   // Zeroes the gradient buffer if a backward accumulated into it since the last zeroing
   // (slices whose gradient bypasses the buffer leave it clean: no memset per step).
   void zero_grad() const {
     if (grad_.defined() && grad_dirty_) grad_.zero_();
     grad_dirty_ = false;
   }
-  // The gradient buffer, to accumulate into: it must be zeroed before the next step.
-  const Tensor& grad_to_accumulate() const {
-    grad_dirty_ = true;
-    return grad_;
+  // The gradient buffer (B, S, 2, H_kv, D), to accumulate into (allocated zeroed at the first
+  // call): it must be zeroed before the next step.
+  const Tensor& grad_to_accumulate() const;
+  int64_t bytes() const {
+    return (kv_.defined() ? int64_t(kv_.nbytes()) : 0) +
+           (grad_.defined() ? int64_t(grad_.nbytes()) : 0);
   }
-  int64_t bytes() const { return kv_.defined() ? 2 * int64_t(kv_.nbytes()) : 0; }
 
  private:
-  Tensor kv_, grad_;
+  Tensor kv_;
+  mutable Tensor grad_;
+  DType grad_dtype_ = DType::f32;
   mutable bool grad_dirty_ = false;
 };
 

@@ -90,6 +90,7 @@ data::PackedSequence packed(const std::vector<int32_t>& lengths, uint64_t seed) 
 struct RankResult {
   std::vector<float> grads;
   double loss = 0;
+  int64_t buffer_bytes = 0;  // the route's K/V buffers after the step
 };
 
 // One rank's step over `seqs` in m micro-sequences (ex == nullptr: the plain single run).
@@ -158,6 +159,7 @@ RankResult run_rank(const GptConfig& cfg, const std::vector<data::PackedSequence
     autograd::backward(losses[size_t(i)]);
   }
   res.grads = model.slab().grads().to_vector<float>();
+  res.buffer_bytes = route->buffer_bytes();
   return res;
 }
 
@@ -328,6 +330,21 @@ TEST(ContextParallel, RingAndHybridTakeASlidingWindow) {
     SCOPED_TRACE("W = " + std::to_string(W) + ", hybrid 2 x 2");
     EXPECT_LT(rms_rel(run_hybrid(cfg, seqs, 2, 2, 2).grads, single.grads), 1e-5);
   }
+}
+
+// With one micro-sequence the ring sums its K/V gradients in a temporary of the call, so the
+// buffers' gradient (f32, every row, per layer) is never allocated; with two, later
+// micro-sequences add into earlier rows across backward calls, so it is.
+TEST(ContextParallel, TheRingHoldsAGradientBufferOnlyWithMicroSequences) {
+  const GptConfig cfg = tiny_config();
+  const auto seqs = batch();
+  const int64_t S = int64_t(seqs[0].tokens.size());
+  const int64_t kv_width = cfg.n_kv_head * (cfg.n_embd / cfg.n_head);  // H_kv D
+  const int64_t kv_bytes = cfg.n_layer * int64_t(seqs.size()) * S * 2 * kv_width * 4;  // f32
+  Hub one(1);
+  ThreadExchange ex(one, 0);
+  EXPECT_EQ(run_rank(cfg, seqs, 1, ContextParallel::ring, &ex).buffer_bytes, kv_bytes);
+  EXPECT_EQ(run_rank(cfg, seqs, 2, ContextParallel::ring, &ex).buffer_bytes, 2 * kv_bytes);
 }
 
 // Without an exchange (one rank, the library used directly) both paths still run.

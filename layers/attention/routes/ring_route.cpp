@@ -24,6 +24,7 @@ namespace {
 // chunk's end. Bottom-right causal per document (spec.h "Positions"), so a modifier or mask
 // sees document positions, as in a single call over the document; no shift, no LSE merge.
 struct RingPart {
+  int64_t sequence = 0;           // j: index into the plan's sequences
   int64_t q_row = 0, q_rows = 0;  // local rows of q
   int64_t slot = 0, k_begin = 0, k_rows = 0;
   AttentionSpec spec;
@@ -33,6 +34,7 @@ struct RingPlan {
   int64_t P = 1, r = 0, Lc = 0;
   std::vector<int64_t> slot, begin;  // per sequence: buffer slot, micro-sequence start
   std::vector<RingPart> parts;       // per sequence j, chunk c: parts[2 j + c]
+  bool one_micro_sequence = true;    // every sequence is one micro-sequence
 };
 
 RingPlan plan_ring(const std::vector<RingSequence>& seqs, const KvExchange& ex,
@@ -55,6 +57,7 @@ RingPlan plan_ring(const std::vector<RingSequence>& seqs, const KvExchange& ex,
              "ring: micro-sequence of " << L << " rows is not 2 x " << P << " chunks of " << Lc);
     plan.slot.push_back(s.slot);
     plan.begin.push_back(m0);
+    plan.one_micro_sequence = plan.one_micro_sequence && s.chunk[0]->micro_sequences == 1;
     for (int64_t c = 0; c < 2; ++c) {
       const data::ModelInput& a = *s.chunk[c];
       const int64_t a0 = m0 + ids[c] * Lc;
@@ -63,6 +66,7 @@ RingPlan plan_ring(const std::vector<RingSequence>& seqs, const KvExchange& ex,
                                  << a0 + Lc << ") without padding, got [" << a.query_begin << ", "
                                  << a.query_end << ")");
       RingPart part;
+      part.sequence = j;
       part.q_row = j * 2 * Lc + c * Lc;
       part.q_rows = Lc;
       part.slot = s.slot;
@@ -184,8 +188,19 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
         const Tensor dout = g[0].contiguous();
         const RingPlan& plan = saved->plan;
         const Tensor& kv = buf->kv();
-        const Tensor& grad = buf->grad_to_accumulate();  // f32, zeroed each step
         const int64_t P = plan.P, Lc = plan.Lc, n = int64_t(plan.slot.size());
+        // The K/V gradient sums of sequence j, (S, 2, H_kv, D) f32. With one micro-sequence
+        // no other backward adds to its rows, so they live in a temporary freed after the
+        // reduce-scatter (the buffer's gradient is then never allocated: kv_buffer.h);
+        // otherwise in the buffer's gradient, where later micro-sequences have added theirs.
+        Tensor own;
+        if (plan.one_micro_sequence)
+          own = Tensor::zeros({n, kv.size(1), kv.size(2), kv.size(3), kv.size(4)}, DType::f32,
+                              kv.device());
+        const Tensor& grad = plan.one_micro_sequence ? own : buf->grad_to_accumulate();
+        auto grad_of = [&](int64_t j) {
+          return grad.select(0, plan.one_micro_sequence ? j : plan.slot[size_t(j)]);
+        };
         Tensor dq = Tensor::empty(q.shape(), q.dtype(), q.device());
         Tensor dmod;  // the modifier's learnable inputs, summed over the calls
         for (size_t i = 0; i < plan.parts.size(); ++i) {
@@ -195,8 +210,9 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
               kv_rows(kv, p.slot, p.k_begin, p.k_rows, 1), p.spec, out.narrow(0, p.q_row, p.q_rows),
               saved->lse[i], dout.narrow(0, p.q_row, p.q_rows));
           dq.narrow(0, p.q_row, p.q_rows).copy_(gr.dq);  // the chunk's one call: all its keys
-          kv_rows(grad, p.slot, p.k_begin, p.k_rows, 0).add_(gr.dk.to(DType::f32));
-          kv_rows(grad, p.slot, p.k_begin, p.k_rows, 1).add_(gr.dv.to(DType::f32));
+          Tensor rows = grad_of(p.sequence).narrow(0, p.k_begin, p.k_rows);
+          rows.select(1, 0).add_(gr.dk.to(DType::f32));
+          rows.select(1, 1).add_(gr.dv.to(DType::f32));
           if (gr.dscore_mod.defined()) {
             if (dmod.defined())
               dmod.add_(gr.dscore_mod);
@@ -206,17 +222,15 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
         }
         // Every later micro-sequence has added its part: the micro-sequence's K/V gradient
         // rows are complete on each rank; rank p receives the sum of its chunks p, 2P-1-p.
-        const Shape row{kv.size(2), kv.size(3), kv.size(4)};  // (2, H_kv, D)
-        Tensor packed =
-            Tensor::empty({P, n * 2 * Lc, row[0], row[1], row[2]}, DType::f32, grad.device());
+        Tensor packed = Tensor::empty({P, n * 2 * Lc, kv.size(2), kv.size(3), kv.size(4)},
+                                      DType::f32, kv.device());
         for (int64_t r = 0; r < P; ++r)
           for (int64_t j = 0; j < n; ++j) {
             const auto ids = ring_chunks(r, P);
             for (int64_t c2 = 0; c2 < 2; ++c2)
               packed.select(0, r)
                   .narrow(0, j * 2 * Lc + c2 * Lc, Lc)
-                  .copy_(grad.select(0, plan.slot[size_t(j)])
-                             .narrow(0, plan.begin[size_t(j)] + ids[c2] * Lc, Lc));
+                  .copy_(grad_of(j).narrow(0, plan.begin[size_t(j)] + ids[c2] * Lc, Lc));
           }
         e->reduce_scatter_packed(packed);
         const Tensor mine = packed.select(0, plan.r);  // (T, 2, H_kv, D)
