@@ -41,9 +41,9 @@ constexpr int kGradSlotBytes = 16;
 // the heads (k_tiles_by_head), else 0 and the kernels take the head from the block index.
 // [lo, hi): the rows of the other dimension (keys of a query tile, queries of a key tile,
 // document-relative) outside which a mask expression hides every pair of the tile
-// (mask_narrow.h); the kernels intersect their block loops with it (fast_common.cuh
-// narrow_blocks). The default narrows nothing. Five int32s: the host copies tiles to the
-// device as such (attention_cuda.cpp device_tiles).
+// (mask_narrow.h); a mask expression's kernels intersect their block loops with it
+// (fast_common.cuh narrow_blocks, NarrowsTiles). The default narrows nothing. Five int32s:
+// the host copies tiles to the device as such (attention_cuda.cpp device_tiles).
 constexpr int32_t kTileUnbounded = 0x7fffffff;
 struct Tile {
   int32_t doc, start, head = 0;

@@ -282,6 +282,14 @@ struct HeavyMod<ModSoftcap> {
   static constexpr bool value = true;
 };
 
+// Modifiers whose tiles the host may narrow (Tile::lo, hi; narrow_blocks below): a mask
+// expression's (mod_expr.cuh). The kernels of every other modifier skip narrow_blocks, so
+// they compile as they did without it (the tiles of their schedules are never narrowed).
+template <class M>
+struct NarrowsTiles {
+  static constexpr bool value = false;
+};
+
 #ifndef __CUDACC_RTC__
 // Calls f(mod_functor) for the built-in modifier of the call.
 template <class F>

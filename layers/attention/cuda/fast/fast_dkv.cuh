@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
   int n_qt = i_end >= i_begin ? (i_end - i_begin) / kBQ + 1 : 0;
   // The query rows a mask leaves the tile, on the same grid (so the bits stay those of
   // every step: the dropped ones are hidden whole, exact zeros).
-  narrow_blocks(tile, kBQ, &i_begin, &n_qt);
+  if constexpr (NarrowsTiles<M>::value) narrow_blocks(tile, kBQ, &i_begin, &n_qt);
   const int n_steps = int(group) * n_qt;
   constexpr bool kPG = HasParamGrad<M>::value;
   typename GradAccOf<M>::type pg{};

@@ -67,7 +67,8 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, (W && D == 64) ? 2 : 1)
   const bf16* vg = static_cast<const bf16*>(p.v) + (doc.k_offset * VH + kh) * D;
   int j_begin = lo_first > 0 ? (lo_first / kBK) * kBK : 0;
   int n_tiles = hi_last >= lo_first ? (hi_last - j_begin) / kBK + 1 : 0;
-  narrow_blocks(tile, kBK, &j_begin, &n_tiles);  // the keys a mask leaves the tile
+  if constexpr (NarrowsTiles<M>::value)
+    narrow_blocks(tile, kBK, &j_begin, &n_tiles);  // the keys a mask leaves the tile
 
   float acc[ND][4];
 #pragma unroll

@@ -34,7 +34,8 @@ struct ItemInfo {
   int doc_index;  // the document within the call (Tile::doc), for the modifier
   int lo_first, hi_first, lo_last, hi_last;
 
-  template <int kBlockM, int kBlockN>
+  // kNarrow: NarrowsTiles of the modifier.
+  template <int kBlockM, int kBlockN, bool kNarrow>
   __device__ __forceinline__ static ItemInfo make(const Problem& p, const Tile* tiles, int w) {
     ItemInfo b;
     const int H = int(p.heads);
@@ -50,7 +51,7 @@ struct ItemInfo {
     b.j_begin = b.lo_first > 0 ? (b.lo_first / kBlockN) * kBlockN : 0;
     b.n_tiles = b.hi_last >= b.lo_first ? (b.hi_last - b.j_begin) / kBlockN + 1 : 0;
     // The keys a mask leaves the tile: here, so the producer and the consumers agree.
-    narrow_blocks(tile, kBlockN, &b.j_begin, &b.n_tiles);
+    if constexpr (kNarrow) narrow_blocks(tile, kBlockN, &b.j_begin, &b.n_tiles);
     return b;
   }
   // Keys j0 .. j0 + kBlockN - 1 visible to every row of the item: no element mask.
