@@ -70,8 +70,8 @@ std::vector<gpu::fast::Tile> narrow_tiles_by_mask(const DeviceProblem& d,
   if (d.expr.mask == nullptr || (env != nullptr && std::string(env) == "0")) return tiles;
   const gpu::fast::MaskScope scope{d.expr.mask, d.expr.head_offset, d.p.heads, d.expr.shift_q,
                                    d.expr.shift_k};
-  return gpu::fast::narrow_tiles_by_mask(d.p, d.host_docs, std::move(tiles), block, query,
-                                         may_drop, scope, dropped);
+  return gpu::fast::narrow_tiles_by_mask(d.p, d.host_docs, std::move(tiles), block, query, may_drop,
+                                         scope, dropped);
 }
 
 void check_cuda(const Tensor& t, const char* what) {
@@ -279,11 +279,12 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
         block_k, false, true, &k_dropped));
     const int dq_rows = gpu::fast::dq_block_q(d.p.head_dim);
     bool q_dropped = false;  // never set: the dQ tiles are not dropped (may_drop = false)
-    const Tensor qt =  // the dQ kernel's, which the atomic backward does not run
-        dq_acc.defined() ? Tensor()
-                         : device_tiles(narrow_tiles_by_mask(
-                               d, gpu::fast::q_tiles(d.p, d.host_docs, dq_rows), dq_rows, true,
-                               false, &q_dropped));
+    // The dQ kernel's tiles, which the atomic backward does not run.
+    const Tensor qt =
+        dq_acc.defined()
+            ? Tensor()
+            : device_tiles(narrow_tiles_by_mask(d, gpu::fast::q_tiles(d.p, d.host_docs, dq_rows),
+                                                dq_rows, true, false, &q_dropped));
     float* acc = dq_acc.defined() ? dq_acc.data<float>() : nullptr;
     if (d.expression && d.expr.score->param_count > 0) {
       // The learnables' gradient (flat, as the CPU's ExprMod::param_grad fills it) from

@@ -12,22 +12,24 @@ namespace driftless::layers::gpu::fast {
 namespace {
 
 // How many of n blocks, counted from one end, hidden(a, b) proves hidden (a, b: the first and
-// one-past-the-last block of a span, counted from that end). Spans grow 1, 2, 4, ... while
-// proven and halve on a failure, so a hidden run the interval arithmetic proves is found in
-// O(log n) probes; a span it cannot prove whole is split down to single blocks. Stops at the
-// first single block not proven hidden, or at the probe budget.
+// one-past-the-last block of a span, counted from that end). Spans double while proven; after
+// the first failure a binary search between the proven run and the failed span's end (a span
+// not proven whole ends the run before its last block, or the interval arithmetic is too loose
+// there: either way the run found is a proven one). About 2 log2(n) probes for a run the
+// interval arithmetic proves, within the budget for every document length; past the budget
+// the run keeps what it has proven.
 template <class Hidden>
 int64_t hidden_run(int64_t n, Hidden hidden) {
-  int64_t done = 0, step = 1;
-  for (int probes = 0; done < n && probes < kMaxNarrowProbes; ++probes) {
-    step = std::min(step, n - done);
+  int64_t done = 0, limit = n, step = 1;  // [0, done) proven; the search ends by limit
+  bool growing = true;
+  for (int probes = 0; done < limit && probes < kMaxNarrowProbes; ++probes) {
+    step = growing ? std::min(step, limit - done) : (limit - done + 1) / 2;
     if (hidden(done, done + step)) {
       done += step;
       step *= 2;
-    } else if (step == 1) {
-      break;
     } else {
-      step /= 2;
+      limit = done + step - 1;
+      growing = false;
     }
   }
   return done;

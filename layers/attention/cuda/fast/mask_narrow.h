@@ -21,10 +21,11 @@ struct MaskScope {
 };
 
 // Most mask_cover probes spent finding one end of a tile's range: the scan gallops (spans
-// of 1, 2, 4, ... blocks proven hidden, halving on a failure), so a contiguous hidden run of
-// n blocks that the interval arithmetic proves costs O(log n) probes; past the budget the
-// range keeps what it has proven (narrowing less is always correct).
-constexpr int kMaxNarrowProbes = 48;
+// of 1, 2, 4, ... blocks while proven hidden, then a binary search), so a contiguous hidden
+// run of n blocks that the interval arithmetic proves costs about 2 log2(n) probes, within
+// this budget for any document below kMaxDocLen (2^24 blocks); past the budget the range
+// keeps what it has proven (narrowing less is always correct).
+constexpr int kMaxNarrowProbes = 64;
 
 // tiles: a schedule of q_tiles (query = true; tile rows `block` queries, range over keys) or
 // k_tiles / k_tiles_by_head (query = false; `block` keys, range over queries). Tiles the mask
