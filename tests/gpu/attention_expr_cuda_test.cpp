@@ -216,24 +216,41 @@ TEST(AttentionExprCuda, MaskedLearnableTableGradientMatchesTheCpu) {
   }
 }
 
-// Tiles a mask hides whole are dropped from the schedule (attention_cuda.cpp
-// drop_hidden_tiles): the same bits as with every tile (DRIFTLESS_MASK_TILE_SKIP=0), in both
-// backwards (all but the atomic dQ, whose bits vary run to run). k < 700 && q - k < 128
-// hides the key tiles past 700 from every query; q < 200 the query tiles and the key tiles
-// past 200; a sliding window over a long document hides no tile whole (the kernels still
-// mask per pair: narrowing a tile's key range is not done).
+// Tiles a mask hides whole are dropped from the schedule, and every kept tile's range of
+// the other dimension is narrowed to the blocks it does not hide whole (attention_cuda.cpp
+// narrow_tiles_by_mask, cuda/fast/mask_narrow.h): the same bits as with every tile walked
+// whole (DRIFTLESS_MASK_TILE_SKIP=0) for out, lse, dq, dk and dv, in both backwards (all but
+// the atomic dQ, whose bits vary run to run). k < 700 && q - k < 128 hides the key tiles
+// past 700 from every query; q < 200 the query tiles and the key tiles past 200; the
+// sliding windows over the 1100- and 2500-row documents (many tiles per document) narrow
+// every far query tile's keys and every key tile's queries, also with a ring call's shifted
+// positions; sinks keep the first keys (a hidden middle left to the kernels' element mask),
+// and a prefix-LM keeps the prefix block for every tile.
 TEST(AttentionExprCuda, SkippedMaskTilesGiveTheSameBits) {
   DL_REQUIRE_GPU();
   uint64_t seed = testing::fresh_seed("attention expr mask skip");
-  for (const char* mask : {"k < 700 && q - k < 128", "q - k < 128", "q < 200"})
+  struct Skip {
+    const char* mask;
+    layers::PositionShift shift;
+  };
+  const Skip skips[] = {{"k < 700 && q - k < 128", {}},
+                        {"q - k < 128", {}},
+                        {"q - k < 256", {}},
+                        {"q - k < 256", {300, 40}},
+                        {"q - k < 200 || k < 16", {}},
+                        {"k < 64 || k <= q", {}},
+                        {"q < 200", {}}};
+  for (const Skip& skip : skips)
     for (int64_t d : {64, 128}) {
       Case c{std::string("skip_d") + std::to_string(d),
-             {{1100, 1100}, {300, 300}, {7, 7, 2, 2}},
+             {{1100, 1100}, {2500, 2500}, {300, 300}, {7, 7, 2, 2}},
              kHeads,
              kKvHeads,
              d};
-      c.mask = mask;
-      SCOPED_TRACE(std::string(mask) + " " + c.name);
+      c.mask = skip.mask;
+      c.shift = skip.shift;
+      SCOPED_TRACE(std::string(skip.mask) + " shift " + std::to_string(skip.shift.q) + "," +
+                   std::to_string(skip.shift.k) + " " + c.name);
       for (bool det : {true, false}) {
         Problem p = make(c, seed + 10);
         p.spec.deterministic = det;
@@ -245,7 +262,7 @@ TEST(AttentionExprCuda, SkippedMaskTilesGiveTheSameBits) {
           if (!det && i == 2) continue;
           EXPECT_TRUE(same_bits(skipped.t[i], all.t[i]))
               << kNames[i] << (det ? " (deterministic)" : " (atomic dQ)")
-              << ": skipping hidden tiles changed the bits";
+              << ": skipping and narrowing hidden tiles changed the bits";
         }
         expect_padding(p, c, skipped);
       }

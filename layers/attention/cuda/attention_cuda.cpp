@@ -12,6 +12,7 @@
 
 #include "layers/attention/attention.h"
 #include "layers/attention/cuda/fast/fast_attention.h"
+#include "layers/attention/cuda/fast/mask_narrow.h"
 #include "layers/attention/cuda/flash_cuda.h"
 #include "layers/attention/jit/attention_program.h"
 #include "layers/attention/jit/jit_launch.h"
@@ -35,66 +36,42 @@ struct DeviceProblem {
   Tensor sums;              // the backward's fixed-point sums of learnable tables
 };
 
-// A tile schedule (fast_attention.h) on the device, as int32 pairs.
+// A tile schedule (fast_attention.h) on the device, as kTileInts int32s a tile.
 Tensor device_tiles(const std::vector<gpu::fast::Tile>& tiles) {
   if (tiles.empty()) return Tensor();
   std::vector<int32_t> flat;
-  flat.reserve(tiles.size() * 3);
-  for (const auto& t : tiles) flat.insert(flat.end(), {t.doc, t.start, t.head});
+  flat.reserve(tiles.size() * gpu::fast::kTileInts);
+  for (const auto& t : tiles) flat.insert(flat.end(), {t.doc, t.start, t.head, t.lo, t.hi});
   return Tensor::from_vector(flat).to(Device::cuda);
 }
 
 int tile_count(const Tensor& t) {
-  return t.defined() ? int(t.numel() / 3) : 0;
+  return t.defined() ? int(t.numel() / gpu::fast::kTileInts) : 0;
 }
 
 const gpu::fast::Tile* tiles_ptr(const Tensor& t) {
   return t.defined() ? static_cast<const gpu::fast::Tile*>(t.raw_data()) : nullptr;
 }
 
-// The tiles of a schedule that a mask expression hides whole, dropped (expr::mask_cover over
-// the tile's rows, the keys they may see under the call's causal and window masks, and the
-// call's heads): forward query tiles (query = true) and dK/dV key tiles. Their rows are then
-// written as padded rows are (out 0, lse -inf; dk, dv 0: what the kernels write for rows that
-// see nothing), so the caller sets the padded flag where `dropped`. The dQ kernel's query
-// tiles are never dropped (the wgmma one writes delta, which dK/dV reads for every row).
-// DRIFTLESS_MASK_TILE_SKIP=0 keeps every tile (a test compares the bits).
-std::vector<gpu::fast::Tile> drop_hidden_tiles(const DeviceProblem& d,
-                                               std::vector<gpu::fast::Tile> tiles, int block,
-                                               bool query, bool* dropped) {
-  const expr::Program* mask = d.expr.mask;
+// A schedule as a mask expression leaves it (cuda/fast/mask_narrow.h): the tiles it hides
+// whole dropped (forward query tiles and dK/dV key tiles: query = true for the former; their
+// rows are then written as padded rows are, out 0, lse -inf; dk, dv 0: what the kernels write
+// for rows that see nothing, so the caller sets the padded flag where `dropped`), and every
+// kept tile's range of the other dimension (keys of a query tile, queries of a key tile)
+// trimmed to the blocks between the first and the last one the mask does not hide whole,
+// which the kernels' loops then skip. The dQ kernel's query tiles (may_drop = false) are
+// narrowed but never dropped: the wgmma one writes delta, which dK/dV reads for every row,
+// and it writes it whatever its key range. DRIFTLESS_MASK_TILE_SKIP=0 keeps every tile whole
+// (a test compares the bits).
+std::vector<gpu::fast::Tile> narrow_tiles_by_mask(const DeviceProblem& d,
+                                                  std::vector<gpu::fast::Tile> tiles, int block,
+                                                  bool query, bool may_drop, bool* dropped) {
   const char* env = std::getenv("DRIFTLESS_MASK_TILE_SKIP");
-  if (mask == nullptr || (env != nullptr && std::string(env) == "0")) return tiles;
-  const gpu::Problem& p = d.p;
-  std::vector<gpu::fast::Tile> kept;
-  kept.reserve(tiles.size());
-  for (const gpu::fast::Tile& t : tiles) {
-    const gpu::Doc& doc = d.host_docs[size_t(t.doc)];
-    const int64_t shift = doc.k_len - doc.q_len;  // the kernels' query position: row + shift
-    const int64_t qs = t.doc == 0 ? d.expr.shift_q : 0, ks = t.doc == 0 ? d.expr.shift_k : 0;
-    int64_t i0, i1, j0, j1;
-    if (query) {
-      i0 = t.start;
-      i1 = std::min<int64_t>(doc.q_len, t.start + block) - 1;
-      int64_t lo1, hi0;
-      visible_keys(i0, doc.q_len, doc.k_len, p.causal, p.window_left, p.window_right, &j0, &hi0);
-      visible_keys(i1, doc.q_len, doc.k_len, p.causal, p.window_left, p.window_right, &lo1, &j1);
-    } else {  // every row that may see the keys (a larger box than the kernel's: conservative)
-      j0 = t.start;
-      j1 = std::min<int64_t>(doc.k_len, t.start + block) - 1;
-      i0 = p.causal ? std::max<int64_t>(0, j0 - shift) : 0;
-      i1 = doc.q_len - 1;
-    }
-    const int64_t h0 = d.expr.head_offset;
-    const bool hidden = i0 <= i1 && j0 <= j1 &&
-                        expr::mask_cover(*mask, {i0 + shift + qs, i1 + shift + qs, j0 + ks, j1 + ks,
-                                                 h0, h0 + p.heads - 1}) == expr::MaskCover::hidden;
-    if (hidden)
-      *dropped = true;
-    else
-      kept.push_back(t);
-  }
-  return kept;
+  if (d.expr.mask == nullptr || (env != nullptr && std::string(env) == "0")) return tiles;
+  const gpu::fast::MaskScope scope{d.expr.mask, d.expr.head_offset, d.p.heads, d.expr.shift_q,
+                                   d.expr.shift_k};
+  return gpu::fast::narrow_tiles_by_mask(d.p, d.host_docs, std::move(tiles), block, query, may_drop,
+                                         scope, dropped);
 }
 
 void check_cuda(const Tensor& t, const char* what) {
@@ -240,8 +217,8 @@ AttentionOutputs cuda_forward(const ResolvedAttention& r, const Tensor& q, const
   if (d.fast) {
     bool dropped = false;
     const Tensor tiles = device_tiles(
-        drop_hidden_tiles(d, gpu::fast::q_tiles(d.p, d.host_docs, gpu::fast::kFwdBlockQ),
-                          gpu::fast::kFwdBlockQ, true, &dropped));
+        narrow_tiles_by_mask(d, gpu::fast::q_tiles(d.p, d.host_docs, gpu::fast::kFwdBlockQ),
+                             gpu::fast::kFwdBlockQ, true, true, &dropped));
     if (d.expression)
       jit::forward(d.p, d.expr, tiles_ptr(tiles), tile_count(tiles), d.q_padded || dropped,
                    out.raw_data(), lse.data<float>());
@@ -293,17 +270,21 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
       dq_acc = Tensor::empty({r.t_q * r.heads * r.head_dim}, DType::f32, Device::cuda);
     const int block_k = gpu::fast::dkv_block_k(d.p.head_dim, dq_acc.defined());
     bool k_dropped = false;
-    const Tensor kt = device_tiles(drop_hidden_tiles(
+    const Tensor kt = device_tiles(narrow_tiles_by_mask(
         d,
         dq_acc.defined()
             ? gpu::fast::k_tiles_by_head(d.p, d.host_docs, block_k,
                                          gpu::fast::atomic_dkv_concurrent_ctas(d.p.head_dim))
             : gpu::fast::k_tiles(d.p, d.host_docs, block_k),
-        block_k, false, &k_dropped));
-    const Tensor qt =  // the dQ kernel's, which the atomic backward does not run
-        dq_acc.defined() ? Tensor()
-                         : device_tiles(gpu::fast::q_tiles(d.p, d.host_docs,
-                                                           gpu::fast::dq_block_q(d.p.head_dim)));
+        block_k, false, true, &k_dropped));
+    const int dq_rows = gpu::fast::dq_block_q(d.p.head_dim);
+    bool q_dropped = false;  // never set: the dQ tiles are not dropped (may_drop = false)
+    // The dQ kernel's tiles, which the atomic backward does not run.
+    const Tensor qt =
+        dq_acc.defined()
+            ? Tensor()
+            : device_tiles(narrow_tiles_by_mask(d, gpu::fast::q_tiles(d.p, d.host_docs, dq_rows),
+                                                dq_rows, true, false, &q_dropped));
     float* acc = dq_acc.defined() ? dq_acc.data<float>() : nullptr;
     if (d.expression && d.expr.score->param_count > 0) {
       // The learnables' gradient (flat, as the CPU's ExprMod::param_grad fills it) from

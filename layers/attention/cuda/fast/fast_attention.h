@@ -39,9 +39,24 @@ constexpr int kGradSlotBytes = 16;
 // One unit of work: `start` is a row offset inside document `doc` (q rows for the forward
 // and dQ kernels, k rows for the dK/dV kernel); `head`: the kv head, in schedules that list
 // the heads (k_tiles_by_head), else 0 and the kernels take the head from the block index.
+// [lo, hi): the rows of the other dimension (keys of a query tile, queries of a key tile,
+// document-relative) outside which a mask expression hides every pair of the tile
+// (mask_narrow.h); a mask expression's kernels intersect their block loops with it
+// (fast_common.cuh narrow_blocks, NarrowsTiles). The default narrows nothing. Five int32s:
+// the host copies tiles to the device as such (attention_cuda.cpp device_tiles).
+constexpr int32_t kTileUnbounded = 0x7fffffff;
 struct Tile {
   int32_t doc, start, head = 0;
+  int32_t lo = 0, hi = kTileUnbounded;
 };
+constexpr int kTileInts = 5;
+static_assert(sizeof(Tile) == kTileInts * sizeof(int32_t), "device_tiles lays tiles out as ints");
+// Granularity of the host's narrowing of a tile's range: it divides every kernel's block of
+// the other dimension (forward keys 32, 64 or 128; dQ keys kBwdBlockK; dK/dV query steps
+// kBwdBlockQ), so a range found on it, rounded out to a kernel's block, skips every block of
+// that kernel the scan proved hidden whole (and finer: the dK/dV kernel's query grid is not
+// anchored at multiples of its step).
+constexpr int kNarrowBlock = 32;
 
 #ifndef __CUDACC_RTC__  // the host side; NVRTC (jit/) compiles the device part only
 // True when the fast kernels take this call: bf16, head_dim 64 or 128.

@@ -282,6 +282,14 @@ struct HeavyMod<ModSoftcap> {
   static constexpr bool value = true;
 };
 
+// Modifiers whose tiles the host may narrow (Tile::lo, hi; narrow_blocks below): a mask
+// expression's (mod_expr.cuh). The kernels of every other modifier skip narrow_blocks, so
+// they compile as they did without it (the tiles of their schedules are never narrowed).
+template <class M>
+struct NarrowsTiles {
+  static constexpr bool value = false;
+};
+
 #ifndef __CUDACC_RTC__
 // Calls f(mod_functor) for the built-in modifier of the call.
 template <class F>
@@ -303,6 +311,25 @@ __device__ __forceinline__ void row_keys(const Problem& p, const Doc& d, int i, 
   visible_key_range<int>(i, int(d.q_len), int(d.k_len), p.causal,
                          window_in_32_bits(p.window_left, d.q_len, d.k_len),
                          window_in_32_bits(p.window_right, d.q_len, d.k_len), lo, hi);
+}
+
+// The blocks [*begin, *begin + *n * block) of a kernel's loop over the other dimension (keys
+// of a query tile, query steps of a key tile), narrowed to the tile's range [t.lo, t.hi):
+// whole blocks are dropped from either end, so the loop keeps its grid (the blocks it keeps
+// are the ones it ran before, and the element mask still handles the pairs of a partial
+// block exactly). The dropped blocks are the ones a mask hides whole (mask_narrow.h): their
+// probabilities are exact zeros, so the bits do not change. An empty range leaves *n = 0, a
+// row that sees nothing (out 0, lse -inf; dk, dv 0).
+__device__ __forceinline__ void narrow_blocks(const Tile& t, int block, int* begin, int* n) {
+  if (*n <= 0) return;
+  if (t.hi <= t.lo) {
+    *n = 0;
+    return;
+  }
+  int end = *begin + *n * block;  // below 2^30: documents are below kMaxDocLen
+  if (t.lo > *begin) *begin += (t.lo - *begin) / block * block;
+  if (t.hi < end) end -= (end - t.hi) / block * block;
+  *n = end > *begin ? (end - *begin) / block : 0;
 }
 
 }  // namespace driftless::layers::gpu::fast

@@ -117,10 +117,13 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
   // steps a 64-key tile skips are masked whole for it in the 128-key tile: exact zeros).
   constexpr int kAnchor = W && D == 128 ? kBK * DkvWarpgroups<D, W, true>::value : kKeys;
   const int i_anchor = first_row(j0 - j0 % kAnchor);
-  const int i_begin = i_anchor + (first_row(j0) - i_anchor) / kBQ * kBQ;
+  int i_begin = i_anchor + (first_row(j0) - i_anchor) / kBQ * kBQ;
   int i_end = q_len - 1;
   if (wl >= 0) i_end = min(i_end, j0 + nk - 1 + wl - shift);
-  const int n_qt = i_end >= i_begin ? (i_end - i_begin) / kBQ + 1 : 0;
+  int n_qt = i_end >= i_begin ? (i_end - i_begin) / kBQ + 1 : 0;
+  // The query rows a mask leaves the tile, on the same grid (so the bits stay those of
+  // every step: the dropped ones are hidden whole, exact zeros).
+  if constexpr (NarrowsTiles<M>::value) narrow_blocks(tile, kBQ, &i_begin, &n_qt);
   const int n_steps = int(group) * n_qt;
   constexpr bool kPG = HasParamGrad<M>::value;
   typename GradAccOf<M>::type pg{};

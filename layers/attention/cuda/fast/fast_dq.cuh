@@ -65,8 +65,10 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, (W && D == 64) ? 2 : 1)
   const bf16* og = out + ((doc.q_offset + i0) * H + h) * D;  // O rows, laid out like dO
   const bf16* kg = static_cast<const bf16*>(p.k) + (doc.k_offset * KH + kh) * D;
   const bf16* vg = static_cast<const bf16*>(p.v) + (doc.k_offset * VH + kh) * D;
-  const int j_begin = lo_first > 0 ? (lo_first / kBK) * kBK : 0;
-  const int n_tiles = hi_last >= lo_first ? (hi_last - j_begin) / kBK + 1 : 0;
+  int j_begin = lo_first > 0 ? (lo_first / kBK) * kBK : 0;
+  int n_tiles = hi_last >= lo_first ? (hi_last - j_begin) / kBK + 1 : 0;
+  if constexpr (NarrowsTiles<M>::value)
+    narrow_blocks(tile, kBK, &j_begin, &n_tiles);  // the keys a mask leaves the tile
 
   float acc[ND][4];
 #pragma unroll

@@ -69,8 +69,10 @@ __global__ void __launch_bounds__(Cfg<D, M>::kThreads)
   const bf16* qg = static_cast<const bf16*>(p.q) + ((doc.q_offset + i0) * QH + h) * D;
   const bf16* kg = static_cast<const bf16*>(p.k) + (doc.k_offset * KH + kh) * D;
   const bf16* vg = static_cast<const bf16*>(p.v) + (doc.k_offset * VH + kh) * D;
-  const int j_begin = lo_first > 0 ? (lo_first / kBK) * kBK : 0;
-  const int n_tiles = hi_last >= lo_first ? (hi_last - j_begin) / kBK + 1 : 0;
+  int j_begin = lo_first > 0 ? (lo_first / kBK) * kBK : 0;
+  int n_tiles = hi_last >= lo_first ? (hi_last - j_begin) / kBK + 1 : 0;
+  if constexpr (NarrowsTiles<M>::value)
+    narrow_blocks(tile, kBK, &j_begin, &n_tiles);  // the keys a mask leaves the tile
 
   float o[kMT][ND][4];
 #pragma unroll

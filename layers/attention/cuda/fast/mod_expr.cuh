@@ -110,5 +110,14 @@ template <class U, class V>
 struct HeavyMod<ModExpr<U, V>> {
   static constexpr bool value = U::kHeavy;
 };
+// A mask's tiles are narrowed by the host (attention_cuda.cpp narrow_tiles_by_mask).
+template <class U, class V>
+struct NarrowsTiles<ModExpr<U, V>> {
+  static constexpr bool value = true;
+};
+template <class U>
+struct NarrowsTiles<ModExpr<U, NoMask>> {
+  static constexpr bool value = false;
+};
 
 }  // namespace driftless::layers::gpu::fast

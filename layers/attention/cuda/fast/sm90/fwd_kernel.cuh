@@ -21,7 +21,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const int wg = int(threadIdx.x) / 128;
   if (wg == 0) {
     regs_dec<T::kProducerRegs>();
-    if (threadIdx.x < 32) produce<T>(maps, p, tiles, sched, sm, int(threadIdx.x));
+    if (threadIdx.x < 32)
+      produce<T, NarrowsTiles<M>::value>(maps, p, tiles, sched, sm, int(threadIdx.x));
     return;
   }
   regs_inc<T::kConsumerRegs>();
@@ -31,7 +32,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   PipeState<T::kQStages> qs;
   PipeState<T::kKvStages> ks, vs;
   for (int w = sched.first(); sched.valid(w); w = sched.next(w)) {
-    const ItemInfo b = ItemInfo::make<T::kBlockM, T::kBlockN>(p, tiles, w);
+    const ItemInfo b =
+        ItemInfo::make<T::kBlockM, T::kBlockN, NarrowsTiles<M>::value>(p, tiles, w);
     M m = mod;
     m.bind(b.h, b.doc_index);
     FwdAccum<D> acc;

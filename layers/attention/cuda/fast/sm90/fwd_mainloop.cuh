@@ -73,8 +73,9 @@ __device__ __forceinline__ void load_partial_tile(uint32_t dst, const bf16* src,
 }
 
 // The producer warp: for every item with keys to see, Q, then K and V of each key tile, each
-// into the next stage of its ring once the consumers have released it.
-template <class T>
+// into the next stage of its ring once the consumers have released it. kNarrow: the
+// consumers' (NarrowsTiles of the modifier), so both walk the same key tiles.
+template <class T, bool kNarrow>
 __device__ void produce(const FwdMaps& maps, const Problem& p, const Tile* tiles,
                         StaticScheduler sched, const FwdSmem<T>& sm, int lane) {
   constexpr int D = T::kD;
@@ -88,7 +89,7 @@ __device__ void produce(const FwdMaps& maps, const Problem& p, const Tile* tiles
   const bf16* vbase = static_cast<const bf16*>(p.v);
   const int64_t v_ld = v_heads(p) * D;
   for (int w = sched.first(); sched.valid(w); w = sched.next(w)) {
-    const ItemInfo b = ItemInfo::make<T::kBlockM, T::kBlockN>(p, tiles, w);
+    const ItemInfo b = ItemInfo::make<T::kBlockM, T::kBlockN, kNarrow>(p, tiles, w);
     if (b.n_tiles == 0) continue;
     mbar_wait(sm.q_empty(qs.stage), qs.phase ^ 1u);
     if (lane == 0) {

@@ -26,14 +26,16 @@ struct StaticScheduler {
 // The rows and key tiles of one item: query rows [i0, i0 + nq) of document `doc`, head h
 // (K/V head kh), key tiles j_begin + t * kBlockN for t < n_tiles (those some row of the item
 // sees). lo / hi: the visible key range of the item's first and last rows (both bounds
-// never decrease with the row), which tell the tiles every row sees whole.
+// never decrease with the row), which tell the tiles every row sees whole. The key tiles
+// are narrowed to the schedule tile's [lo, hi) (Tile, narrow_blocks).
 struct ItemInfo {
   Doc doc;
   int h, kh, i0, nq, j_begin, n_tiles;
   int doc_index;  // the document within the call (Tile::doc), for the modifier
   int lo_first, hi_first, lo_last, hi_last;
 
-  template <int kBlockM, int kBlockN>
+  // kNarrow: NarrowsTiles of the modifier.
+  template <int kBlockM, int kBlockN, bool kNarrow>
   __device__ __forceinline__ static ItemInfo make(const Problem& p, const Tile* tiles, int w) {
     ItemInfo b;
     const int H = int(p.heads);
@@ -48,6 +50,8 @@ struct ItemInfo {
     row_keys(p, b.doc, b.i0 + b.nq - 1, &b.lo_last, &b.hi_last);
     b.j_begin = b.lo_first > 0 ? (b.lo_first / kBlockN) * kBlockN : 0;
     b.n_tiles = b.hi_last >= b.lo_first ? (b.hi_last - b.j_begin) / kBlockN + 1 : 0;
+    // The keys a mask leaves the tile: here, so the producer and the consumers agree.
+    if constexpr (kNarrow) narrow_blocks(tile, kBlockN, &b.j_begin, &b.n_tiles);
     return b;
   }
   // Keys j0 .. j0 + kBlockN - 1 visible to every row of the item: no element mask.
