@@ -46,6 +46,7 @@ struct BenchArgs {
   std::string score_mod;
   bool alibi = false;  // bench attention --alibi: the built-in ALiBi with `slope`'s values
   bool learnable = false;  // bench attention --learnable: --score-mod's tables take gradients
+  std::string mask_mod;    // bench attention --mask-mod: a mask expression (with --score-mod's)
 };
 
 struct AttnShape {
@@ -75,7 +76,8 @@ std::vector<double> bench_slopes(int64_t heads) {
   return slope;
 }
 
-[[maybe_unused]] layers::ScoreModSpec bench_score_mod(const std::string& source, int64_t heads,
+[[maybe_unused]] layers::ScoreModSpec bench_score_mod(const std::string& source,
+                                                      const std::string& mask, int64_t heads,
                                                       bool learnable) {
   const std::vector<double> slope = bench_slopes(heads);
   std::vector<double> bias;
@@ -88,7 +90,8 @@ std::vector<double> bench_slopes(int64_t heads) {
     params.push_back(
         Tensor::from_vector(std::vector<float>(d.init.begin(), d.init.end()), Shape(d.shape)));
   return layers::ScoreModSpec::make_expression(
-      layers::expr::compile_score_mod(source, decls, int(heads)), nullptr, params);
+      source.empty() ? nullptr : layers::expr::compile_score_mod(source, decls, int(heads)),
+      mask.empty() ? nullptr : layers::expr::compile_mask_mod(mask, decls, int(heads)), params);
 }
 
 int run_attention(const BenchArgs& a) {
@@ -124,8 +127,9 @@ int run_attention(const BenchArgs& a) {
         std::any_of(a.shapes.begin(), a.shapes.end(),
                     [&](const std::string& s) { return sh.name.find(s) != std::string::npos; }))
       shapes.push_back(sh);
-  DL_CHECK(a.score_mod.empty() || !a.alibi, "bench", "--alibi and --score-mod exclude each other");
-  if (!a.score_mod.empty() || a.alibi) {  // in place of softcap: shapes named *_expr, *_alibi
+  const bool expr = !a.score_mod.empty() || !a.mask_mod.empty();
+  DL_CHECK(!expr || !a.alibi, "bench", "--alibi and --score-mod / --mask-mod exclude each other");
+  if (expr || a.alibi) {  // in place of softcap: shapes named *_expr, *_alibi
     std::vector<AttnShape> kept;
     for (AttnShape sh : shapes)
       if (sh.softcap == 0) {
@@ -147,7 +151,7 @@ int run_attention(const BenchArgs& a) {
       const double bwd_flops = 2.5 * fwd_flops;
       layers::AttentionSpec spec = layers::AttentionSpec::from_lengths(sh.docs, sh.docs, true);
       if (sh.softcap > 0) spec.score_mod = layers::ScoreModSpec::make_softcap(sh.softcap);
-      if (!a.score_mod.empty()) spec.score_mod = bench_score_mod(a.score_mod, sh.heads, a.learnable);
+      if (!a.score_mod.empty() || !a.mask_mod.empty()) spec.score_mod = bench_score_mod(a.score_mod, a.mask_mod, sh.heads, a.learnable);
       if (a.alibi) {
         const std::vector<double> sl = bench_slopes(sh.heads);
         spec.score_mod = layers::ScoreModSpec::make_alibi(
@@ -192,6 +196,7 @@ int run_attention(const BenchArgs& a) {
                       {"head_dim", sh.head_dim},
                       {"softcap", sh.softcap},
                       {"score_mod", a.score_mod},
+                      {"mask_mod", a.mask_mod},
                       {"alibi", a.alibi},
                       {"learnable", a.learnable},
                       {"fwd_flops", fwd_flops},
@@ -277,6 +282,11 @@ Registrar reg({"bench",
                                  "*_expr), compiled at run time (e.g. "
                                  "'30 * tanh(score / 30)', 'score - slope[h] * abs(q - k)', "
                                  "'score + bias[h, min(abs(q - k), 63)]')");
+                 att->add_option("--mask-mod", a->mask_mod,
+                                 "mask expression for every shape without softcap (named "
+                                 "*_expr; alone or with --score-mod), e.g. 'q - k < 256'; "
+                                 "DRIFTLESS_MASK_TILE_SKIP=0 times it without the tiles and "
+                                 "blocks it hides being skipped");
                  att->add_flag("--learnable", a->learnable,
                                "--score-mod's tables `slope` and `bias` take gradients (the "
                                "backward computes them, as in training)");
