@@ -17,8 +17,10 @@
 // Positions. A modifier or mask sees a pair as (q_idx, k_idx), positions inside the document:
 // key row j is at j, query row i at i + n_k - n_q (bottom-right, ARCHITECTURE.md "Causal
 // alignment"), i.e. the token's place in its document when the call's keys start at the
-// document start. A call that holds only part of its first document (the ring's: a chunk
-// that starts mid-document, or keys from an earlier chunk of it) says so in first_doc_shift.
+// document start. A call that holds only part of its first document says so in
+// first_doc_shift. (No route makes such calls since the ring's calls start their keys at
+// the first document's start, session 22; the shift stays for direct callers and replays,
+// with its CPU and CUDA tests, until a session with a GPU removes it from the kernels.)
 #pragma once
 #include <cstdint>
 #include <memory>

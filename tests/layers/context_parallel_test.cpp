@@ -282,7 +282,8 @@ TEST(ContextParallel, HybridMatchesTheSingleRun) {
 }
 
 // Score and mask expressions of document positions, and ALiBi: every ring and hybrid call
-// gives its modifier the positions the single run's call does (AttentionSpec::first_doc_shift).
+// gives its modifier the positions the single run's call does (its keys start at the first
+// document's start).
 // The table is indexed by the key's absolute position and the mask keeps sinks k < 3, so a
 // shift that moved q and k together would fail as well as one that broke the distance.
 TEST(ContextParallel, RingAndHybridGiveModifiersDocumentPositions) {
