@@ -286,7 +286,8 @@ Registrar reg({"bench",
                                  "mask expression for every shape without softcap (named "
                                  "*_expr; alone or with --score-mod), e.g. 'q - k < 256'; "
                                  "DRIFTLESS_MASK_TILE_SKIP=0 times it without the tiles and "
-                                 "blocks it hides being skipped");
+                                 "blocks it hides being skipped. TFLOP/s still count every "
+                                 "causal pair: compare the times");
                  att->add_flag("--learnable", a->learnable,
                                "--score-mod's tables `slope` and `bias` take gradients (the "
                                "backward computes them, as in training)");
