@@ -24,36 +24,40 @@ struct ColumnGroups {
   }
 };
 
-// Calls f(p, col, at, b) for every block: columns [col, col + b) of x (T, C) are columns
-// [at, at + b) of slice p of the blocked layout (P, T, w), which holds block p of every group
-// side by side.
-template <class F>
-void for_each_block(const ColumnGroups& g, int64_t P, const F& f) {
-  for (int64_t p = 0; p < P; ++p) {
-    int64_t at = 0;
-    for (size_t i = 0; i < g.offset.size(); ++i) {
-      const int64_t b = g.width[i] / P;
-      f(p, g.offset[i] + p * b, at, b);
-      at += b;
-    }
-  }
+// Group i of x (T, C) as (P, T, b_i): its P blocks of b_i = width_i / P columns, block p
+// at [p]. A view of x (columns_of writes through it): the group's columns have strides
+// (C, 1), which split into (C, b_i, 1) without a copy.
+Tensor group_blocks(const Tensor& x, const ColumnGroups& g, size_t i, int64_t P) {
+  const int64_t b = g.width[i] / P;
+  const Tensor cols = x.narrow(1, g.offset[i], g.width[i]);
+  const Tensor split = cols.reshape({x.size(0), P, b});
+  DL_CHECK(split.raw_data() == cols.raw_data(), kOp, "internal: a2a column blocks are not a view");
+  return split.permute({1, 0, 2});
 }
 
-// x (T, C) -> (P, T, w).
+// x (T, C) -> (P, T, w): slice p holds block p of every group side by side. One strided copy
+// a group (three for QKV, one for the output), not one a block.
 Tensor blocks_of(const Tensor& x, const ColumnGroups& g, int64_t P) {
   Tensor out = Tensor::empty({P, x.size(0), g.block_width(P)}, x.dtype(), x.device());
-  for_each_block(g, P, [&](int64_t p, int64_t col, int64_t at, int64_t b) {
-    out.select(0, p).narrow(1, at, b).copy_(x.narrow(1, col, b));
-  });
+  int64_t at = 0;
+  for (size_t i = 0; i < g.offset.size(); ++i) {
+    const int64_t b = g.width[i] / P;
+    out.narrow(2, at, b).copy_(group_blocks(x, g, i, P));
+    at += b;
+  }
   return out;
 }
 
 // The inverse of blocks_of: (P, T, w) -> (T, C).
 Tensor columns_of(const Tensor& blocks, const ColumnGroups& g, int64_t C) {
+  const int64_t P = blocks.size(0);
   Tensor out = Tensor::empty({blocks.size(1), C}, blocks.dtype(), blocks.device());
-  for_each_block(g, blocks.size(0), [&](int64_t p, int64_t col, int64_t at, int64_t b) {
-    out.narrow(1, col, b).copy_(blocks.select(0, p).narrow(1, at, b));
-  });
+  int64_t at = 0;
+  for (size_t i = 0; i < g.offset.size(); ++i) {
+    const int64_t b = g.width[i] / P;
+    group_blocks(out, g, i, P).copy_(blocks.narrow(2, at, b));
+    at += b;
+  }
   return out;
 }
 
