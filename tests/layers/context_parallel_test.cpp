@@ -1,8 +1,7 @@
 // Context parallelism (the ring and all-to-all routes, layers/attention/routes/) at model level, P
 // ranks as P threads of one process over an in-process exchange: for ring and a2a, with
 // micro-sequences, GQA, softcap, ALiBi and expressions of positions, the rank-order sum of every
-// rank's parameter gradients and losses equals the single-rank run's. And the LSE merge against
-// one attention call over the union of keys.
+// rank's parameter gradients and losses equals the single-rank run's.
 #include "layers/attention/context_parallel.h"
 
 #include <gtest/gtest.h>
@@ -10,14 +9,12 @@
 #include <barrier>
 #include <cmath>
 #include <functional>
-#include <limits>
 #include <memory>
 #include <thread>
 
 #include "data/sampler.h"
 #include "engine/autograd/autograd.h"
 #include "layers/attention/attention.h"
-#include "layers/attention/lse_merge.h"
 #include "layers/attention/routes/all_to_all_route.h"
 #include "layers/attention/routes/buffer_route.h"
 #include "layers/attention/routes/hybrid_route.h"
@@ -416,11 +413,6 @@ TEST(ContextParallel, BadInputsAreClearErrors) {
   AllToAllRoute a2a(&three);
   EXPECT_NE(error_of([&] { model.prepare_route(a2a, 1, 48); }).find("head groups"),
             std::string::npos);
-  Tensor acc = Tensor::zeros({4, 2, 3}), lse = Tensor::zeros({2, 4});
-  EXPECT_NE(error_of([&] {
-              lse_merge(acc, lse, Tensor::zeros({5, 2, 3}), Tensor::zeros({2, 5}));
-            }).find("part_out must be"),
-            std::string::npos);
 }
 
 // The test would pass vacuously if every rank computed the whole sequence: a ring whose
@@ -454,47 +446,6 @@ TEST(ContextParallel, AWrongRingStepIsCaught) {
   for (auto& t : threads) t.join();
   for (size_t i = 0; i < res[0].grads.size(); ++i) res[0].grads[i] += res[1].grads[i];
   EXPECT_GT(rms_rel(res[0].grads, single.grads), 1e-3);
-}
-
-// Two key sets of one document merged by LSE give the call over their union.
-TEST(ContextParallel, LseMergeEqualsOneCallOverTheUnion) {
-  const int64_t Tq = 7, Tk = 13, H = 4, Hkv = 2, D = 8, split = 5;
-  Tensor q = Tensor::randn({Tq, H, D}, 1), k = Tensor::randn({Tk, Hkv, D}, 2),
-         v = Tensor::randn({Tk, Hkv, D}, 3);
-  const AttentionOutputs a = attention_forward(q, k.narrow(0, 0, split), v.narrow(0, 0, split),
-                                               AttentionSpec::from_lengths({Tq}, {split}, false));
-  // The second part sees keys only for the first 4 rows (the rest: LSE -inf, weight 0).
-  const AttentionOutputs b = attention_forward(
-      q.narrow(0, 0, 4), k.narrow(0, split, Tk - split), v.narrow(0, split, Tk - split),
-      AttentionSpec::from_lengths({4}, {Tk - split}, false));
-  Tensor acc = a.out.contiguous().clone(), lse = a.lse.contiguous().clone();
-  lse_merge(acc, lse, b.out, b.lse);
-  const AttentionOutputs first4 =
-      attention_forward(q.narrow(0, 0, 4), k, v, AttentionSpec::from_lengths({4}, {Tk}, false));
-  for (int64_t t = 0; t < Tq; ++t)
-    for (int64_t h = 0; h < H; ++h) {
-      // Rows 4-6 are past the second part's rows: left as the first part made them.
-      const Tensor& want = t < 4 ? first4.out : a.out;
-      const double want_lse = t < 4 ? first4.lse.at({h, t}) : a.lse.at({h, t});
-      EXPECT_NEAR(lse.at({h, t}), want_lse, 1e-5);
-      for (int64_t d = 0; d < D; ++d) EXPECT_NEAR(acc.at({t, h, d}), want.at({t, h, d}), 1e-5);
-    }
-  // Rows that see no key: a part with LSE -inf changes nothing; merged into a row that saw
-  // nothing, a part's values come through as they are; both -inf stays 0 and -inf.
-  const double inf = std::numeric_limits<double>::infinity();
-  Tensor acc2 = Tensor::zeros({3, 1, 2}), lse2 = Tensor::full({1, 3}, -inf);
-  acc2.narrow(0, 0, 1).fill_(5.0);
-  lse2.narrow(1, 0, 1).fill_(0.5);
-  Tensor part = Tensor::full({3, 1, 2}, 3.0), part_lse = Tensor::full({1, 3}, -inf);
-  part_lse.narrow(1, 1, 1).fill_(0.25);
-  part.narrow(0, 2, 1).zero_();
-  lse_merge(acc2, lse2, part, part_lse);
-  EXPECT_EQ(acc2.at({0, 0, 0}), 5.0);  // the part saw nothing
-  EXPECT_EQ(lse2.at({0, 0}), 0.5);
-  EXPECT_EQ(acc2.at({1, 0, 1}), 3.0);  // the accumulator saw nothing
-  EXPECT_FLOAT_EQ(float(lse2.at({0, 1})), 0.25f);
-  EXPECT_EQ(acc2.at({2, 0, 0}), 0.0);  // neither
-  EXPECT_TRUE(std::isinf(lse2.at({0, 2})) && lse2.at({0, 2}) < 0);
 }
 
 }  // namespace
