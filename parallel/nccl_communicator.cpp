@@ -16,13 +16,12 @@
 #include <nccl.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 #include <thread>
 #include <vector>
 
 #include "engine/core/cuda/check.h"
+#include "engine/core/env.h"
 #include "engine/core/cuda/stream.h"
 #endif
 
@@ -293,12 +292,11 @@ class NcclCommunicator final : public Communicator {
   }
 
   // The side stream's priority: high, so the gradient buckets' all-reduces get SMs while the
-  // backward's kernels run (BENCHMARKS.md, session 22's dp4 entry).
+  // backward's kernels run (BENCHMARKS.md, the dp4 bucket and stream-priority variants).
   // DRIFTLESS_COMM_PRIORITY=normal gives the default priority (to measure the difference).
   static cuda::Stream::Priority side_priority() {
-    const char* env = std::getenv("DRIFTLESS_COMM_PRIORITY");
-    return env != nullptr && std::string(env) == "normal" ? cuda::Stream::Priority::normal
-                                                          : cuda::Stream::Priority::high;
+    return env_value("DRIFTLESS_COMM_PRIORITY") == "normal" ? cuda::Stream::Priority::normal
+                                                            : cuda::Stream::Priority::high;
   }
   // The side stream, ordered after everything issued so far on the compute stream.
   cudaStream_t side_stream() {

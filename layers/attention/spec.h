@@ -18,9 +18,8 @@
 // key row j is at j, query row i at i + n_k - n_q (bottom-right, ARCHITECTURE.md "Causal
 // alignment"), i.e. the token's place in its document when the call's keys start at the
 // document start. A call that holds only part of its first document says so in
-// first_doc_shift. (No route makes such calls since the ring's calls start their keys at
-// the first document's start, session 22; the shift stays for direct callers and replays,
-// with its CPU and CUDA tests, until a session with a GPU removes it from the kernels.)
+// first_doc_shift. (No route makes such calls: the ring's calls start their keys at the
+// first document's start. The shift serves direct callers and replays.)
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -7,9 +7,9 @@
 // bf16 with head_dim 64 or 128 goes to the tensor-core kernels of cuda/fast/ (which need
 // only the documents and a tile schedule); everything else to the reference kernels.
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
+#include "engine/core/env.h"
 #include "layers/attention/attention.h"
 #include "layers/attention/cuda/fast/fast_attention.h"
 #include "layers/attention/cuda/fast/mask_narrow.h"
@@ -66,8 +66,7 @@ const gpu::fast::Tile* tiles_ptr(const Tensor& t) {
 std::vector<gpu::fast::Tile> narrow_tiles_by_mask(const DeviceProblem& d,
                                                   std::vector<gpu::fast::Tile> tiles, int block,
                                                   bool query, bool may_drop, bool* dropped) {
-  const char* env = std::getenv("DRIFTLESS_MASK_TILE_SKIP");
-  if (d.expr.mask == nullptr || (env != nullptr && std::string(env) == "0")) return tiles;
+  if (d.expr.mask == nullptr || env_value("DRIFTLESS_MASK_TILE_SKIP") == "0") return tiles;
   const gpu::fast::MaskScope scope{d.expr.mask, d.expr.head_offset, d.p.heads, d.expr.shift_q,
                                    d.expr.shift_k};
   return gpu::fast::narrow_tiles_by_mask(d.p, d.host_docs, std::move(tiles), block, query, may_drop,

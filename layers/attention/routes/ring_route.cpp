@@ -19,14 +19,14 @@ constexpr const char* kOp = "context_parallel";
 namespace {
 
 // The attention call of one query chunk, made once every rank's K/V rows are in the buffer:
-// the chunk's rows against buffer rows [k_begin, k_begin + k_rows) of its sequence, from the
+// the chunk's Lc rows against buffer rows [k_begin, k_begin + k_rows) of its sequence, from the
 // start of its first document (which may lie in an earlier chunk or micro-sequence) to the
 // chunk's end. Bottom-right causal per document (spec.h "Positions"), so a modifier or mask
 // sees document positions, as in a single call over the document; no shift, no LSE merge.
 struct RingPart {
-  int64_t sequence = 0;           // j: index into the plan's sequences
-  int64_t q_row = 0, q_rows = 0;  // local rows of q
-  int64_t slot = 0, k_begin = 0, k_rows = 0;
+  int64_t sequence = 0;  // j: index into the plan's sequences (its slot: RingPlan::slot[j])
+  int64_t q_row = 0;     // first local row of q
+  int64_t k_begin = 0, k_rows = 0;
   AttentionSpec spec;
 };
 
@@ -68,8 +68,6 @@ RingPlan plan_ring(const std::vector<RingSequence>& seqs, const KvExchange& ex,
       RingPart part;
       part.sequence = j;
       part.q_row = j * 2 * Lc + c * Lc;
-      part.q_rows = Lc;
-      part.slot = s.slot;
       part.k_begin = a.first_document_begin;
       part.k_rows = a.num_keys();
       part.spec = spec_from_input(a);  // keys from the first document's start: its K extent
@@ -164,10 +162,11 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
     for (int64_t src = 0; src < P; ++src) store_chunks(kv, all.narrow(0, src * T, T), plan, src);
     for (size_t c = 0; c < plan.parts.size(); ++c) {
       const RingPart& p = plan.parts[c];
+      const int64_t slot = plan.slot[size_t(p.sequence)];
       const AttentionOutputs o = attention_forward(
-          q.narrow(0, p.q_row, p.q_rows), kv_rows(kv, p.slot, p.k_begin, p.k_rows, 0),
-          kv_rows(kv, p.slot, p.k_begin, p.k_rows, 1), p.spec);
-      out.narrow(0, p.q_row, p.q_rows).copy_(o.out);
+          q.narrow(0, p.q_row, plan.Lc), kv_rows(kv, slot, p.k_begin, p.k_rows, 0),
+          kv_rows(kv, slot, p.k_begin, p.k_rows, 1), p.spec);
+      out.narrow(0, p.q_row, plan.Lc).copy_(o.out);
       saved->lse[c] = o.lse;
     }
   }
@@ -205,11 +204,12 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
         Tensor dmod;  // the modifier's learnable inputs, summed over the calls
         for (size_t i = 0; i < plan.parts.size(); ++i) {
           const RingPart& p = plan.parts[i];
+          const int64_t slot = plan.slot[size_t(p.sequence)];
           const AttentionGrads gr = attention_backward(
-              q.narrow(0, p.q_row, p.q_rows), kv_rows(kv, p.slot, p.k_begin, p.k_rows, 0),
-              kv_rows(kv, p.slot, p.k_begin, p.k_rows, 1), p.spec, out.narrow(0, p.q_row, p.q_rows),
-              saved->lse[i], dout.narrow(0, p.q_row, p.q_rows));
-          dq.narrow(0, p.q_row, p.q_rows).copy_(gr.dq);  // the chunk's one call: all its keys
+              q.narrow(0, p.q_row, Lc), kv_rows(kv, slot, p.k_begin, p.k_rows, 0),
+              kv_rows(kv, slot, p.k_begin, p.k_rows, 1), p.spec, out.narrow(0, p.q_row, Lc),
+              saved->lse[i], dout.narrow(0, p.q_row, Lc));
+          dq.narrow(0, p.q_row, Lc).copy_(gr.dq);  // the chunk's one call: all its keys
           Tensor rows = grad_of(p.sequence).narrow(0, p.k_begin, p.k_rows);
           rows.select(1, 0).add_(gr.dk.to(DType::f32));
           rows.select(1, 1).add_(gr.dv.to(DType::f32));

@@ -27,7 +27,7 @@ struct RingSequence {
 // or mask sees are document positions. This is the all-gather form of context parallelism
 // (Llama 3's) with the ring's load-balanced chunks: the compute was never overlapped with
 // the chunk-by-chunk ring shifts well enough to pay for ~2P small calls and their merges
-// (BENCHMARKS.md, session 16's phase timings). Backward: the same calls, dK/dV added into the
+// (BENCHMARKS.md, the ring's phase timings). Backward: the same calls, dK/dV added into the
 // buffer's gradient, and the micro-sequence's gradient rows reduce-scattered to their owners.
 // base: score modifier (its learnable inputs get the sum of the calls' gradients), scale,
 // determinism, left window; no bias tensor, no right window.
