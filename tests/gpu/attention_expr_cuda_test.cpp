@@ -225,13 +225,21 @@ TEST(AttentionExprCuda, MaskedLearnableTableGradientMatchesTheCpu) {
 // sliding windows over the 1100- and 2500-row documents (many tiles per document) narrow
 // every far query tile's keys and every key tile's queries, also with a ring call's shifted
 // positions; sinks keep the first keys (a hidden middle left to the kernels' element mask),
-// and a prefix-LM keeps the prefix block for every tile.
+// and a prefix-LM keeps the prefix block for every tile. The blocks a mask shows whole
+// (Tile::vis_lo, vis_hi: every window's blocks up to the diagonal, a prefix-LM's prefix and
+// the blocks left of the diagonal, every block of an always-true mask) skip the mask's
+// evaluation, which DRIFTLESS_MASK_TILE_SKIP=0 turns off too: the same bits, also for a
+// learnable table's gradient (the dK/dV kernel's param_grad adds skip the mask there).
 TEST(AttentionExprCuda, SkippedMaskTilesGiveTheSameBits) {
   DL_REQUIRE_GPU();
   uint64_t seed = testing::fresh_seed("attention expr mask skip");
+  std::vector<double> bias;
+  for (int64_t h = 0; h < kHeads; ++h)
+    for (int64_t d = 0; d < 64; ++d) bias.push_back(0.5 * std::sin(0.3 * double(d + 7 * h)));
   struct Skip {
     const char* mask;
     layers::PositionShift shift;
+    bool learnable = false;  // score + bias[h, min(abs(q - k), 63)], the table learnable
   };
   const Skip skips[] = {{"k < 700 && q - k < 128", {}},
                         {"q - k < 128", {}},
@@ -239,7 +247,10 @@ TEST(AttentionExprCuda, SkippedMaskTilesGiveTheSameBits) {
                         {"q - k < 256", {300, 40}},
                         {"q - k < 200 || k < 16", {}},
                         {"k < 64 || k <= q", {}},
-                        {"q < 200", {}}};
+                        {"q < 200", {}},
+                        {"k >= 0", {}},
+                        {"q - k < 256", {}, true},
+                        {"k < 64 || k <= q", {300, 40}, true}};
   for (const Skip& skip : skips)
     for (int64_t d : {64, 128}) {
       Case c{std::string("skip_d") + std::to_string(d),
@@ -249,8 +260,13 @@ TEST(AttentionExprCuda, SkippedMaskTilesGiveTheSameBits) {
              d};
       c.mask = skip.mask;
       c.shift = skip.shift;
+      if (skip.learnable) {
+        c.expression = "score + bias[h, min(abs(q - k), 63)]";
+        c.decls = {{"bias", {kHeads, 64}, bias, true}};
+      }
       SCOPED_TRACE(std::string(skip.mask) + " shift " + std::to_string(skip.shift.q) + "," +
-                   std::to_string(skip.shift.k) + " " + c.name);
+                   std::to_string(skip.shift.k) + (skip.learnable ? " learnable" : "") + " " +
+                   c.name);
       for (bool det : {true, false}) {
         Problem p = make(c, seed + 10);
         p.spec.deterministic = det;
@@ -263,6 +279,12 @@ TEST(AttentionExprCuda, SkippedMaskTilesGiveTheSameBits) {
           EXPECT_TRUE(same_bits(skipped.t[i], all.t[i]))
               << kNames[i] << (det ? " (deterministic)" : " (atomic dQ)")
               << ": skipping and narrowing hidden tiles changed the bits";
+        }
+        if (skip.learnable) {
+          ASSERT_TRUE(skipped.dparams.defined() && all.dparams.defined());
+          EXPECT_TRUE(same_bits(skipped.dparams, all.dparams))
+              << "dparams" << (det ? " (deterministic)" : " (atomic dQ)")
+              << ": skipping the mask where it shows every pair changed the tables' gradient";
         }
         expect_padding(p, c, skipped);
       }
