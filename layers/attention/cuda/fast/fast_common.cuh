@@ -283,7 +283,7 @@ struct HeavyMod<ModSoftcap> {
 };
 
 // Modifiers whose tiles the host may narrow (Tile::lo, hi; narrow_blocks below) and give a
-// visible range (Tile::vis_lo, vis_hi; with_visible_block below): a mask expression's
+// visible range (Tile::vis_lo, vis_hi; block_shown below): a mask expression's
 // (mod_expr.cuh). The kernels of every other modifier skip both, so they compile as they did
 // without them (the tiles of their schedules are never narrowed, their visible ranges empty).
 template <class M>
@@ -296,9 +296,10 @@ struct BoolTag {
   static constexpr bool value = B;
 };
 
-// f(BoolTag<true>{}) where the kernel's block [b, b + n) of the other dimension (keys of a
-// query tile, query rows of a key tile) lies wholly inside the tile's visible range [vis_lo,
-// vis_hi), where the mask shows every pair (mask_narrow.h), else f(BoolTag<false>{}): a
+// Whether the kernel's block [b, b + n) of the other dimension (keys of a query tile, query
+// rows of a key tile) lies wholly inside the tile's visible range [vis_lo, vis_hi), where the
+// mask shows every pair (mask_narrow.h): false at compile time for modifiers that do not
+// narrow tiles. with_visible_block: f(BoolTag<true>{}) there, else f(BoolTag<false>{}), a
 // uniform branch a block between the two bodies; the modifier's calls in f take the tag
 // (mod_x, mod_x_dx, mod_param_grad), so the former evaluates no mask. Only the latter is
 // compiled for modifiers that do not narrow tiles.
@@ -321,7 +322,7 @@ __device__ __forceinline__ void with_visible_block(int vis_lo, int vis_hi, int b
 }
 
 // The modifier's x, x_dx and param_grad; kShown: the pair lies in a block the mask shows
-// whole (with_visible_block), so a mask expression skips evaluating its mask there (the
+// whole (block_shown), so a mask expression skips evaluating its mask there (the
 // value it would give is "visible": the same bits).
 template <bool kShown, class M>
 __device__ __forceinline__ float mod_x(const M& m, float dot, int q, int k) {
