@@ -173,6 +173,28 @@ TEST(AttentionJit, LearnableTablesCompileWithTheirGradientKernels) {
   compile_all(cases);
 }
 
+// More learnable tables than the dK/dV accumulator keeps register runs for (param_grad.cuh,
+// kMaxGradRuns): the last table adds straight into shared memory. dist is read twice a pair,
+// so its run changes entry between the two reads.
+TEST(AttentionJit, LearnableTablesPastTheRegisterRunsCompile) {
+  if (!nvrtc_usable()) GTEST_SKIP() << "NVRTC is not usable";
+  const std::vector<ParamDecl> d = {{"gain", {}, {1.0}, true},
+                                    {"hb", {4}, std::vector<double>(4, 0.0), true},
+                                    {"dist", {4, 16}, std::vector<double>(64, 0.0), true},
+                                    {"off", {}, {0.0}, true},
+                                    {"hs", {4}, std::vector<double>(4, 0.0), true}};
+  const auto s = expr::compile_score_mod(
+      "gain * score + hb[h] + dist[h, min(abs(q - k), 15)] + dist[h, min(k, 15)] + off + "
+      "hs[h] * abs(q - k)",
+      d, 4);
+  ASSERT_EQ(expr::grad_tables(*s).size(), 5u);
+  for (Pass pass : {Pass::backward, Pass::backward_atomic}) {
+    const AttentionProgram p = make_program(*s, spec(pass, 64, true, "sm_90a"));
+    const CompiledProgram c = compile_program(p);
+    EXPECT_EQ(c.lowered.size(), p.kernels.size()) << pass_name(pass);
+  }
+}
+
 TEST(AttentionJit, BrokenProgramFailsWithTheLog) {
   if (!nvrtc_usable()) GTEST_SKIP() << "NVRTC is not usable";
   AttentionProgram p = make_program(*score(kSoftcap), spec(Pass::forward, 64, false, "sm_80"));
