@@ -170,6 +170,10 @@ TEST(AttentionJit, LearnableTablesCompileWithTheirGradientKernels) {
       {kLearnTwo, spec(Pass::backward_atomic, 64, true, "sm_90a")},
       {kLearnTwo, spec(Pass::backward, 128, true, "sm_90a")},
   };
+  // Without the accumulator's register runs (the GPU tests' reference for their bits).
+  ProgramSpec no_runs = spec(Pass::backward, 64, true, "sm_90a");
+  no_runs.grad_runs = 0;
+  cases.push_back({kLearnTwo, no_runs});
   compile_all(cases);
 }
 
@@ -267,6 +271,18 @@ TEST(AttentionJit, KeysDifferExactlyWhenTheKernelDiffers) {
     const std::string l = make_program(*learnable(kLearnBias), spec(pass, 64, true, "sm_90a")).key;
     EXPECT_NE(f, l) << pass_name(pass);
     add(l, "a learnable table");
+    ProgramSpec no_runs = spec(pass, 64, true, "sm_90a");
+    no_runs.grad_runs = 0;
+    const AttentionProgram n = make_program(*learnable(kLearnBias), no_runs);
+    const bool option =
+        std::find(n.options.begin(), n.options.end(), "-DDL_GRAD_RUNS=0") != n.options.end();
+    if (pass == Pass::forward) {  // no accumulator: the same kernel
+      EXPECT_FALSE(option);
+      EXPECT_EQ(n.key, l);
+    } else {
+      EXPECT_TRUE(option) << pass_name(pass);
+      add(n.key, "learnable tables without register runs");
+    }
   }
   // A mask is in the key by its structure: another structure is another kernel, another
   // constant the same; a mask alone is not the identity score alone.

@@ -33,8 +33,14 @@ struct HasParamGrad<M, decltype(void(M::kHasParamGrad))> {
 
 // Tables of an accumulator that get a run in registers (ParamGradAcc below); the rest add
 // straight into shared memory. Each run costs a thread five registers for the whole dK/dV
-// kernel, so only the first few tables get one.
+// kernel, so only the first few tables get one. DL_GRAD_RUNS (a run-time compile option,
+// jit ProgramSpec::grad_runs) overrides it: 0 adds every contribution on its own, which the
+// GPU tests compare the runs against bit for bit.
+#ifdef DL_GRAD_RUNS
+constexpr int kMaxGradRuns = DL_GRAD_RUNS;
+#else
 constexpr int kMaxGradRuns = 4;
+#endif
 
 // A dK/dV CTA's accumulator of the learnable tables of U (the emitted functor: grad_table(t)
 // gives table t's offset, entries and entries a head row). The CTA keeps, per table in turn,
