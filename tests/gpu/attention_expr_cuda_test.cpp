@@ -4,10 +4,11 @@
 // plain bf16 reference's error against float64, bitwise repeatable, padded rows zero; the
 // non-deterministic (atomic dQ) backward's dq within the same bound and its other outputs the
 // deterministic call's bits. Learnable tables: their gradient within the same bound, bitwise
-// repeatable in both backwards. Masks (mask_mod) alone and with scores, the same way, and the
-// tiles a mask hides whole skipped with the bits of running every tile. Also: the built-ins
-// written as expressions, bitwise, and the process kernel cache (one compile per expression
-// structure, pass and head dim).
+// repeatable in both backwards and bitwise that of the accumulator without register runs.
+// Masks (mask_mod) alone and with scores, the same way, and the tiles a mask hides whole
+// skipped with the bits of running every tile. Also: the built-ins written as expressions,
+// bitwise, and the process kernel cache (one compile per expression structure, pass and head
+// dim).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -181,6 +182,16 @@ TEST(AttentionExprCuda, MasksOutsideTheFastKernelsFailClearly) {
   }
 }
 
+// p on CUDA with the learnable tables' accumulator adding one atomic pair a contribution, as
+// before its register runs (param_grad.cuh; DRIFTLESS_GRAD_RUNS=0 compiles another program).
+// The runs regroup integer sums modulo 2^64 only, so the tables' gradient keeps these bits.
+Result run_without_grad_runs(const Problem& p) {
+  ::setenv("DRIFTLESS_GRAD_RUNS", "0", 1);
+  Result r = run(p, DType::bf16, Device::cuda);
+  ::unsetenv("DRIFTLESS_GRAD_RUNS");
+  return r;
+}
+
 // A mask with a learnable score table: a hidden pair adds nothing to the table's gradient.
 TEST(AttentionExprCuda, MaskedLearnableTableGradientMatchesTheCpu) {
   DL_REQUIRE_GPU();
@@ -212,6 +223,9 @@ TEST(AttentionExprCuda, MaskedLearnableTableGradientMatchesTheCpu) {
       EXPECT_LE(eg, bound_of(2, ec, false))
           << (deterministic ? "deterministic" : "atomic dQ") << ": tables' gradient error " << eg
           << ", bf16 reference " << ec;
+      EXPECT_TRUE(same_bits(gpu.dparams, run_without_grad_runs(p).dparams))
+          << (deterministic ? "deterministic" : "atomic dQ")
+          << ": the register runs changed the tables' gradient";
     }
   }
 }
@@ -297,7 +311,8 @@ TEST(AttentionExprCuda, SkippedMaskTilesGiveTheSameBits) {
 // (kept whole), on varlen, GQA 2:1, causal problems with padding. dq, dk, dv and the tables'
 // gradient against the float64 CPU attention within 2x the plain bf16 reference's error (the
 // gradient is the f32 sum of the CPU's param_grad terms), and the gradient bitwise the same
-// over two runs of each backward (deterministic, and atomic dQ: its dK/dV kernel is another).
+// over two runs of each backward (deterministic, and atomic dQ: its dK/dV kernel is another)
+// and to the accumulator without register runs (run_without_grad_runs).
 TEST(AttentionExprCuda, LearnableTableGradientsMatchTheCpuAndRepeatBitwise) {
   DL_REQUIRE_GPU();
   uint64_t seed = testing::fresh_seed("attention expr learnable");
@@ -348,6 +363,8 @@ TEST(AttentionExprCuda, LearnableTableGradientsMatchTheCpuAndRepeatBitwise) {
             << mode << " tables' gradient: cuda error " << eg << ", bf16 reference " << ec;
         EXPECT_TRUE(same_bits(gpu.dparams, gpu2.dparams))
             << mode << ": the tables' gradient is not bitwise repeatable";
+        EXPECT_TRUE(same_bits(gpu.dparams, run_without_grad_runs(p).dparams))
+            << mode << ": the register runs changed the tables' gradient";
         expect_padding(p, c, gpu);
       }
     }

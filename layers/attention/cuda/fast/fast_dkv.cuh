@@ -361,6 +361,7 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
   }
   if constexpr (kPG)
     if (n_steps > 0) {
+      pg.flush();       // the thread's pending runs (param_grad.cuh) into shared memory
       __syncthreads();  // every pair's adds done
       mod0.param_grad_end(pg);
     }

@@ -89,16 +89,18 @@ struct ModExpr {
     for (long long i = threadIdx.x; i < words; i += blockDim.x) smem[i] = 0;
     return a;
   }
-  // ds: d loss / d value of the pair (before the softmax scale, as x_dx's value).
-  __device__ void param_grad(float ds, float dot, int q, int k, GradAcc& acc) const {
+  // ds: d loss / d value of the pair (before the softmax scale, as x_dx's value). Inlined, so
+  // that the accumulator's runs stay in the kernel's registers.
+  __device__ __forceinline__ void param_grad(float ds, float dot, int q, int k,
+                                             GradAcc& acc) const {
     if (!visible(q, k)) return;
     param_grad_shown(ds, dot, q, k, acc);
   }
   __device__ void param_grad_shown(float ds, float dot, int q, int k, GradAcc& acc) const {
     user.param_grad(ds, dot * scale, doc, h, q + qs, k + ks, acc);
   }
-  // After every add of the CTA (a barrier): its nonzero sums into grad_acc = (hi[n], lo[n],
-  // overflow), one integer atomic each.
+  // After every add of the CTA (each thread's acc.flush(), then a barrier): its nonzero sums
+  // into grad_acc = (hi[n], lo[n], overflow), one integer atomic each.
   __device__ void param_grad_end(const GradAcc& acc) const {
     const long long n = user.param_count();
 #pragma unroll
