@@ -292,7 +292,8 @@ TEST(AttentionExprCuda, SkippedMaskTilesGiveTheSameBits) {
           if (!det && i == 2) continue;
           EXPECT_TRUE(same_bits(skipped.t[i], all.t[i]))
               << kNames[i] << (det ? " (deterministic)" : " (atomic dQ)")
-              << ": skipping and narrowing hidden tiles changed the bits";
+              << ": skipping and narrowing hidden tiles changed the bits: "
+              << attention_check::bits_difference(skipped.t[i], all.t[i]);
         }
         if (skip.learnable) {
           ASSERT_TRUE(skipped.dparams.defined() && all.dparams.defined());

@@ -286,7 +286,8 @@ TEST(MaskNarrow, NeverCutsAVisiblePair) {
                          "!(k >= 100 && k < 200)",
                          "k > 150 && q < 240",
                          "floor(q / 64.0) == floor(k / 64.0)",
-                         "q - k > 90"};
+                         "q - k > 90",
+                         "k < 70 && q - k < 28"};
   const std::vector<Doc> docs = {
       {0, 257, 0, 300}, {257, 1, 300, 1}, {258, 129, 301, 63}, {387, 0, 364, 0}};
   const Problem problems[] = {problem(true), problem(false), problem(true, 70, -1),
