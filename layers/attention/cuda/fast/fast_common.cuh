@@ -321,7 +321,7 @@ __device__ __forceinline__ void with_visible_block(int vis_lo, int vis_hi, int b
   f(BoolTag<false>{});
 }
 
-// The modifier's x, x_dx and param_grad; kShown: the pair lies in a block the mask shows
+// The modifier's x and param_grad; kShown: the pair lies in a block the mask shows
 // whole (block_shown), so a mask expression skips evaluating its mask there (the
 // value it would give is "visible": the same bits).
 template <bool kShown, class M>
@@ -331,12 +331,27 @@ __device__ __forceinline__ float mod_x(const M& m, float dot, int q, int k) {
   else
     return m.x(dot, q, k);
 }
+// The backward's P = exp2(x - lse2) of a pair and x's derivative (dx). A mask expression's
+// hidden pair gets P = 0 and dx = 0 after the exponential, not x = -inf before it: the
+// compiler then contracts the value's last product into the subtraction (one fma) on every
+// pair, as on a block the mask shows whole (kShown: the mask not evaluated) and as for the
+// built-ins, so evaluating the mask or skipping it gives the same bits. (A select between the
+// product and the subtraction kept them apart: P one rounding off on the masked path.)
 template <bool kShown, class M>
-__device__ __forceinline__ float mod_x_dx(const M& m, float dot, int q, int k, float* dx) {
-  if constexpr (kShown)
-    return m.x_dx_shown(dot, q, k, dx);
-  else
-    return m.x_dx(dot, q, k, dx);
+__device__ __forceinline__ float mod_p_dx(const M& m, float dot, int q, int k, float lse2,
+                                          float* dx) {
+  if constexpr (NarrowsTiles<M>::value) {
+    float p = exp2_ftz(m.x_dx_shown(dot, q, k, dx) - lse2);
+    if constexpr (!kShown) {
+      if (!m.visible(q, k)) {
+        p = 0.f;
+        *dx = 0.f;
+      }
+    }
+    return p;
+  } else {
+    return exp2_ftz(m.x_dx(dot, q, k, dx) - lse2);
+  }
 }
 template <bool kShown, class M, class Acc>
 __device__ __forceinline__ void mod_param_grad(const M& m, float ds, float dot, int q, int k,

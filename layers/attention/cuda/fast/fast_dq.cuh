@@ -159,8 +159,8 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, (W && D == 64) ? 2 : 1)
             for (int e = 0; e < 4; ++e) {
               const int r = e >> 1, j = j0 + c0 + n * 8 + 2 * t4 + (e & 1);
               float dx;
-              const float x = mod_x_dx<decltype(shown)::value>(mod, s[n][e], qpos[r], j, &dx);
-              float pr = exp2_ftz(x - lse2[r]);
+              float pr =
+                  mod_p_dx<decltype(shown)::value>(mod, s[n][e], qpos[r], j, lse2[r], &dx);
               if (!full && (j < lo[r] || j > hi[r])) pr = 0.f;
               dp[n][e] = pr * (dp[n][e] - dl[r]) * dx;
             }
