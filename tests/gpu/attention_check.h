@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -163,6 +164,33 @@ inline double err(const Tensor& t, const Tensor& r, const std::string& what, boo
 
 inline bool same_bits(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+}
+
+// Where two tensors of the same shape differ in bits, for a failure message: how many
+// elements, the first (flat index, both values, sign bits included) and the largest gap.
+inline std::string bits_difference(const Tensor& a, const Tensor& b) {
+  const auto av = a.to_vector<double>(), bv = b.to_vector<double>();
+  if (av.size() != bv.size()) return "sizes differ";
+  int64_t n = 0, first = -1, worst = -1;
+  double gap = -1;
+  for (size_t i = 0; i < av.size(); ++i) {
+    if (std::memcmp(&av[i], &bv[i], sizeof(double)) == 0) continue;
+    ++n;
+    if (first < 0) first = int64_t(i);
+    const double g = std::abs(av[i] - bv[i]);
+    if (!(g <= gap)) gap = g, worst = int64_t(i);
+  }
+  if (n == 0) return "no element differs";
+  auto at = [&](int64_t i) {
+    std::ostringstream o;
+    o << "[" << i << "] " << av[size_t(i)] << (std::signbit(av[size_t(i)]) ? " (sign -)" : "")
+      << " vs " << bv[size_t(i)] << (std::signbit(bv[size_t(i)]) ? " (sign -)" : "");
+    return o.str();
+  };
+  std::ostringstream o;
+  o << n << " of " << av.size() << " elements differ (shape " << shape_str(a.shape()) << "); first "
+    << at(first) << "; largest gap " << at(worst);
+  return o.str();
 }
 
 // Padded rows: out, dq, dk, dv exactly 0 and lse -inf.

@@ -4,10 +4,11 @@
 // plain bf16 reference's error against float64, bitwise repeatable, padded rows zero; the
 // non-deterministic (atomic dQ) backward's dq within the same bound and its other outputs the
 // deterministic call's bits. Learnable tables: their gradient within the same bound, bitwise
-// repeatable in both backwards. Masks (mask_mod) alone and with scores, the same way, and the
-// tiles a mask hides whole skipped with the bits of running every tile. Also: the built-ins
-// written as expressions, bitwise, and the process kernel cache (one compile per expression
-// structure, pass and head dim).
+// repeatable in both backwards and bitwise that of the accumulator without register runs.
+// Masks (mask_mod) alone and with scores, the same way, and the tiles a mask hides whole
+// skipped with the bits of running every tile. Also: the built-ins written as expressions,
+// bitwise, and the process kernel cache (one compile per expression structure, pass and head
+// dim).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -181,6 +182,16 @@ TEST(AttentionExprCuda, MasksOutsideTheFastKernelsFailClearly) {
   }
 }
 
+// p on CUDA with the learnable tables' accumulator adding one atomic pair a contribution, as
+// before its register runs (param_grad.cuh; DRIFTLESS_GRAD_RUNS=0 compiles another program).
+// The runs regroup integer sums modulo 2^64 only, so the tables' gradient keeps these bits.
+Result run_without_grad_runs(const Problem& p) {
+  ::setenv("DRIFTLESS_GRAD_RUNS", "0", 1);
+  Result r = run(p, DType::bf16, Device::cuda);
+  ::unsetenv("DRIFTLESS_GRAD_RUNS");
+  return r;
+}
+
 // A mask with a learnable score table: a hidden pair adds nothing to the table's gradient.
 TEST(AttentionExprCuda, MaskedLearnableTableGradientMatchesTheCpu) {
   DL_REQUIRE_GPU();
@@ -212,6 +223,9 @@ TEST(AttentionExprCuda, MaskedLearnableTableGradientMatchesTheCpu) {
       EXPECT_LE(eg, bound_of(2, ec, false))
           << (deterministic ? "deterministic" : "atomic dQ") << ": tables' gradient error " << eg
           << ", bf16 reference " << ec;
+      EXPECT_TRUE(same_bits(gpu.dparams, run_without_grad_runs(p).dparams))
+          << (deterministic ? "deterministic" : "atomic dQ")
+          << ": the register runs changed the tables' gradient";
     }
   }
 }
@@ -225,13 +239,21 @@ TEST(AttentionExprCuda, MaskedLearnableTableGradientMatchesTheCpu) {
 // sliding windows over the 1100- and 2500-row documents (many tiles per document) narrow
 // every far query tile's keys and every key tile's queries, also with a ring call's shifted
 // positions; sinks keep the first keys (a hidden middle left to the kernels' element mask),
-// and a prefix-LM keeps the prefix block for every tile.
+// and a prefix-LM keeps the prefix block for every tile. The blocks a mask shows whole
+// (Tile::vis_lo, vis_hi: every window's blocks up to the diagonal, a prefix-LM's prefix and
+// the blocks left of the diagonal, every block of an always-true mask) skip the mask's
+// evaluation, which DRIFTLESS_MASK_TILE_SKIP=0 turns off too: the same bits, also for a
+// learnable table's gradient (the dK/dV kernel's param_grad adds skip the mask there).
 TEST(AttentionExprCuda, SkippedMaskTilesGiveTheSameBits) {
   DL_REQUIRE_GPU();
   uint64_t seed = testing::fresh_seed("attention expr mask skip");
+  std::vector<double> bias;
+  for (int64_t h = 0; h < kHeads; ++h)
+    for (int64_t d = 0; d < 64; ++d) bias.push_back(0.5 * std::sin(0.3 * double(d + 7 * h)));
   struct Skip {
     const char* mask;
     layers::PositionShift shift;
+    bool learnable = false;  // score + bias[h, min(abs(q - k), 63)], the table learnable
   };
   const Skip skips[] = {{"k < 700 && q - k < 128", {}},
                         {"q - k < 128", {}},
@@ -239,7 +261,10 @@ TEST(AttentionExprCuda, SkippedMaskTilesGiveTheSameBits) {
                         {"q - k < 256", {300, 40}},
                         {"q - k < 200 || k < 16", {}},
                         {"k < 64 || k <= q", {}},
-                        {"q < 200", {}}};
+                        {"q < 200", {}},
+                        {"k >= 0", {}},
+                        {"q - k < 256", {}, true},
+                        {"k < 64 || k <= q", {300, 40}, true}};
   for (const Skip& skip : skips)
     for (int64_t d : {64, 128}) {
       Case c{std::string("skip_d") + std::to_string(d),
@@ -249,8 +274,13 @@ TEST(AttentionExprCuda, SkippedMaskTilesGiveTheSameBits) {
              d};
       c.mask = skip.mask;
       c.shift = skip.shift;
+      if (skip.learnable) {
+        c.expression = "score + bias[h, min(abs(q - k), 63)]";
+        c.decls = {{"bias", {kHeads, 64}, bias, true}};
+      }
       SCOPED_TRACE(std::string(skip.mask) + " shift " + std::to_string(skip.shift.q) + "," +
-                   std::to_string(skip.shift.k) + " " + c.name);
+                   std::to_string(skip.shift.k) + (skip.learnable ? " learnable" : "") + " " +
+                   c.name);
       for (bool det : {true, false}) {
         Problem p = make(c, seed + 10);
         p.spec.deterministic = det;
@@ -262,7 +292,14 @@ TEST(AttentionExprCuda, SkippedMaskTilesGiveTheSameBits) {
           if (!det && i == 2) continue;
           EXPECT_TRUE(same_bits(skipped.t[i], all.t[i]))
               << kNames[i] << (det ? " (deterministic)" : " (atomic dQ)")
-              << ": skipping and narrowing hidden tiles changed the bits";
+              << ": skipping and narrowing hidden tiles changed the bits: "
+              << attention_check::bits_difference(skipped.t[i], all.t[i]);
+        }
+        if (skip.learnable) {
+          ASSERT_TRUE(skipped.dparams.defined() && all.dparams.defined());
+          EXPECT_TRUE(same_bits(skipped.dparams, all.dparams))
+              << "dparams" << (det ? " (deterministic)" : " (atomic dQ)")
+              << ": skipping the mask where it shows every pair changed the tables' gradient";
         }
         expect_padding(p, c, skipped);
       }
@@ -275,7 +312,8 @@ TEST(AttentionExprCuda, SkippedMaskTilesGiveTheSameBits) {
 // (kept whole), on varlen, GQA 2:1, causal problems with padding. dq, dk, dv and the tables'
 // gradient against the float64 CPU attention within 2x the plain bf16 reference's error (the
 // gradient is the f32 sum of the CPU's param_grad terms), and the gradient bitwise the same
-// over two runs of each backward (deterministic, and atomic dQ: its dK/dV kernel is another).
+// over two runs of each backward (deterministic, and atomic dQ: its dK/dV kernel is another)
+// and to the accumulator without register runs (run_without_grad_runs).
 TEST(AttentionExprCuda, LearnableTableGradientsMatchTheCpuAndRepeatBitwise) {
   DL_REQUIRE_GPU();
   uint64_t seed = testing::fresh_seed("attention expr learnable");
@@ -326,6 +364,8 @@ TEST(AttentionExprCuda, LearnableTableGradientsMatchTheCpuAndRepeatBitwise) {
             << mode << " tables' gradient: cuda error " << eg << ", bf16 reference " << ec;
         EXPECT_TRUE(same_bits(gpu.dparams, gpu2.dparams))
             << mode << ": the tables' gradient is not bitwise repeatable";
+        EXPECT_TRUE(same_bits(gpu.dparams, run_without_grad_runs(p).dparams))
+            << mode << ": the register runs changed the tables' gradient";
         expect_padding(p, c, gpu);
       }
     }

@@ -1,8 +1,10 @@
 // A mask's narrowing of the fast kernels' tile schedules (layers/attention/cuda/fast/
 // mask_narrow.h), on the host: against every pair of each tile, a dropped tile or a block cut
 // from a tile's range never holds a visible pair (else the GPU would lose attention weight),
-// and the common masks are narrowed as far as promised (a sliding window to the window, a
-// prefix-LM's prefix kept, an always-true mask left whole). Plain C++: runs without a GPU.
+// a tile's visible range holds only pairs the mask shows (else the GPU would skip hiding
+// one), and the common masks are narrowed as far as promised (a sliding window to the window,
+// a prefix-LM's prefix kept, an always-true mask left whole) and given the visible ranges
+// promised. Plain C++: runs without a GPU.
 #include "layers/attention/cuda/fast/mask_narrow.h"
 
 #include <gtest/gtest.h>
@@ -59,6 +61,55 @@ bool visible(const Problem& p, const std::vector<Doc>& docs, const MaskScope& s,
                          j + ks);
 }
 
+// Whether the mask expression alone shows the pair (query row i, key row j) of document b at
+// the kernels' positions (no causal or window mask).
+bool shown(const std::vector<Doc>& docs, const MaskScope& s, int32_t b, int64_t i, int64_t j,
+           int64_t h) {
+  const Doc& d = docs[size_t(b)];
+  const int64_t qs = b == 0 ? s.shift_q : 0, ks = b == 0 ? s.shift_k : 0;
+  const expr::Bindings<double> bind{nullptr, 0};
+  return expr::eval_bool(*s.mask->root, bind, 0.0, s.head_offset + h, i + d.k_len - d.q_len + qs,
+                         j + ks);
+}
+
+// Every kept tile's visible range [vis_lo, vis_hi) is empty, or kNarrowBlock-aligned, inside
+// the document and inside [lo, hi), and the mask shows every pair of the tile's rows (inside
+// the document) with it, at every head: the kernels skip evaluating the mask there. Returns
+// how many rows of the other dimension the ranges hold, so callers can check they hold some.
+int64_t expect_shown_sound(const std::vector<Doc>& docs, const std::vector<Tile>& out, int block,
+                           bool query, const MaskScope& s, const std::string& what) {
+  int64_t held = 0;
+  for (const Tile& t : out) {
+    if (t.vis_lo >= t.vis_hi) {
+      EXPECT_TRUE(t.vis_lo == 0 && t.vis_hi == 0) << what << ": an empty range not [0, 0)";
+      continue;
+    }
+    const Doc& d = docs[size_t(t.doc)];
+    const int64_t own = query ? d.q_len : d.k_len, other = query ? d.k_len : d.q_len;
+    const std::string tile = what + ": tile (doc " + std::to_string(t.doc) + ", start " +
+                             std::to_string(t.start) + ") visible range [" +
+                             std::to_string(t.vis_lo) + ", " + std::to_string(t.vis_hi) + ")";
+    EXPECT_EQ(t.vis_lo % kNarrowBlock, 0) << tile;
+    EXPECT_EQ(t.vis_hi % kNarrowBlock, 0) << tile;
+    EXPECT_GE(t.vis_lo, 0) << tile;
+    EXPECT_LE(t.vis_hi, other) << tile << ": past the document";
+    EXPECT_GE(t.vis_lo, t.lo) << tile << ": outside [lo, hi)";
+    EXPECT_LE(t.vis_hi, t.hi) << tile << ": outside [lo, hi)";
+    held += t.vis_hi - t.vis_lo;
+    for (int64_t r = t.start; r < std::min<int64_t>(own, t.start + block); ++r)
+      for (int64_t o = t.vis_lo; o < std::min<int64_t>(t.vis_hi, other); ++o)
+        for (int64_t h = 0; h < s.heads; ++h) {
+          const bool v = query ? shown(docs, s, t.doc, r, o, h) : shown(docs, s, t.doc, o, r, h);
+          if (!v) {
+            ADD_FAILURE() << tile << " but the mask hides row " << r << " from " << o << " at head "
+                          << h;
+            return held;
+          }
+        }
+  }
+  return held;
+}
+
 // Every visible pair of every input tile lies in a kept tile's [lo, hi); dropped tiles (and
 // tiles with an empty range) have none. Returns how many rows of the other dimension the
 // narrowing removed, so callers can check it did something.
@@ -109,8 +160,13 @@ TEST(MaskNarrow, SlidingWindowKeepsOnlyTheWindowsBlocks) {
     EXPECT_GE(t.lo, t.start - 256 - kNarrowBlock) << "query tile " << t.start;
     EXPECT_LE(t.lo, std::max(0, t.start - 255)) << "query tile " << t.start;
     EXPECT_EQ(t.hi, kTileUnbounded) << "query tile " << t.start << ": the diagonal is visible";
+    // Every row of the tile sees keys from start + 127 - 255 to its diagonal (the mask shows
+    // every later key too): the visible range is those blocks, up to the tile's last key.
+    EXPECT_EQ(t.vis_lo, std::max(0, t.start - 128)) << "query tile " << t.start;
+    EXPECT_EQ(t.vis_hi, t.start + 128) << "query tile " << t.start;
   }
   EXPECT_GT(expect_sound(p, docs, qt, q.tiles, 128, true, s, "q - k < 256, query tiles"), 0);
+  EXPECT_GT(expect_shown_sound(docs, q.tiles, 128, true, s, "q - k < 256, query tiles"), 0);
   // The galloping scan finds the window's edge within its probe budget however far it is:
   // the last tile of a 2^20-row document (32767 hidden blocks before it).
   const std::vector<Doc> long_doc = {{0, 1 << 20, 0, 1 << 20}};
@@ -134,8 +190,12 @@ TEST(MaskNarrow, SlidingWindowKeepsOnlyTheWindowsBlocks) {
     } else {
       EXPECT_EQ(t.hi, kTileUnbounded) << "key tile " << t.start;
     }
+    // Queries from the tile's start (causal) to start + 255 see every key of it.
+    EXPECT_EQ(t.vis_lo, t.start) << "key tile " << t.start;
+    EXPECT_EQ(t.vis_hi, std::min(t.start + 256, 4096)) << "key tile " << t.start;
   }
   EXPECT_GT(expect_sound(p, docs, kt, k.tiles, 64, false, s, "q - k < 256, key tiles"), 0);
+  EXPECT_GT(expect_shown_sound(docs, k.tiles, 64, false, s, "q - k < 256, key tiles"), 0);
 }
 
 TEST(MaskNarrow, PrefixLmKeepsThePrefixBlockForEveryTile) {
@@ -150,12 +210,17 @@ TEST(MaskNarrow, PrefixLmKeepsThePrefixBlockForEveryTile) {
   for (const Tile& t : q.tiles) {
     EXPECT_EQ(t.lo, 0) << "query tile " << t.start << " lost the prefix";
     EXPECT_EQ(t.hi, kTileUnbounded) << "query tile " << t.start;
+    // Shown to every row: the prefix's blocks and the blocks left of the tile's diagonal.
+    EXPECT_EQ(t.vis_lo, 0) << "query tile " << t.start;
+    EXPECT_EQ(t.vis_hi, std::max(64, t.start)) << "query tile " << t.start;
   }
   expect_sound(p, docs, qt, q.tiles, 128, true, s, "prefix-LM, query tiles");
+  EXPECT_GT(expect_shown_sound(docs, q.tiles, 128, true, s, "prefix-LM, query tiles"), 0);
   const std::vector<Tile> kt = k_tiles(p, docs, 64);
   const Narrowed k = narrow(p, docs, kt, 64, false, true, s);
   EXPECT_FALSE(k.dropped);
   expect_sound(p, docs, kt, k.tiles, 64, false, s, "prefix-LM, key tiles");
+  EXPECT_GT(expect_shown_sound(docs, k.tiles, 64, false, s, "prefix-LM, key tiles"), 0);
 }
 
 TEST(MaskNarrow, AlwaysTrueMaskLeavesEveryTileWhole) {
@@ -172,7 +237,13 @@ TEST(MaskNarrow, AlwaysTrueMaskLeavesEveryTileWhole) {
     for (const Tile& t : n.tiles) {
       EXPECT_EQ(t.lo, 0);
       EXPECT_EQ(t.hi, kTileUnbounded);
+      // Every whole block of the document shown.
+      const Doc& d = docs[size_t(t.doc)];
+      const int64_t other = query ? d.k_len : d.q_len;
+      EXPECT_EQ(t.vis_lo, 0);
+      EXPECT_EQ(t.vis_hi, other / kNarrowBlock * kNarrowBlock);
     }
+    expect_shown_sound(docs, n.tiles, block, query, s, "k >= 0");
   }
 }
 
@@ -206,7 +277,7 @@ TEST(MaskNarrow, HiddenTilesAreDroppedOrEmptied) {
 }
 
 // Many masks, windows, shifted positions (a ring call's document 0), more keys than queries
-// and odd lengths: never a visible pair cut.
+// and odd lengths: never a visible pair cut, never a hidden pair in a visible range.
 TEST(MaskNarrow, NeverCutsAVisiblePair) {
   const char* masks[] = {"q - k < 40",
                          "q - k < 24 || k < 4",
@@ -215,12 +286,13 @@ TEST(MaskNarrow, NeverCutsAVisiblePair) {
                          "!(k >= 100 && k < 200)",
                          "k > 150 && q < 240",
                          "floor(q / 64.0) == floor(k / 64.0)",
-                         "q - k > 90"};
+                         "q - k > 90",
+                         "k < 70 && q - k < 28"};
   const std::vector<Doc> docs = {
       {0, 257, 0, 300}, {257, 1, 300, 1}, {258, 129, 301, 63}, {387, 0, 364, 0}};
   const Problem problems[] = {problem(true), problem(false), problem(true, 70, -1),
                               problem(false, 30, 100)};
-  int64_t removed = 0;
+  int64_t removed = 0, held = 0;
   for (const char* src : masks)
     for (const Problem& p : problems)
       for (int64_t shift : {int64_t(0), int64_t(500)}) {
@@ -238,10 +310,12 @@ TEST(MaskNarrow, NeverCutsAVisiblePair) {
                 EXPECT_EQ(n.tiles.size(), in.size()) << what;
               }
               removed += expect_sound(p, docs, in, n.tiles, block, query, s, what);
+              held += expect_shown_sound(docs, n.tiles, block, query, s, what);
             }
           }
       }
   EXPECT_GT(removed, 0) << "nothing was narrowed: the check above means nothing";
+  EXPECT_GT(held, 0) << "no visible range was found: the check above means nothing";
 }
 
 }  // namespace

@@ -170,7 +170,33 @@ TEST(AttentionJit, LearnableTablesCompileWithTheirGradientKernels) {
       {kLearnTwo, spec(Pass::backward_atomic, 64, true, "sm_90a")},
       {kLearnTwo, spec(Pass::backward, 128, true, "sm_90a")},
   };
+  // Without the accumulator's register runs (the GPU tests' reference for their bits).
+  ProgramSpec no_runs = spec(Pass::backward, 64, true, "sm_90a");
+  no_runs.grad_runs = 0;
+  cases.push_back({kLearnTwo, no_runs});
   compile_all(cases);
+}
+
+// More learnable tables than the dK/dV accumulator keeps register runs for (param_grad.cuh,
+// kMaxGradRuns): the last table adds straight into shared memory. dist is read twice a pair,
+// so its run changes entry between the two reads.
+TEST(AttentionJit, LearnableTablesPastTheRegisterRunsCompile) {
+  if (!nvrtc_usable()) GTEST_SKIP() << "NVRTC is not usable";
+  const std::vector<ParamDecl> d = {{"gain", {}, {1.0}, true},
+                                    {"hb", {4}, std::vector<double>(4, 0.0), true},
+                                    {"dist", {4, 16}, std::vector<double>(64, 0.0), true},
+                                    {"off", {}, {0.0}, true},
+                                    {"hs", {4}, std::vector<double>(4, 0.0), true}};
+  const auto s = expr::compile_score_mod(
+      "gain * score + hb[h] + dist[h, min(abs(q - k), 15)] + dist[h, min(k, 15)] + off + "
+      "hs[h] * abs(q - k)",
+      d, 4);
+  ASSERT_EQ(expr::grad_tables(*s).size(), 5u);
+  for (Pass pass : {Pass::backward, Pass::backward_atomic}) {
+    const AttentionProgram p = make_program(*s, spec(pass, 64, true, "sm_90a"));
+    const CompiledProgram c = compile_program(p);
+    EXPECT_EQ(c.lowered.size(), p.kernels.size()) << pass_name(pass);
+  }
 }
 
 TEST(AttentionJit, BrokenProgramFailsWithTheLog) {
@@ -245,6 +271,18 @@ TEST(AttentionJit, KeysDifferExactlyWhenTheKernelDiffers) {
     const std::string l = make_program(*learnable(kLearnBias), spec(pass, 64, true, "sm_90a")).key;
     EXPECT_NE(f, l) << pass_name(pass);
     add(l, "a learnable table");
+    ProgramSpec no_runs = spec(pass, 64, true, "sm_90a");
+    no_runs.grad_runs = 0;
+    const AttentionProgram n = make_program(*learnable(kLearnBias), no_runs);
+    const bool option =
+        std::find(n.options.begin(), n.options.end(), "-DDL_GRAD_RUNS=0") != n.options.end();
+    if (pass == Pass::forward) {  // no accumulator: the same kernel
+      EXPECT_FALSE(option);
+      EXPECT_EQ(n.key, l);
+    } else {
+      EXPECT_TRUE(option) << pass_name(pass);
+      add(n.key, "learnable tables without register runs");
+    }
   }
   // A mask is in the key by its structure: another structure is another kernel, another
   // constant the same; a mask alone is not the identity score alone.

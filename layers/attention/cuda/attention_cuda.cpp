@@ -41,7 +41,8 @@ Tensor device_tiles(const std::vector<gpu::fast::Tile>& tiles) {
   if (tiles.empty()) return Tensor();
   std::vector<int32_t> flat;
   flat.reserve(tiles.size() * gpu::fast::kTileInts);
-  for (const auto& t : tiles) flat.insert(flat.end(), {t.doc, t.start, t.head, t.lo, t.hi});
+  for (const auto& t : tiles)
+    flat.insert(flat.end(), {t.doc, t.start, t.head, t.lo, t.hi, t.vis_lo, t.vis_hi});
   return Tensor::from_vector(flat).to(Device::cuda);
 }
 
@@ -59,10 +60,12 @@ const gpu::fast::Tile* tiles_ptr(const Tensor& t) {
 // for rows that see nothing, so the caller sets the padded flag where `dropped`), and every
 // kept tile's range of the other dimension (keys of a query tile, queries of a key tile)
 // trimmed to the blocks between the first and the last one the mask does not hide whole,
-// which the kernels' loops then skip. The dQ kernel's query tiles (may_drop = false) are
-// narrowed but never dropped: the wgmma one writes delta, which dK/dV reads for every row,
-// and it writes it whatever its key range. DRIFTLESS_MASK_TILE_SKIP=0 keeps every tile whole
-// (a test compares the bits).
+// which the kernels' loops then skip, and its visible range set (the blocks the mask shows
+// whole, where the kernels skip evaluating it). The dQ kernel's query tiles (may_drop =
+// false) are narrowed but never dropped: the wgmma one writes delta, which dK/dV reads for
+// every row, and it writes it whatever its key range. DRIFTLESS_MASK_TILE_SKIP=0 keeps every
+// tile whole with an empty visible range, the mask evaluated on every pair (a test compares
+// the bits).
 std::vector<gpu::fast::Tile> narrow_tiles_by_mask(const DeviceProblem& d,
                                                   std::vector<gpu::fast::Tile> tiles, int block,
                                                   bool query, bool may_drop, bool* dropped) {

@@ -481,8 +481,8 @@ std::string emit_cuda(const Program& p, const std::string& name, bool constants_
         << "LL; return;\n";
     o << "      default: offset = numel = per_head = 0; return;\n    }\n  }\n"
       << "  template <class Acc>\n"
-      << "  __device__ void param_grad(float dvalue, float score, int b, int h, int q_idx, "
-         "int k_idx, Acc& acc) const {\n"
+      << "  __device__ __forceinline__ void param_grad(float dvalue, float score, int b, int h, "
+         "int q_idx, int k_idx, Acc& acc) const {\n"
       << locals;
     em.use_bound = false;  // reads the tables (no Bound here)
     const std::vector<int> table_of = grad_table_of(p);

@@ -223,6 +223,9 @@ AttentionProgram make_program(const expr::Program& score, const ProgramSpec& spe
                // the shared headers' unannotated (host) functions, never called, as device
                // functions: NVRTC refuses host functions
                "-default-device", "-I" + cuda_include_dir()};
+  // (the dK/dV kernel's accumulator of learnable tables is the only reader)
+  if (spec.grad_runs >= 0 && spec.pass != Pass::forward && score.param_count > 0)
+    p.options.push_back("-DDL_GRAD_RUNS=" + std::to_string(spec.grad_runs));
   std::string key =
       std::string(kJitFormat) + "\n" + nvrtc_version() + "\narch " + spec.arch + "\noptions";
   for (const std::string& o : p.options) key += " " + o;

@@ -25,6 +25,10 @@ struct ProgramSpec {
   int head_dim = 64;            // 64 or 128
   bool wgmma = false;           // the sm_90a kernels (fast_attention.h use_wgmma)
   std::string arch = "sm_90a";  // NVRTC's --gpu-architecture: sm_90a for wgmma
+  // Learnable tables: how many get a register run in the dK/dV accumulator (param_grad.cuh
+  // kMaxGradRuns); -1 keeps the header's default. 0 is the accumulator without runs, one
+  // atomic pair a contribution, which the GPU tests compare bit for bit against the runs.
+  int grad_runs = -1;
 };
 
 // Byte layout of ModExpr<U, V> (fast/mod_expr.cuh) for the emitted functors U (score) and V

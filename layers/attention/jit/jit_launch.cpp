@@ -7,6 +7,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -101,7 +102,8 @@ const AttentionProgram& program(const expr::Program& score, const expr::Program*
   static std::mutex mutex;
   static std::map<std::string, std::shared_ptr<const AttentionProgram>> memo;
   const std::string id = std::string(pass_name(spec.pass)) + " " + std::to_string(spec.head_dim) +
-                         (spec.wgmma ? " wgmma " : " mma ") + spec.arch + "\n" +
+                         (spec.wgmma ? " wgmma " : " mma ") + spec.arch + " runs " +
+                         std::to_string(spec.grad_runs) + "\n" +
                          expr::emit_cuda(score, "DlUserMod", true) +
                          (mask != nullptr ? expr::emit_cuda(*mask, "DlUserMask", true) : "");
   std::lock_guard<std::mutex> lock(mutex);
@@ -125,6 +127,10 @@ Kernels kernels(const BoundExpr& e, Pass pass, const gpu::Problem& p) {
   spec.head_dim = int(p.head_dim);
   spec.wgmma = gpu::fast::use_wgmma();
   spec.arch = device_arch();
+  // DRIFTLESS_GRAD_RUNS=n: n register runs in the learnable tables' accumulator (0: one
+  // atomic pair a contribution; a test compares the bits of both).
+  if (const char* runs = std::getenv("DRIFTLESS_GRAD_RUNS"); runs != nullptr && *runs != '\0')
+    spec.grad_runs = std::atoi(runs);
   const AttentionProgram& prog = program(*e.score, e.mask, spec);
   Kernels k;
   k.program = std::static_pointer_cast<const LoadedProgram>(process_kernel_cache().get(

@@ -42,20 +42,24 @@ constexpr int kGradSlotBytes = 16;
 // [lo, hi): the rows of the other dimension (keys of a query tile, queries of a key tile,
 // document-relative) outside which a mask expression hides every pair of the tile
 // (mask_narrow.h); a mask expression's kernels intersect their block loops with it
-// (fast_common.cuh narrow_blocks, NarrowsTiles). The default narrows nothing. Five int32s:
-// the host copies tiles to the device as such (attention_cuda.cpp device_tiles).
+// (fast_common.cuh narrow_blocks, NarrowsTiles). The default narrows nothing.
+// [vis_lo, vis_hi): rows of the other dimension, inside the document, where the mask shows
+// every pair of the tile; a kernel block wholly inside it skips the mask expression's
+// evaluation (fast_common.cuh with_visible_block). The default is empty. Seven int32s: the
+// host copies tiles to the device as such (attention_cuda.cpp device_tiles).
 constexpr int32_t kTileUnbounded = 0x7fffffff;
 struct Tile {
   int32_t doc, start, head = 0;
   int32_t lo = 0, hi = kTileUnbounded;
+  int32_t vis_lo = 0, vis_hi = 0;
 };
-constexpr int kTileInts = 5;
+constexpr int kTileInts = 7;
 static_assert(sizeof(Tile) == kTileInts * sizeof(int32_t), "device_tiles lays tiles out as ints");
-// Granularity of the host's narrowing of a tile's range: it divides every kernel's block of
-// the other dimension (forward keys 32, 64 or 128; dQ keys kBwdBlockK; dK/dV query steps
-// kBwdBlockQ), so a range found on it, rounded out to a kernel's block, skips every block of
-// that kernel the scan proved hidden whole (and finer: the dK/dV kernel's query grid is not
-// anchored at multiples of its step).
+// Granularity of the host's narrowing of a tile's range (and of its visible range): it divides
+// every kernel's block of the other dimension (forward keys 32, 64 or 128; dQ keys kBwdBlockK;
+// dK/dV query steps kBwdBlockQ), so a range found on it, rounded out to a kernel's block, skips
+// every block of that kernel the scan proved hidden whole (and finer: the dK/dV kernel's query grid
+// is not anchored at multiples of its step).
 constexpr int kNarrowBlock = 32;
 
 #ifndef __CUDACC_RTC__  // the host side; NVRTC (jit/) compiles the device part only

@@ -282,13 +282,85 @@ struct HeavyMod<ModSoftcap> {
   static constexpr bool value = true;
 };
 
-// Modifiers whose tiles the host may narrow (Tile::lo, hi; narrow_blocks below): a mask
-// expression's (mod_expr.cuh). The kernels of every other modifier skip narrow_blocks, so
-// they compile as they did without it (the tiles of their schedules are never narrowed).
+// Modifiers whose tiles the host may narrow (Tile::lo, hi; narrow_blocks below) and give a
+// visible range (Tile::vis_lo, vis_hi; block_shown below): a mask expression's
+// (mod_expr.cuh). The kernels of every other modifier skip both, so they compile as they did
+// without them (the tiles of their schedules are never narrowed, their visible ranges empty).
 template <class M>
 struct NarrowsTiles {
   static constexpr bool value = false;
 };
+
+template <bool B>
+struct BoolTag {
+  static constexpr bool value = B;
+};
+
+// Whether the kernel's block [b, b + n) of the other dimension (keys of a query tile, query
+// rows of a key tile) lies wholly inside the tile's visible range [vis_lo, vis_hi), where the
+// mask shows every pair (mask_narrow.h): false at compile time for modifiers that do not
+// narrow tiles. with_visible_block: f(BoolTag<true>{}) there, else f(BoolTag<false>{}), a
+// uniform branch a block between the two bodies; the modifier's calls in f take the tag
+// (mod_x, mod_x_dx, mod_param_grad), so the former evaluates no mask. Only the latter is
+// compiled for modifiers that do not narrow tiles.
+template <class M>
+__device__ __forceinline__ bool block_shown(int vis_lo, int vis_hi, int b, int n) {
+  if constexpr (NarrowsTiles<M>::value)
+    return b >= vis_lo && b + n <= vis_hi;
+  else
+    return false;
+}
+template <class M, class F>
+__device__ __forceinline__ void with_visible_block(int vis_lo, int vis_hi, int b, int n, F&& f) {
+  if constexpr (NarrowsTiles<M>::value) {
+    if (block_shown<M>(vis_lo, vis_hi, b, n)) {
+      f(BoolTag<true>{});
+      return;
+    }
+  }
+  f(BoolTag<false>{});
+}
+
+// The modifier's x and param_grad; kShown: the pair lies in a block the mask shows
+// whole (block_shown), so a mask expression skips evaluating its mask there (the
+// value it would give is "visible": the same bits).
+template <bool kShown, class M>
+__device__ __forceinline__ float mod_x(const M& m, float dot, int q, int k) {
+  if constexpr (kShown)
+    return m.x_shown(dot, q, k);
+  else
+    return m.x(dot, q, k);
+}
+// The backward's P = exp2(x - lse2) of a pair and x's derivative (dx). A mask expression's
+// hidden pair gets P = 0 and dx = 0 after the exponential, not x = -inf before it: the
+// compiler then contracts the value's last product into the subtraction (one fma) on every
+// pair, as on a block the mask shows whole (kShown: the mask not evaluated) and as for the
+// built-ins, so evaluating the mask or skipping it gives the same bits. (A select between the
+// product and the subtraction kept them apart: P one rounding off on the masked path.)
+template <bool kShown, class M>
+__device__ __forceinline__ float mod_p_dx(const M& m, float dot, int q, int k, float lse2,
+                                          float* dx) {
+  if constexpr (NarrowsTiles<M>::value) {
+    float p = exp2_ftz(m.x_dx_shown(dot, q, k, dx) - lse2);
+    if constexpr (!kShown) {
+      if (!m.visible(q, k)) {
+        p = 0.f;
+        *dx = 0.f;
+      }
+    }
+    return p;
+  } else {
+    return exp2_ftz(m.x_dx(dot, q, k, dx) - lse2);
+  }
+}
+template <bool kShown, class M, class Acc>
+__device__ __forceinline__ void mod_param_grad(const M& m, float ds, float dot, int q, int k,
+                                               Acc& acc) {
+  if constexpr (kShown)
+    m.param_grad_shown(ds, dot, q, k, acc);
+  else
+    m.param_grad(ds, dot, q, k, acc);
+}
 
 #ifndef __CUDACC_RTC__
 // Calls f(mod_functor) for the built-in modifier of the call.

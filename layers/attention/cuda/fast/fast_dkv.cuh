@@ -200,31 +200,36 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
         }
       };
       auto log2_lse = [](float l) { return l == -INFINITY ? INFINITY : l * kLog2e; };
+      // A mask expression is not evaluated on a query step inside the tile's visible range
+      // (with_visible_block).
       auto p_ds = [&](auto& st, auto& dpt, int c0, const auto& l2, const auto& dl2) {
-        constexpr int N = std::extent_v<std::remove_reference_t<decltype(st)>>;
+        with_visible_block<M>(tile.vis_lo, tile.vis_hi, q0, kBQ, [&](auto shown) {
+          constexpr bool kShown = decltype(shown)::value;
+          constexpr int N = std::extent_v<std::remove_reference_t<decltype(st)>>;
 #pragma unroll
-        for (int n = 0; n < N; ++n)
+          for (int n = 0; n < N; ++n)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int c = c0 + n * 8 + 2 * t4 + (e & 1), i = q0 + c, j = jr[e >> 1];
-            float dx;
-            const float dot = st[n][e];
-            const float x = mod.x_dx(dot, i + shift, j, &dx);
-            float pr = exp2_ftz(x - log2_lse((e & 1) ? l2[n].y : l2[n].x));
-            if (!full) {
-              int lo, hi;
-              row_keys(p, doc, i, &lo, &hi);
-              if (i >= q_len || j < lo || j > hi) pr = 0.f;
+            for (int e = 0; e < 4; ++e) {
+              const int c = c0 + n * 8 + 2 * t4 + (e & 1), i = q0 + c, j = jr[e >> 1];
+              float dx;
+              const float dot = st[n][e];
+              float pr =
+                  mod_p_dx<kShown>(mod, dot, i + shift, j, log2_lse((e & 1) ? l2[n].y : l2[n].x), &dx);
+              if (!full) {
+                int lo, hi;
+                row_keys(p, doc, i, &lo, &hi);
+                if (i >= q_len || j < lo || j > hi) pr = 0.f;
+              }
+              st[n][e] = pr;
+              if constexpr (kPG) {
+                const float ds = pr * (dpt[n][e] - ((e & 1) ? dl2[n].y : dl2[n].x));
+                mod_param_grad<kShown>(mod, ds, dot, i + shift, j, pg);
+                dpt[n][e] = ds * dx;
+              } else {
+                dpt[n][e] = pr * (dpt[n][e] - ((e & 1) ? dl2[n].y : dl2[n].x)) * dx;
+              }
             }
-            st[n][e] = pr;
-            if constexpr (kPG) {
-              const float ds = pr * (dpt[n][e] - ((e & 1) ? dl2[n].y : dl2[n].x));
-              mod.param_grad(ds, dot, i + shift, j, pg);
-              dpt[n][e] = ds * dx;
-            } else {
-              dpt[n][e] = pr * (dpt[n][e] - ((e & 1) ? dl2[n].y : dl2[n].x)) * dx;
-            }
-          }
+        });
       };
       if constexpr (W) {
         // The warpgroup's 64 keys at once, B straight from shared memory, in two halves of
@@ -356,6 +361,7 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
   }
   if constexpr (kPG)
     if (n_steps > 0) {
+      pg.flush();       // the thread's pending runs (param_grad.cuh) into shared memory
       __syncthreads();  // every pair's adds done
       mod0.param_grad_end(pg);
     }

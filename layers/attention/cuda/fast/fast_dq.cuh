@@ -148,20 +148,23 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, (W && D == 64) ? 2 : 1)
       const uint32_t k_s = sK + (t & 1) * kBK * D * 2, v_s = sV + (t & 1) * kBK * D * 2;
       const int j0 = j_begin + t * kBK;
       const bool full = j0 >= lo_last && j0 + kBK - 1 <= hi_first;
-      // S, dP of (the warp's 16 rows) x (keys j0 + c0 ..) -> dS in dp.
+      // S, dP of (the warp's 16 rows) x (keys j0 + c0 ..) -> dS in dp; a mask expression is
+      // not evaluated on a key tile inside the tile's visible range (with_visible_block).
       auto ds = [&](auto& s, auto& dp, int c0) {
-        constexpr int N = std::extent_v<std::remove_reference_t<decltype(s)>>;
+        with_visible_block<M>(tile.vis_lo, tile.vis_hi, j0, kBK, [&](auto shown) {
+          constexpr int N = std::extent_v<std::remove_reference_t<decltype(s)>>;
 #pragma unroll
-        for (int n = 0; n < N; ++n)
+          for (int n = 0; n < N; ++n)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int r = e >> 1, j = j0 + c0 + n * 8 + 2 * t4 + (e & 1);
-            float dx;
-            const float x = mod.x_dx(s[n][e], qpos[r], j, &dx);
-            float pr = exp2_ftz(x - lse2[r]);
-            if (!full && (j < lo[r] || j > hi[r])) pr = 0.f;
-            dp[n][e] = pr * (dp[n][e] - dl[r]) * dx;
-          }
+            for (int e = 0; e < 4; ++e) {
+              const int r = e >> 1, j = j0 + c0 + n * 8 + 2 * t4 + (e & 1);
+              float dx;
+              float pr =
+                  mod_p_dx<decltype(shown)::value>(mod, s[n][e], qpos[r], j, lse2[r], &dx);
+              if (!full && (j < lo[r] || j > hi[r])) pr = 0.f;
+              dp[n][e] = pr * (dp[n][e] - dl[r]) * dx;
+            }
+        });
       };
       if constexpr (W) {
         // Two halves of kBK / 2 keys, software-pipelined as in dkv_kernel. Warpgroup w owns

@@ -23,6 +23,26 @@ struct Cfg {
   static constexpr int kSmem = (kBQ + 4 * kBK) * D * 2 + kSmemAlign;  // Q, then K and V x 2
 };
 
+// The modifier and the element mask on the scores of one m-tile at keys j0 .. (the thread's
+// rows r = 0, 1: positions qpos, visible keys lo .. hi; full: every row sees every key):
+// unnormalised log2 scores, -inf where masked. kShown: the mask expression shows every pair
+// of the tile (block_shown), so it is not evaluated. A mask expression's kernels only.
+template <bool kShown, bool kLin, int NK, class M>
+__device__ __forceinline__ void mod_scores(const M& mod, float (&sm)[NK][4], int j0, int t4,
+                                           const int (&qpos)[2], const int (&lo)[2],
+                                           const int (&hi)[2], bool full) {
+#pragma unroll
+  for (int n = 0; n < NK; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e >> 1, j = j0 + n * 8 + 2 * t4 + (e & 1);
+      float x = sm[n][e];
+      if constexpr (!kLin) x = mod_x<kShown>(mod, x, qpos[r], j);
+      if (!full && (j < lo[r] || j > hi[r])) x = -INFINITY;
+      sm[n][e] = x;
+    }
+}
+
 // kLin: ModNone with a positive scale (see softmax below).
 template <int D, class M, bool kLin>
 __global__ void __launch_bounds__(Cfg<D, M>::kThreads)
@@ -123,17 +143,21 @@ __global__ void __launch_bounds__(Cfg<D, M>::kThreads)
       // and scaled once, and each probability is exp2(dot * scale - max) by one FFMA, one
       // multiply an element fewer (the kernel issues about as many instructions as its
       // products take cycles). O is rescaled only where a row's maximum moved.
+      // A mask expression's kernels apply the modifier and the element mask before
+      // (mod_scores); the built-ins' here, as they always did (the same registers).
       auto softmax = [&](int mt, float(&sm)[NK][4]) {
+        if constexpr (!NarrowsTiles<M>::value) {
 #pragma unroll
-        for (int n = 0; n < NK; ++n)
+          for (int n = 0; n < NK; ++n)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int r = e >> 1, j = j0 + n * 8 + 2 * t4 + (e & 1);
-            float x = sm[n][e];
-            if constexpr (!kLin) x = mod.x(x, qpos[mt][r], j);
-            if (!full && (j < lo[mt][r] || j > hi[mt][r])) x = -INFINITY;
-            sm[n][e] = x;
-          }
+            for (int e = 0; e < 4; ++e) {
+              const int r = e >> 1, j = j0 + n * 8 + 2 * t4 + (e & 1);
+              float x = sm[n][e];
+              if constexpr (!kLin) x = mod.x(x, qpos[mt][r], j);
+              if (!full && (j < lo[mt][r] || j > hi[mt][r])) x = -INFINITY;
+              sm[n][e] = x;
+            }
+        }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           // Row max and sum as trees over the thread's elements, not chains: a chain of NK
@@ -196,8 +220,23 @@ __global__ void __launch_bounds__(Cfg<D, M>::kThreads)
           }
         }
       }
+      if constexpr (NarrowsTiles<M>::value) {
+        // A tile inside the mask expression's visible range skips evaluating the mask (a
+        // uniform branch a tile). Not through with_visible_block: cudafe++ crashes on a
+        // generic lambda holding softmax's lambdas.
+        const bool shown = block_shown<M>(tile.vis_lo, tile.vis_hi, j0, kBK);
 #pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) softmax(mt, s[mt]);
+        for (int mt = 0; mt < kMT; ++mt) {
+          if (shown)
+            mod_scores<true, kLin>(mod, s[mt], j0, t4, qpos[mt], lo[mt], hi[mt], full);
+          else
+            mod_scores<false, kLin>(mod, s[mt], j0, t4, qpos[mt], lo[mt], hi[mt], full);
+          softmax(mt, s[mt]);
+        }
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) softmax(mt, s[mt]);
+      }
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk) {
         uint32_t a[kMT][4];

@@ -1,7 +1,8 @@
 // What a mask expression leaves of a fast-kernel tile schedule (fast_attention.h Tile): the
-// tiles it hides whole dropped, and the range of the other dimension each kept tile walks
-// narrowed from both ends to the blocks it does not hide whole (expr::mask_cover's interval
-// arithmetic). Plain C++ over host data: built, and tested, without CUDA too.
+// tiles it hides whole dropped, the range of the other dimension each kept tile walks
+// narrowed from both ends to the blocks it does not hide whole, and the blocks it shows
+// whole marked (expr::mask_cover's interval arithmetic). Plain C++ over host data: built, and
+// tested, without CUDA too.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -34,8 +35,14 @@ constexpr int kMaxNarrowProbes = 64;
 // kernel writes every row's delta). Each kept tile's [lo, hi) is set to the span of the
 // kNarrowBlock-aligned blocks of the other dimension (within the causal and window bounds of
 // the tile's rows) between the first and the last block the mask does not prove hidden; a
-// hidden block in the middle stays (the kernels mask it per pair). Cost: at most
-// 1 + 2 kMaxNarrowProbes mask_cover calls a tile.
+// hidden block in the middle stays (the kernels mask it per pair). Each kept tile's
+// [vis_lo, vis_hi) is set to a contiguous run of kNarrowBlock-aligned blocks of the other
+// dimension, inside [lo, hi) and wholly inside the document, that the mask proves visible for
+// every pair with the tile's rows and heads (empty if none is found): the kernels skip the
+// mask's evaluation on their blocks inside it. Only one run: with a visible run at each end
+// (sinks and a window) the longer one found. Cost: at most 1 + 2 kMaxNarrowProbes mask_cover
+// calls a tile for [lo, hi), and 1 + 4 (1 + 2 kMaxNarrowProbes) for the visible range
+// (about 2 + 4 log2 n for the usual one-run masks over n blocks).
 std::vector<Tile> narrow_tiles_by_mask(const Problem& p, const std::vector<Doc>& docs,
                                        std::vector<Tile> tiles, int block, bool query,
                                        bool may_drop, const MaskScope& scope, bool* dropped);

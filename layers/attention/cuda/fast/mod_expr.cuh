@@ -63,6 +63,14 @@ struct ModExpr {
       *dx = 0.f;
       return -INFINITY;
     }
+    return x_dx_shown(dot, q, k, dx);
+  }
+  // x, x_dx and param_grad on a pair the host proved the mask shows (a block inside the
+  // tile's visible range, fast_common.cuh with_visible_block): the mask is not evaluated.
+  __device__ float x_shown(float dot, int q, int k) const {
+    return user.value_log2(dot, scale, doc, h, q + qs, k + ks, &bound);
+  }
+  __device__ float x_dx_shown(float dot, int q, int k, float* dx) const {
     const float d = user.derivative_dot(dot, scale, doc, h, q + qs, k + ks, &bound);
     *dx = fabsf(d) < INFINITY ? d : 0.f;
     return user.value_log2(dot, scale, doc, h, q + qs, k + ks, &bound);
@@ -81,13 +89,18 @@ struct ModExpr {
     for (long long i = threadIdx.x; i < words; i += blockDim.x) smem[i] = 0;
     return a;
   }
-  // ds: d loss / d value of the pair (before the softmax scale, as x_dx's value).
-  __device__ void param_grad(float ds, float dot, int q, int k, GradAcc& acc) const {
+  // ds: d loss / d value of the pair (before the softmax scale, as x_dx's value). Inlined, so
+  // that the accumulator's runs stay in the kernel's registers.
+  __device__ __forceinline__ void param_grad(float ds, float dot, int q, int k,
+                                             GradAcc& acc) const {
     if (!visible(q, k)) return;
+    param_grad_shown(ds, dot, q, k, acc);
+  }
+  __device__ void param_grad_shown(float ds, float dot, int q, int k, GradAcc& acc) const {
     user.param_grad(ds, dot * scale, doc, h, q + qs, k + ks, acc);
   }
-  // After every add of the CTA (a barrier): its nonzero sums into grad_acc = (hi[n], lo[n],
-  // overflow), one integer atomic each.
+  // After every add of the CTA (each thread's acc.flush(), then a barrier): its nonzero sums
+  // into grad_acc = (hi[n], lo[n], overflow), one integer atomic each.
   __device__ void param_grad_end(const GradAcc& acc) const {
     const long long n = user.param_count();
 #pragma unroll
@@ -110,7 +123,8 @@ template <class U, class V>
 struct HeavyMod<ModExpr<U, V>> {
   static constexpr bool value = U::kHeavy;
 };
-// A mask's tiles are narrowed by the host (attention_cuda.cpp narrow_tiles_by_mask).
+// A mask's tiles are narrowed, and given visible ranges, by the host (attention_cuda.cpp
+// narrow_tiles_by_mask).
 template <class U, class V>
 struct NarrowsTiles<ModExpr<U, V>> {
   static constexpr bool value = true;

@@ -31,16 +31,41 @@ struct HasParamGrad<M, decltype(void(M::kHasParamGrad))> {
   static constexpr bool value = M::kHasParamGrad;
 };
 
+// Tables of an accumulator that get a run in registers (ParamGradAcc below); the rest add
+// straight into shared memory. Each run costs a thread five registers for the whole dK/dV
+// kernel, so only the first few tables get one. DL_GRAD_RUNS (a run-time compile option,
+// jit ProgramSpec::grad_runs) overrides it: 0 adds every contribution on its own, which the
+// GPU tests compare the runs against bit for bit.
+#ifdef DL_GRAD_RUNS
+constexpr int kMaxGradRuns = DL_GRAD_RUNS;
+#else
+constexpr int kMaxGradRuns = 4;
+#endif
+
 // A dK/dV CTA's accumulator of the learnable tables of U (the emitted functor: grad_table(t)
 // gives table t's offset, entries and entries a head row). The CTA keeps, per table in turn,
 // the rows of its query heads head0 .. head0 + group - 1 (global heads) of a table read by
 // h first, else the whole table; each kept entry is a (hi, lo) pair of unsigned 64-bit
 // integers (two's complement sums) in shared memory, then comes the overflow word. The
-// layout is folded from U's constants, so the accumulator holds two integers and a pointer.
+// layout is folded from U's constants.
+// Runs: a thread's consecutive contributions to one entry are summed in registers and reach
+// shared memory as one atomic pair when the entry changes (or at flush). Expressions such as
+// bias[h, min(abs(q - k), 63)] send nearly every pair to one entry, where the CTA's atomics
+// would serialise on one address. Each contribution is still rounded to (hi, lo) on its own
+// and only the integer additions are regrouped; sums modulo 2^64 do not depend on grouping,
+// so the bits are those of one atomic pair per contribution. A table indexed otherwise only
+// flushes more often. The kernel calls flush() after its last add, before the barrier that
+// precedes param_grad_end (ModExpr, mod_expr.cuh), so no run is left out.
 template <class U>
 struct ParamGradAcc {
+  static constexpr int kRuns = U::kGradTables < kMaxGradRuns ? U::kGradTables : kMaxGradRuns;
   unsigned long long* slots = nullptr;
   int group = 0, head0 = 0;
+  // Run r (table r): its slot pair (the kept entry's index) and its sums. A run with zero
+  // sums adds nothing when flushed, so the zeroed state is the empty one, whatever its slot.
+  static constexpr int kRunArray = kRuns > 0 ? kRuns : 1;
+  int run_slot[kRunArray] = {};
+  unsigned long long run_hi[kRunArray] = {}, run_lo[kRunArray] = {};
 
   __device__ __forceinline__ long long kept(int t) const {
     long long offset, numel, per_head;
@@ -76,9 +101,35 @@ struct ParamGradAcc {
     }
     const long long hi = __double2ll_rn(x);
     const long long lo = __double2ll_rn((x - double(hi)) * 0x1p24);  // x - hi: exact
-    unsigned long long* s = slots + 2 * (base(t) + flat - first(t));
+    // The kept entry's index: below the shared slots' count, so it fits an int.
+    const int slot = int(base(t) + flat - first(t));
+    if (t < kRuns) {  // t is a literal of the emitted code: the run is chosen at compile time
+      if (run_slot[t] != slot) {
+        flush_run(t);
+        run_slot[t] = slot;
+      }
+      run_hi[t] += (unsigned long long)hi;
+      run_lo[t] += (unsigned long long)lo;
+      return;
+    }
+    unsigned long long* s = slots + 2 * slot;
     atomicAdd(s, (unsigned long long)hi);
     if (lo != 0) atomicAdd(s + 1, (unsigned long long)lo);
+  }
+
+  // Run r's sums into its shared slot pair, then empty (a zero sum adds nothing: the same
+  // bits as its adds, which sum to zero modulo 2^64).
+  __device__ __forceinline__ void flush_run(int r) {
+    unsigned long long* s = slots + 2 * run_slot[r];
+    if (run_hi[r] != 0) atomicAdd(s, run_hi[r]);
+    if (run_lo[r] != 0) atomicAdd(s + 1, run_lo[r]);
+    run_hi[r] = run_lo[r] = 0;
+  }
+  // Every pending run into shared memory: after the thread's last add, before the barrier
+  // that precedes param_grad_end.
+  __device__ __forceinline__ void flush() {
+#pragma unroll
+    for (int r = 0; r < kRuns; ++r) flush_run(r);
   }
 };
 

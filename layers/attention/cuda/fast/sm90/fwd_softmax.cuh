@@ -17,18 +17,24 @@ struct OnlineSoftmax {
   int t4;                                // the thread's column pair in an 8-column chunk
 
   // The tile at key j0: masked only where it cuts some row's visible range (a warp-uniform
-  // branch between two bodies; one predicated body issued the mask's compares on every tile).
+  // branch between two bodies; one predicated body issued the mask's compares on every tile),
+  // and a mask expression evaluated only outside the item's visible range (with_visible_block:
+  // two more bodies, for mask expressions only).
   template <int kBlockN>
   __device__ __forceinline__ void tile(const ItemInfo& b, float (&s)[kBlockN / 8][4], int j0,
                                        float (&row_max)[2], float (&row_sum)[2],
                                        float (&corr)[2]) const {
-    if (b.whole<kBlockN>(j0))
-      apply<false, kBlockN / 8>(s, j0, row_max, row_sum, corr);
-    else
-      apply<true, kBlockN / 8>(s, j0, row_max, row_sum, corr);
+    with_visible_block<M>(b.vis_lo, b.vis_hi, j0, kBlockN, [&](auto shown) {
+      constexpr bool kShown = decltype(shown)::value;
+      if (b.whole<kBlockN>(j0))
+        apply<false, kShown, kBlockN / 8>(s, j0, row_max, row_sum, corr);
+      else
+        apply<true, kShown, kBlockN / 8>(s, j0, row_max, row_sum, corr);
+    });
   }
 
-  template <bool kMask, int NK>
+  // kShown: the mask expression shows every pair of the tile (no mask evaluation).
+  template <bool kMask, bool kShown, int NK>
   __device__ __forceinline__ void apply(float (&s)[NK][4], int j0, float (&row_max)[2],
                                         float (&row_sum)[2], float (&corr)[2]) const {
 #pragma unroll
@@ -37,7 +43,7 @@ struct OnlineSoftmax {
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1, j = j0 + n * 8 + 2 * t4 + (e & 1);
         float x = s[n][e];
-        if constexpr (!kLin) x = mod.x(x, r ? qpos1 : qpos0, j);
+        if constexpr (!kLin) x = mod_x<kShown>(mod, x, r ? qpos1 : qpos0, j);
         if constexpr (kMask) {
           if (j < (r ? lo1 : lo0) || j > (r ? hi1 : hi0)) x = -INFINITY;
         }

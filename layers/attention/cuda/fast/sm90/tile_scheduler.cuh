@@ -27,12 +27,14 @@ struct StaticScheduler {
 // (K/V head kh), key tiles j_begin + t * kBlockN for t < n_tiles (those some row of the item
 // sees). lo / hi: the visible key range of the item's first and last rows (both bounds
 // never decrease with the row), which tell the tiles every row sees whole. The key tiles
-// are narrowed to the schedule tile's [lo, hi) (Tile, narrow_blocks).
+// are narrowed to the schedule tile's [lo, hi) (Tile, narrow_blocks), and its [vis_lo,
+// vis_hi) tells the key tiles a mask expression shows whole.
 struct ItemInfo {
   Doc doc;
   int h, kh, i0, nq, j_begin, n_tiles;
   int doc_index;  // the document within the call (Tile::doc), for the modifier
   int lo_first, hi_first, lo_last, hi_last;
+  int vis_lo = 0, vis_hi = 0;  // the tile's visible range (Tile; set where kNarrow)
 
   // kNarrow: NarrowsTiles of the modifier.
   template <int kBlockM, int kBlockN, bool kNarrow>
@@ -51,7 +53,11 @@ struct ItemInfo {
     b.j_begin = b.lo_first > 0 ? (b.lo_first / kBlockN) * kBlockN : 0;
     b.n_tiles = b.hi_last >= b.lo_first ? (b.hi_last - b.j_begin) / kBlockN + 1 : 0;
     // The keys a mask leaves the tile: here, so the producer and the consumers agree.
-    if constexpr (kNarrow) narrow_blocks(tile, kBlockN, &b.j_begin, &b.n_tiles);
+    if constexpr (kNarrow) {
+      narrow_blocks(tile, kBlockN, &b.j_begin, &b.n_tiles);
+      b.vis_lo = tile.vis_lo;
+      b.vis_hi = tile.vis_hi;
+    }
     return b;
   }
   // Keys j0 .. j0 + kBlockN - 1 visible to every row of the item: no element mask.
