@@ -14,6 +14,7 @@
 
 #include "engine/core/cuda/check.h"
 #include "engine/core/cuda/stream.h"
+#include "engine/core/env.h"
 #include "engine/core/error.h"
 #include "layers/attention/jit/attention_program.h"
 #include "layers/attention/jit/kernel_cache.h"
@@ -94,13 +95,17 @@ Loaded load(const std::string& binary) {
   return lp;
 }
 
-// make_program, remembered per (spec, emitted functor): its key holds every kernel header, so
-// building it takes longer than a launch. Never freed: a run has a few (an expression's
-// literals are fixed; its tables, learnable or not, are pointers).
-const AttentionProgram& program(const expr::Program& score, const expr::Program* mask,
-                                const ProgramSpec& spec) {
+// make_program and its cache key, remembered per (spec, emitted functor): the key holds every
+// kernel header, so building it, or hashing it, takes longer than a launch. Never freed: a run
+// has a few (an expression's literals are fixed; its tables, learnable or not, are pointers).
+struct MadeProgram {
+  AttentionProgram program;
+  KernelKey key;
+};
+const MadeProgram& program(const expr::Program& score, const expr::Program* mask,
+                           const ProgramSpec& spec) {
   static std::mutex mutex;
-  static std::map<std::string, std::shared_ptr<const AttentionProgram>> memo;
+  static std::map<std::string, std::shared_ptr<const MadeProgram>> memo;
   const std::string id = std::string(pass_name(spec.pass)) + " " + std::to_string(spec.head_dim) +
                          (spec.wgmma ? " wgmma " : " mma ") + spec.arch + " runs " +
                          std::to_string(spec.grad_runs) + "\n" +
@@ -109,7 +114,9 @@ const AttentionProgram& program(const expr::Program& score, const expr::Program*
   std::lock_guard<std::mutex> lock(mutex);
   auto it = memo.find(id);
   if (it != memo.end()) return *it->second;
-  auto p = std::make_shared<const AttentionProgram>(make_program(score, spec, mask));
+  AttentionProgram made = make_program(score, spec, mask);
+  KernelKey key(made.key);
+  auto p = std::make_shared<const MadeProgram>(MadeProgram{std::move(made), std::move(key)});
   memo.emplace(id, p);
   return *p;
 }
@@ -129,12 +136,13 @@ Kernels kernels(const BoundExpr& e, Pass pass, const gpu::Problem& p) {
   spec.arch = device_arch();
   // DRIFTLESS_GRAD_RUNS=n: n register runs in the learnable tables' accumulator (0: one
   // atomic pair a contribution; a test compares the bits of both).
-  if (const char* runs = std::getenv("DRIFTLESS_GRAD_RUNS"); runs != nullptr && *runs != '\0')
-    spec.grad_runs = std::atoi(runs);
-  const AttentionProgram& prog = program(*e.score, e.mask, spec);
+  if (const std::string runs = env_value("DRIFTLESS_GRAD_RUNS"); !runs.empty())
+    spec.grad_runs = std::atoi(runs.c_str());
+  const MadeProgram& made = program(*e.score, e.mask, spec);
+  const AttentionProgram& prog = made.program;
   Kernels k;
   k.program = std::static_pointer_cast<const LoadedProgram>(process_kernel_cache().get(
-      prog.key, [&] { return to_binary(compile_program(prog)); }, load));
+      made.key, [&] { return to_binary(compile_program(prog)); }, load));
   DL_CHECK(k.program->functions.size() == prog.kernels.size(), kOp,
            "a cached attention program has " << k.program->functions.size() << " kernels, not "
                                              << prog.kernels.size());

@@ -18,8 +18,12 @@ namespace driftless::layers::jit {
 namespace {
 
 struct Entry {
-  std::string key;
+  KernelKey key;
   Loaded loaded;
+};
+
+struct KeyHash {
+  size_t operator()(const KernelKey& k) const { return k.hash(); }
 };
 
 }  // namespace
@@ -30,8 +34,8 @@ struct KernelCache::Impl {
   mutable std::mutex mutex;
   KernelCacheStats stats;
   std::list<Entry> lru;  // most recently used first
-  std::unordered_map<std::string, std::list<Entry>::iterator> index;
-  std::unordered_map<std::string, std::shared_future<Loaded>> in_flight;
+  std::unordered_map<KernelKey, std::list<Entry>::iterator, KeyHash> index;
+  std::unordered_map<KernelKey, std::shared_future<Loaded>, KeyHash> in_flight;
 
   void count(int64_t KernelCacheStats::*counter) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -39,11 +43,11 @@ struct KernelCache::Impl {
   }
 
   // From disk, else compiled (and then written): the loaded kernel of a key not in memory.
-  Loaded fetch(const std::string& key, const std::function<std::string()>& compile,
+  Loaded fetch(const KernelKey& key, const std::function<std::string()>& compile,
                const std::function<Loaded(const std::string&)>& load) {
     if (disk) {
       std::string binary;
-      const DiskRead r = disk->read(key, binary);
+      const DiskRead r = disk->read(key.text(), binary);
       if (r == DiskRead::ok) {
         // A stored binary that no longer loads (another driver) is a damaged entry: compiled
         // again and overwritten, instead of failing the run.
@@ -61,12 +65,12 @@ struct KernelCache::Impl {
     const std::string binary = compile();
     count(&KernelCacheStats::compiles);
     Loaded loaded = load(binary);  // only a binary that loads is kept on disk
-    if (disk && !disk->write(key, binary)) count(&KernelCacheStats::disk_errors);
+    if (disk && !disk->write(key.text(), binary)) count(&KernelCacheStats::disk_errors);
     return loaded;
   }
 
   // Under the lock: `key` becomes the most recent entry; the least recent beyond capacity go.
-  void insert(const std::string& key, const Loaded& loaded) {
+  void insert(const KernelKey& key, const Loaded& loaded) {
     lru.push_front({key, loaded});
     index[key] = lru.begin();
     while (int64_t(lru.size()) > options.capacity) {
@@ -87,7 +91,11 @@ KernelCache::KernelCache(KernelCacheOptions options) : impl_(std::make_unique<Im
 
 KernelCache::~KernelCache() = default;
 
-Loaded KernelCache::get(const std::string& key, const std::function<std::string()>& compile,
+KernelKey::KernelKey(std::string text)
+    : text_(std::make_shared<const std::string>(std::move(text))),
+      hash_(std::hash<std::string>{}(*text_)) {}
+
+Loaded KernelCache::get(const KernelKey& key, const std::function<std::string()>& compile,
                         const std::function<Loaded(const std::string& binary)>& load) {
   Impl& m = *impl_;
   std::promise<Loaded> promise;

@@ -28,6 +28,24 @@ struct KernelCacheOptions {
 // A loaded kernel (on the GPU: the module and its functions); opaque to the cache.
 using Loaded = std::shared_ptr<const void>;
 
+// A cache key: its full text, hashed once. The text of an attention program (its source with
+// every embedded header, ~150 KB) took ~25 us to hash on every launch; a caller that keeps
+// its KernelKey pays that once. Two keys are equal exactly when their texts are (the shared
+// text compared by address first: the same text object is the same text).
+class KernelKey {
+ public:
+  explicit KernelKey(std::string text);
+  const std::string& text() const { return *text_; }
+  size_t hash() const { return hash_; }
+  bool operator==(const KernelKey& o) const {
+    return text_ == o.text_ || (hash_ == o.hash_ && *text_ == *o.text_);
+  }
+
+ private:
+  std::shared_ptr<const std::string> text_;
+  size_t hash_ = 0;
+};
+
 class KernelCache {
  public:
   explicit KernelCache(KernelCacheOptions options);
@@ -41,8 +59,12 @@ class KernelCache {
   // for one key wait for one compile; other keys compile meanwhile. An exception of
   // compile() or load() reaches the caller (and the threads waiting on that key) and leaves
   // nothing cached; a stored binary that load() refuses is a disk error, compiled again.
-  Loaded get(const std::string& key, const std::function<std::string()>& compile,
+  Loaded get(const KernelKey& key, const std::function<std::string()>& compile,
              const std::function<Loaded(const std::string& binary)>& load);
+  Loaded get(const std::string& key, const std::function<std::string()>& compile,
+             const std::function<Loaded(const std::string& binary)>& load) {
+    return get(KernelKey(key), compile, load);
+  }
 
   KernelCacheStats stats() const;
   int64_t size() const;  // loaded kernels held now, <= capacity
