@@ -155,7 +155,33 @@ TEST(AttentionJit, MasksCompileInEveryPass) {
   }
   // A learnable score table with a mask: the mask gates the table's gradient too.
   cases.push_back({kLearnBias, spec(Pass::backward, 64, true, "sm_90a"), "q - k < 24 || k < 4"});
+  // Programs for calls that shift document 0's positions (DL_DOC_SHIFT).
+  for (Pass pass : {Pass::forward, Pass::backward}) {
+    ProgramSpec shifted = spec(pass, 64, true, "sm_90a");
+    shifted.shifted = true;
+    cases.push_back({kAlibi, shifted, kSinks});
+  }
   compile_all(cases);
+}
+
+// A program compiled for calls without a shift refuses to pack one (it would ignore it), and
+// the shifted program is another kernel (its key differs).
+TEST(AttentionJit, OnlyAShiftedProgramTakesAShift) {
+  const auto s = score(kAlibi);
+  ProgramSpec plain = spec(Pass::forward, 64, true, "sm_90a");
+  ProgramSpec shifted = plain;
+  shifted.shifted = true;
+  const AttentionProgram a = make_program(*s, plain), b = make_program(*s, shifted);
+  EXPECT_NE(a.key, b.key);
+  const std::vector<const float*> params(s->params.size(), nullptr);
+  EXPECT_NO_THROW(pack_mod(b, *s, params, 0, 0.125f, nullptr, 300, 40));
+  EXPECT_NO_THROW(pack_mod(a, *s, params, 0, 0.125f, nullptr, 0, 0));
+  try {
+    pack_mod(a, *s, params, 0, 0.125f, nullptr, 300, 40);
+    ADD_FAILURE() << "an unshifted program packed a shift";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("shifted"), std::string::npos) << e.what();
+  }
 }
 
 // Learnable tables: the dK/dV kernel's fixed-point accumulation (param_grad.cuh) through the

@@ -226,6 +226,7 @@ AttentionProgram make_program(const expr::Program& score, const ProgramSpec& spe
   // (the dK/dV kernel's accumulator of learnable tables is the only reader)
   if (spec.grad_runs >= 0 && spec.pass != Pass::forward && score.param_count > 0)
     p.options.push_back("-DDL_GRAD_RUNS=" + std::to_string(spec.grad_runs));
+  if (spec.shifted) p.options.push_back("-DDL_DOC_SHIFT=1");
   std::string key =
       std::string(kJitFormat) + "\n" + nvrtc_version() + "\narch " + spec.arch + "\noptions";
   for (const std::string& o : p.options) key += " " + o;
@@ -274,6 +275,10 @@ std::vector<unsigned char> pack_mod(const AttentionProgram& program, const expr:
   DL_CHECK(shift_q >= INT32_MIN && shift_q <= INT32_MAX && shift_k >= INT32_MIN &&
                shift_k <= INT32_MAX,
            kOp, "first_doc_shift (" << shift_q << ", " << shift_k << ") exceeds 32 bits");
+  DL_CHECK(program.spec.shifted || (shift_q == 0 && shift_k == 0), kOp,
+           "first_doc_shift (" << shift_q << ", " << shift_k
+                               << ") needs a program compiled for shifted calls "
+                                  "(ProgramSpec::shifted); this one ignores the shift");
   const int32_t sq = int32_t(shift_q), sk = int32_t(shift_k);
   put(l.q_shift, &sq, 4);
   put(l.k_shift, &sk, 4);

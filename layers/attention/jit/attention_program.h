@@ -29,6 +29,9 @@ struct ProgramSpec {
   // kMaxGradRuns); -1 keeps the header's default. 0 is the accumulator without runs, one
   // atomic pair a contribution, which the GPU tests compare bit for bit against the runs.
   int grad_runs = -1;
+  // The call shifts document 0's positions (AttentionSpec::first_doc_shift; no route's calls
+  // do): compiled with DL_DOC_SHIFT, which adds the shift per pair (mod_expr.cuh qpos, kpos).
+  bool shifted = false;
 };
 
 // Byte layout of ModExpr<U, V> (fast/mod_expr.cuh) for the emitted functors U (score) and V

@@ -108,7 +108,8 @@ const MadeProgram& program(const expr::Program& score, const expr::Program* mask
   static std::map<std::string, std::shared_ptr<const MadeProgram>> memo;
   const std::string id = std::string(pass_name(spec.pass)) + " " + std::to_string(spec.head_dim) +
                          (spec.wgmma ? " wgmma " : " mma ") + spec.arch + " runs " +
-                         std::to_string(spec.grad_runs) + "\n" +
+                         std::to_string(spec.grad_runs) + (spec.shifted ? " shifted" : "") +
+                         "\n" +
                          expr::emit_cuda(score, "DlUserMod", true) +
                          (mask != nullptr ? expr::emit_cuda(*mask, "DlUserMask", true) : "");
   std::lock_guard<std::mutex> lock(mutex);
@@ -138,6 +139,7 @@ Kernels kernels(const BoundExpr& e, Pass pass, const gpu::Problem& p) {
   // atomic pair a contribution; a test compares the bits of both).
   if (const std::string runs = env_value("DRIFTLESS_GRAD_RUNS"); !runs.empty())
     spec.grad_runs = std::atoi(runs.c_str());
+  spec.shifted = e.shift_q != 0 || e.shift_k != 0;
   const MadeProgram& made = program(*e.score, e.mask, spec);
   const AttentionProgram& prog = made.program;
   Kernels k;

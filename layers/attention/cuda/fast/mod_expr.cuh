@@ -34,9 +34,10 @@ struct NoMask {
 // through param_grad into a CTA accumulator (param_grad.cuh) over the entries its query
 // heads can read (U::grad_table: a table subscripted by h first keeps group rows, another
 // the whole table), then into U::grad_acc, the call's (hi, lo, overflow) sums.
-// q_shift, k_shift: the call's AttentionSpec::first_doc_shift (a ring call over part of a
-// document): added to the positions of document 0 (qs, ks, set by bind), so that the user
-// sees positions in the document, as on the CPU.
+// q_shift, k_shift: the call's AttentionSpec::first_doc_shift (an op-level call over part of
+// a document; no route makes one): added to the positions of document 0 (qs, ks, set by bind)
+// in a program compiled with DL_DOC_SHIFT, so that the user sees positions in the document,
+// as on the CPU.
 template <class U, class V = NoMask>
 struct ModExpr {
   U user;
@@ -53,10 +54,30 @@ struct ModExpr {
     ks = document == 0 ? k_shift : 0;
     user.bind_into(bound, head);
   }
-  __device__ bool visible(int q, int k) const { return mask.visible(doc, h, q + qs, k + ks); }
+  // Document positions: plus the shift on document 0 only in a program compiled for calls
+  // that shift (DL_DOC_SHIFT, jit ProgramSpec::shifted); in the others (every route's calls)
+  // no per-pair addition.
+#ifdef DL_DOC_SHIFT
+  static constexpr bool kShifted = true;
+#else
+  static constexpr bool kShifted = false;
+#endif
+  __device__ __forceinline__ int qpos(int q) const {
+    if constexpr (kShifted)
+      return q + qs;
+    else
+      return q;
+  }
+  __device__ __forceinline__ int kpos(int k) const {
+    if constexpr (kShifted)
+      return k + ks;
+    else
+      return k;
+  }
+  __device__ bool visible(int q, int k) const { return mask.visible(doc, h, qpos(q), kpos(k)); }
   __device__ float x(float dot, int q, int k) const {
     if (!visible(q, k)) return -INFINITY;
-    return user.value_log2(dot, scale, doc, h, q + qs, k + ks, &bound);
+    return user.value_log2(dot, scale, doc, h, qpos(q), kpos(k), &bound);
   }
   __device__ float x_dx(float dot, int q, int k, float* dx) const {
     if (!visible(q, k)) {
@@ -68,12 +89,12 @@ struct ModExpr {
   // x, x_dx and param_grad on a pair the host proved the mask shows (a block inside the
   // tile's visible range, fast_common.cuh with_visible_block): the mask is not evaluated.
   __device__ float x_shown(float dot, int q, int k) const {
-    return user.value_log2(dot, scale, doc, h, q + qs, k + ks, &bound);
+    return user.value_log2(dot, scale, doc, h, qpos(q), kpos(k), &bound);
   }
   __device__ float x_dx_shown(float dot, int q, int k, float* dx) const {
-    const float d = user.derivative_dot(dot, scale, doc, h, q + qs, k + ks, &bound);
+    const float d = user.derivative_dot(dot, scale, doc, h, qpos(q), kpos(k), &bound);
     *dx = fabsf(d) < INFINITY ? d : 0.f;
-    return user.value_log2(dot, scale, doc, h, q + qs, k + ks, &bound);
+    return user.value_log2(dot, scale, doc, h, qpos(q), kpos(k), &bound);
   }
 
   static constexpr bool kHasParamGrad = U::kHasParamGrad;
@@ -97,7 +118,7 @@ struct ModExpr {
     param_grad_shown(ds, dot, q, k, acc);
   }
   __device__ void param_grad_shown(float ds, float dot, int q, int k, GradAcc& acc) const {
-    user.param_grad(ds, dot * scale, doc, h, q + qs, k + ks, acc);
+    user.param_grad(ds, dot * scale, doc, h, qpos(q), kpos(k), acc);
   }
   // After every add of the CTA (each thread's acc.flush(), then a barrier): its nonzero sums
   // into grad_acc = (hi[n], lo[n], overflow), one integer atomic each.
