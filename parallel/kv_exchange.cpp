@@ -57,21 +57,6 @@ void CommKvExchange::reduce_scatter_packed(const Tensor& packed) {
   sdp_.reduce_scatter_in_place_ordered(packed);
 }
 
-namespace {
-struct PendingWork final : layers::KvExchange::Pending {
-  explicit PendingWork(std::unique_ptr<Work> w) : work(std::move(w)) {}
-  void wait() override { work->wait_ordered(); }  // no host wait on NCCL
-  std::unique_ptr<Work> work;
-};
-}  // namespace
-
-std::unique_ptr<layers::KvExchange::Pending> CommKvExchange::ring_shift(const Tensor& send,
-                                                                        const Tensor& recv) {
-  const int P = sdp_.size(), r = sdp_.rank();
-  return std::make_unique<PendingWork>(
-      sdp_.send_recv_async(send, (r + 1) % P, recv, (r + P - 1) % P));
-}
-
 std::unique_ptr<layers::KvExchange> make_kv_exchange(Communicator& sdp) {
   return std::make_unique<CommKvExchange>(sdp);
 }

@@ -27,7 +27,6 @@ class CommKvExchange final : public layers::KvExchange {
   void all_to_all(const Tensor& out, const Tensor& in) override {
     sdp_.all_to_all_ordered(out, in);
   }
-  std::unique_ptr<Pending> ring_shift(const Tensor& send, const Tensor& recv) override;
 
  private:
   void check_span(const char* op, const Tensor& span) const;

@@ -3,14 +3,13 @@
 // single-rank exchange), so parallel/ implements it without linking layers/ and without
 // depending on the buffers that use it.
 #pragma once
-#include <memory>
 
 #include "engine/core/tensor.h"
 
 namespace driftless::layers {
 
 // How K/V are exchanged between the P ranks sharing a sequence (SDP; context parallelism
-// uses its all_to_all and ring_shift, routes/all_to_all_route.h and ring_route.h). A
+// uses its all_gather, routes/ring_route.h, and its all_to_all, all_to_all_route.h). A
 // micro-sequence's span of L rows is cut into P chunks of L/P rows; rank r owns chunk r. The
 // single-rank exchange (P = 1) does nothing; parallel/ provides the collective one.
 class KvExchange {
@@ -36,20 +35,6 @@ class KvExchange {
   // in (P·n), out (P·n): chunk p of in goes to rank p, chunk p of out comes from rank p.
   virtual void all_to_all(const Tensor& out, const Tensor& in) {
     out.view({out.numel()}).copy_(in.contiguous().view({in.numel()}));  // one rank: a copy
-  }
-  // A ring step in flight; wait() returns once it is complete.
-  class Pending {
-   public:
-    virtual ~Pending() = default;
-    virtual void wait() {}  // the base: already complete
-  };
-  // Sends `send` to the next rank (rank + 1 mod P) and receives into `recv` what the previous
-  // rank sends, overlapping work issued after it where the backend can (NCCL: a side
-  // stream). The caller neither writes send nor reads recv before wait(). Inline: parallel/
-  // implements this interface without linking layers/.
-  virtual std::unique_ptr<Pending> ring_shift(const Tensor& send, const Tensor& recv) {
-    recv.copy_(send);  // one rank: the ring is this rank
-    return std::make_unique<Pending>();
   }
 };
 

@@ -19,6 +19,7 @@
 
 #include "engine/core/device_ops.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/test_paths.h"
 #include "train/trainer.h"
 
 namespace driftless::train {
@@ -38,8 +39,9 @@ struct TrainRun {
 };
 
 TrainRun train(const std::string& device, std::vector<std::string> overrides = {}) {
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           ("dl_train_cuda_" + device + std::to_string(overrides.size())))
+  // Under the test's own scratch folder: tests that run at once (ctest -j) never share it.
+  const std::string dir = (std::filesystem::path(testing::scratch_dir()) /
+                           (device + std::to_string(overrides.size())))
                               .string();
   overrides.push_back("run.output_dir=" + dir);
   overrides.push_back("precision.device=" + device);

@@ -22,9 +22,6 @@ class FaultRoute::Exchange : public KvExchange {
     if (!skip) real_->reduce_scatter_packed(packed);
   }
   void all_to_all(const Tensor& out, const Tensor& in) override { real_->all_to_all(out, in); }
-  std::unique_ptr<Pending> ring_shift(const Tensor& send, const Tensor& recv) override {
-    return real_->ring_shift(send, recv);
-  }
   bool skip = false;
 
  private:
