@@ -7,6 +7,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -69,6 +70,9 @@ void check(CUresult r, const char* what) {
 struct LoadedProgram {
   CUmodule module = nullptr;
   std::vector<CUfunction> functions;
+  // Per function, the dynamic shared memory its attribute allows so far (launch raises it only
+  // when a launch needs more: the built-in kernels set it once too).
+  mutable std::unique_ptr<std::atomic<int>[]> smem_allowed;
   LoadedProgram() = default;
   LoadedProgram(const LoadedProgram&) = delete;
   LoadedProgram& operator=(const LoadedProgram&) = delete;
@@ -92,6 +96,8 @@ Loaded load(const std::string& binary) {
     check(driver().get_function(&f, lp->module, name.c_str()), "cuModuleGetFunction");
     lp->functions.push_back(f);
   }
+  lp->smem_allowed = std::make_unique<std::atomic<int>[]>(lp->functions.size());
+  for (size_t i = 0; i < lp->functions.size(); ++i) lp->smem_allowed[i] = 0;
   return lp;
 }
 
@@ -156,9 +162,16 @@ Kernels kernels(const BoundExpr& e, Pass pass, const gpu::Problem& p) {
 // One launch as cuda::launch makes it (launch.cuh): the compute stream, programmatic dependent
 // launch where the device and DRIFTLESS_PDL allow it (these kernels are compiled for the
 // device itself, so their dependent_kernel_begin() waits).
-void launch(CUfunction f, const gpu::fast::Geometry& g, void** args) {
-  check(driver().set_attribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g.smem),
-        "cuFuncSetAttribute (dynamic shared memory)");
+void launch(const LoadedProgram& lp, size_t i, const gpu::fast::Geometry& g, void** args) {
+  CUfunction f = lp.functions[i];
+  std::atomic<int>& allowed = lp.smem_allowed[i];
+  if (int(g.smem) > allowed.load(std::memory_order_acquire)) {
+    check(driver().set_attribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g.smem),
+          "cuFuncSetAttribute (dynamic shared memory)");
+    int seen = allowed.load(std::memory_order_acquire);
+    while (seen < int(g.smem) && !allowed.compare_exchange_weak(seen, int(g.smem))) {
+    }
+  }
   CUlaunchConfig config = {};
   config.gridDimX = g.grid;
   config.gridDimY = config.gridDimZ = 1;
@@ -203,10 +216,10 @@ void forward(const gpu::Problem& p, const BoundExpr& e, const gpu::fast::Tile* t
     if (a.maps != nullptr) {
       std::vector<void*> args = {
           const_cast<void*>(a.maps), &pp, k.mod.data(), &t, &n_items, &o, &s};
-      launch(k.program->functions[0], g, args.data());
+      launch(*k.program, 0, g, args.data());
     } else {
       std::vector<void*> args = {&pp, k.mod.data(), &t, &o, &s};
-      launch(k.program->functions[0], g, args.data());
+      launch(*k.program, 0, g, args.data());
     }
   };
   gpu::fast::forward_with(p, l, tiles, n_tiles, padded, out, lse);
@@ -240,7 +253,7 @@ void backward(const gpu::Problem& p, const BoundExpr& e, const gpu::fast::Tile* 
     void* g_q = a.dq;
     int heads = a.dq_heads;
     void* args[] = {&pp, k.mod.data(), &t, &d_o, &o, &s, &dl, &g_q, &heads};
-    launch(k.program->functions[0], g, args);
+    launch(*k.program, 0, g, args);
   };
   l.dkv = [&](const gpu::fast::Geometry& g, const gpu::fast::DkvArgs& a) {
     DL_CHECK(a.atomic == atomic, kOp, "the backward's mode changed between compile and launch");
@@ -255,7 +268,7 @@ void backward(const gpu::Problem& p, const BoundExpr& e, const gpu::fast::Tile* 
     gpu::fast::Geometry gs = g;
     if (learnables > 0)  // the kept entries and the overflow word's pair
       gs.smem = (g.smem + 15) / 16 * 16 + int(slots + 1) * gpu::fast::kGradSlotBytes;
-    launch(k.program->functions[atomic ? 0 : 1], gs, args);
+    launch(*k.program, atomic ? 0 : 1, gs, args);
   };
   gpu::fast::backward_with(p, l, q_tiles, n_q_tiles, k_tiles, n_k_tiles, q_padded, k_padded, out,
                            dout, lse, delta, dq, dk, dv, rows, dq_acc);
@@ -264,7 +277,8 @@ void backward(const gpu::Problem& p, const BoundExpr& e, const gpu::fast::Tile* 
     float* grad = e.dparams;
     long long n = learnables;
     void* args[] = {&sums, &grad, &n};
-    launch(k.program->functions.back(), {unsigned((n + 255) / 256), 256, 0}, args);
+    launch(*k.program, k.program->functions.size() - 1, {unsigned((n + 255) / 256), 256, 0},
+           args);
   }
 }
 
