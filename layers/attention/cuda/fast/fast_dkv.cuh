@@ -213,8 +213,8 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
               const int c = c0 + n * 8 + 2 * t4 + (e & 1), i = q0 + c, j = jr[e >> 1];
               float dx;
               const float dot = st[n][e];
-              float pr =
-                  mod_p_dx<kShown>(mod, dot, i + shift, j, log2_lse((e & 1) ? l2[n].y : l2[n].x), &dx);
+              const float l = log2_lse((e & 1) ? l2[n].y : l2[n].x);
+              float pr = mod_p_dx<kShown>(mod, dot, i + shift, j, l, &dx);
               if (!full) {
                 int lo, hi;
                 row_keys(p, doc, i, &lo, &hi);
