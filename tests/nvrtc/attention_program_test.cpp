@@ -184,39 +184,6 @@ TEST(AttentionJit, OnlyAShiftedProgramTakesAShift) {
   }
 }
 
-// Calls whose positions stay below expr::kSmallPositions get a program of their own, whose
-// bounded int-to-float conversions (ALiBi's distance) take the exact full-rate form; it
-// compiles, and a call at or past the bound, by its lengths or its shift, never takes it.
-TEST(AttentionJit, SmallPositionsProgramsAreTheirOwnKernels) {
-  const int64_t n = expr::kSmallPositions;
-  EXPECT_TRUE(small_positions(n - 1, 8, 0, 0));
-  EXPECT_TRUE(small_positions(8, n - 1, 0, 0));
-  EXPECT_FALSE(small_positions(n, 8, 0, 0));
-  EXPECT_FALSE(small_positions(8, n, 0, 0));
-  EXPECT_TRUE(small_positions(100, 200, 0, n - 201));
-  EXPECT_FALSE(small_positions(100, 200, 0, n - 200));
-  EXPECT_FALSE(small_positions(100, 200, -(n - 200), 0));
-  const auto s = score(kAlibi);
-  ProgramSpec plain = spec(Pass::forward, 64, true, "sm_90a");
-  ProgramSpec small = plain;
-  small.small_positions = true;
-  const AttentionProgram a = make_program(*s, plain), b = make_program(*s, small);
-  EXPECT_NE(a.key, b.key);
-  auto has = [](const AttentionProgram& p) {
-    return std::find(p.options.begin(), p.options.end(), "-DDL_SMALL_POSITIONS=1") !=
-           p.options.end();
-  };
-  EXPECT_FALSE(has(a));
-  EXPECT_TRUE(has(b));
-  EXPECT_NE(b.source.find("dl_i2f(dl_abs((q - k)))"), std::string::npos) << b.source;
-  if (!nvrtc_usable()) GTEST_SKIP() << "NVRTC is not usable";
-  compile_all({{kAlibi, small}, {kT5, [] {
-                                   ProgramSpec b = spec(Pass::backward, 64, true, "sm_90a");
-                                   b.small_positions = true;
-                                   return b;
-                                 }()}});
-}
-
 // Learnable tables: the dK/dV kernel's fixed-point accumulation (param_grad.cuh) through the
 // emitted param_grad, in both backwards and both kernel families, and the conversion kernel.
 TEST(AttentionJit, LearnableTablesCompileWithTheirGradientKernels) {

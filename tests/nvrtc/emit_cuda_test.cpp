@@ -13,12 +13,12 @@ namespace driftless::layers::expr {
 namespace {
 
 // NVRTC's log on failure, "" on success.
-std::string compile(const std::string& src, const char* define = nullptr) {
+std::string compile(const std::string& src) {
   nvrtcProgram prog;
   if (nvrtcCreateProgram(&prog, src.c_str(), "mod.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS)
     return "nvrtcCreateProgram failed";
-  const char* opts[] = {"--gpu-architecture=compute_80", "-std=c++17", define};
-  const nvrtcResult r = nvrtcCompileProgram(prog, define != nullptr ? 3 : 2, opts);
+  const char* opts[] = {"--gpu-architecture=compute_80", "-std=c++17"};
+  const nvrtcResult r = nvrtcCompileProgram(prog, 2, opts);
   size_t n = 0;
   nvrtcGetProgramLogSize(prog, &n);
   std::string log(n, '\0');
@@ -96,37 +96,6 @@ TEST(EmitCuda, EmittedFunctorsCompileWithNvrtc) {
       auto m = compile_mask_mod(mask, d, 4);
       const std::string src = emit_cuda(*m, "UserMask", members);
       EXPECT_EQ(compile(with_kernel(src, "UserMask", true, false)), "") << mask << "\n" << src;
-    }
-}
-
-// An integer converted to float takes dl_i2f, exact in two full-rate instructions in a
-// small-positions program, exactly where it stays inside [-2^22, 2^22) for positions of
-// either sign below kSmallPositions (2^21); anywhere else the plain conversion.
-TEST(EmitCuda, BoundedConversionsTakeTheSmallPositionsForm) {
-  std::vector<ParamDecl> d{{"slope", {4}, {0.5, 0.25, 0.125, 0.0625}, false}};
-  struct Want {
-    const char* expression;
-    const char* emitted;  // the conversion as written
-  };
-  const Want wants[] = {
-      {"score - slope[h] * abs(q - k)", "dl_i2f(dl_abs((q - k)))"},
-      {"score + 0.5 * min(q - k, 7)", "dl_i2f(dl_min((q - k), (7)))"},
-      {"score + 0.5 * h", "dl_i2f(hg)"},
-      {"score + 0.5 * where(q < k, 4194303, -4194304)", "dl_i2f(((q < k) ? (4194303)"},
-      {"score + 0.5 * where(q < k, 4194304, 0)", "((float)((q < k) ? (4194304) : (0)))"},
-      // 64-bit arithmetic (past 32 bits for some positions) keeps the plain conversion
-      {"score + 0.5 * (q * k)", "((float)(((long long)q) * ((long long)k)))"},
-  };
-  for (const Want& w : wants) {
-    const std::string src = emit_cuda(*compile_score_mod(w.expression, d, 4), "UserMod", false);
-    EXPECT_NE(src.find(w.emitted), std::string::npos) << w.expression << "\n" << src;
-  }
-  int major = 0, minor = 0;
-  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) GTEST_SKIP() << "NVRTC is not usable";
-  for (const Want& w : wants)
-    for (const char* define : {"-DDL_SMALL_POSITIONS=1", static_cast<const char*>(nullptr)}) {
-      const std::string src = emit_cuda(*compile_score_mod(w.expression, d, 4), "UserMod", true);
-      EXPECT_EQ(compile(with_kernel(src, "UserMod", false, false), define), "") << w.expression;
     }
 }
 

@@ -38,17 +38,6 @@ __device__ __forceinline__ float dl_tanh_pre(float two_log2e_x) {
   return fmaf(-2.f, r, 1.f);
 }
 __device__ __forceinline__ float dl_tanh(float x) { return dl_tanh_pre(x * 2.8853900817779268f); }
-// An integer the emitter proved inside [-2^22, 2^22) when positions are below 2^21, as a
-// float: in a program for such calls (DL_SMALL_POSITIONS) the bits of 1.5 * 2^23 plus x, minus
-// 1.5 * 2^23 (an integer add and a float add, exact in that range), not the conversion unit's
-// cvt, which runs at a quarter of the rate, as the softmax's exponential does.
-__device__ __forceinline__ float dl_i2f(int x) {
-#ifdef DL_SMALL_POSITIONS
-  return __int_as_float(0x4B400000 + x) - 12582912.0f;
-#else
-  return (float)x;
-#endif
-}
 #endif
 )";
 
@@ -89,16 +78,7 @@ std::vector<const Node*> bound_reads(const Program& p) {
 // with it the kernel cache's key) then depends on too.
 struct Widths {
   detail::Typer typer;
-  // positions of either sign below kSmallPositions (attention_program.h small_positions)
-  detail::Typer small{typer.params, typer.heads, typer.is_mask, double(kSmallPositions - 1),
-                      -double(kSmallPositions - 1)};
   explicit Widths(const Program& p) : typer{p.params, p.heads, p.is_mask, 2147483647.0} {}
-  // An int node whose float conversion dl_i2f makes exact in a small-positions program.
-  bool small_int(const Node& n) const {
-    if (n.type != Type::integer || !fits(n)) return false;
-    const detail::Interval r = small.range(n);
-    return r.lo >= -4194304.0 && r.hi <= 4194303.0;
-  }
   bool fits(const Node& n) const {
     if (n.type != Type::integer) return true;
     const detail::Interval r = typer.range(n);
@@ -267,7 +247,6 @@ struct Emitter {
         return read;
       }
       case Op::to_real:
-        if (widths.small_int(*n.args[0])) return "dl_i2f(" + e(*n.args[0]) + ")";
         return "((float)" + e(*n.args[0]) + ")";
       case Op::neg:
         return "(-" + operand(n, *n.args[0]) + ")";

@@ -159,11 +159,6 @@ MaskCover mask_cover(const Program& mask, const PairBox& box);
 // `name`: value, derivative, param_count, param_grad (and visible(b, h, q, k) for a mask).
 // constants_as_members: literals read from a member array `c` (the kernel cache's form)
 // instead of being written into the code.
-// Its integer-to-float conversions that stay inside [-2^22, 2^22) while positions stay below
-// kSmallPositions call dl_i2f: exact in two full-rate instructions in a program compiled with
-// DL_SMALL_POSITIONS (for calls whose positions, shifts included, are all below that), a cvt
-// otherwise.
-constexpr int64_t kSmallPositions = int64_t(1) << 21;
 std::string emit_cuda(const Program& p, const std::string& name, bool constants_as_members = false);
 // The learnable tables of a score expression as the CUDA dK/dV kernel accumulates their
 // gradients (cuda/fast/param_grad.cuh), in declaration order: the table's offset in the flat

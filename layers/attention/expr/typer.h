@@ -37,10 +37,6 @@ struct Typer {
   // The largest q or k: unbounded for the checks; the CUDA emitter's bound (the kernels'
   // positions are 32-bit) decides which integer arithmetic fits in 32 bits.
   double position_max = INFINITY;
-  // The smallest: 0 for document positions; the CUDA emitter's small-positions bound takes
-  // -position_max too (a non-causal call with more queries than keys in a document puts its
-  // first queries before the keys, bottom-right aligned).
-  double position_min = 0;
 
   // Integer arithmetic of literals only (-2, 2 * 3): exact in reals too.
   static bool literal_only(const Node& n) {
@@ -208,8 +204,7 @@ struct Typer {
     return n;
   }
 
-  // Bounds of an integer expression (position_min <= q, k <= position_max; 0 <= h < heads).
-  // Unknown: unbounded.
+  // Bounds of an integer expression (q, k >= 0; 0 <= h < heads). Unknown: unbounded.
   Interval range(const Node& n) const {
     auto r = [&](size_t i) { return range(*n.args[i]); };
     auto mul = [](double x, double y) { return (x == 0 || y == 0) ? 0.0 : x * y; };
@@ -218,7 +213,7 @@ struct Typer {
         return {n.value, n.value};
       case Op::q:
       case Op::k:
-        return {position_min, position_max};
+        return {0, position_max};
       case Op::h:
         return {0, double(heads - 1)};
       case Op::neg: {

@@ -156,11 +156,6 @@ std::shared_ptr<const expr::Program> identity_score(const expr::Program& mask) {
   return expr::compile_score_mod("score", decls, mask.heads);
 }
 
-bool small_positions(int64_t t_q, int64_t t_k, int64_t shift_q, int64_t shift_k) {
-  const int64_t shift = std::max(shift_q < 0 ? -shift_q : shift_q, shift_k < 0 ? -shift_k : shift_k);
-  return std::max(t_q, t_k) + shift < expr::kSmallPositions;
-}
-
 AttentionProgram make_program(const expr::Program& score, const ProgramSpec& spec,
                               const expr::Program* mask) {
   DL_CHECK(!score.is_mask, kOp, "the score expression of a program is a mask_mod");
@@ -232,7 +227,6 @@ AttentionProgram make_program(const expr::Program& score, const ProgramSpec& spe
   if (spec.grad_runs >= 0 && spec.pass != Pass::forward && score.param_count > 0)
     p.options.push_back("-DDL_GRAD_RUNS=" + std::to_string(spec.grad_runs));
   if (spec.shifted) p.options.push_back("-DDL_DOC_SHIFT=1");
-  if (spec.small_positions) p.options.push_back("-DDL_SMALL_POSITIONS=1");
   std::string key =
       std::string(kJitFormat) + "\n" + nvrtc_version() + "\narch " + spec.arch + "\noptions";
   for (const std::string& o : p.options) key += " " + o;

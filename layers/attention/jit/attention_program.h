@@ -32,17 +32,7 @@ struct ProgramSpec {
   // The call shifts document 0's positions (AttentionSpec::first_doc_shift; no route's calls
   // do): compiled with DL_DOC_SHIFT, which adds the shift per pair (mod_expr.cuh qpos, kpos).
   bool shifted = false;
-  // Every position of the call lies below expr::kSmallPositions (small_positions): compiled
-  // with DL_SMALL_POSITIONS, where the expression's bounded int-to-float conversions take the
-  // exact full-rate form (emit_cuda dl_i2f).
-  bool small_positions = false;
 };
-
-// Whether every position a call's modifier sees, document positions with document 0's shift,
-// of either sign (bottom-right alignment puts the first of more queries than keys before them),
-// lies strictly inside (-expr::kSmallPositions, expr::kSmallPositions): no position's
-// magnitude reaches max(t_q, t_k) plus the larger shift.
-bool small_positions(int64_t t_q, int64_t t_k, int64_t shift_q, int64_t shift_k);
 
 // Byte layout of ModExpr<U, V> (fast/mod_expr.cuh) for the emitted functors U (score) and V
 // (mask, or NoMask): what the host packs; the program asserts it (static_assert), so a

@@ -115,7 +115,6 @@ const MadeProgram& program(const expr::Program& score, const expr::Program* mask
   const std::string id = std::string(pass_name(spec.pass)) + " " + std::to_string(spec.head_dim) +
                          (spec.wgmma ? " wgmma " : " mma ") + spec.arch + " runs " +
                          std::to_string(spec.grad_runs) + (spec.shifted ? " shifted" : "") +
-                         (spec.small_positions ? " small" : "") +
                          "\n" +
                          expr::emit_cuda(score, "DlUserMod", true) +
                          (mask != nullptr ? expr::emit_cuda(*mask, "DlUserMask", true) : "");
@@ -147,7 +146,6 @@ Kernels kernels(const BoundExpr& e, Pass pass, const gpu::Problem& p) {
   if (const std::string runs = env_value("DRIFTLESS_GRAD_RUNS"); !runs.empty())
     spec.grad_runs = std::atoi(runs.c_str());
   spec.shifted = e.shift_q != 0 || e.shift_k != 0;
-  spec.small_positions = small_positions(p.t_q, p.t_k, e.shift_q, e.shift_k);
   const MadeProgram& made = program(*e.score, e.mask, spec);
   const AttentionProgram& prog = made.program;
   Kernels k;
