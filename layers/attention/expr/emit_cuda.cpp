@@ -27,13 +27,6 @@ template <class X> __device__ __forceinline__ X dl_clamp(X x, X lo, X hi) {
 __device__ __forceinline__ float dl_abs(float x) { return fabsf(x); }
 __device__ __forceinline__ long long dl_abs(long long x) { return x < 0 ? -x : x; }
 __device__ __forceinline__ int dl_abs(int x) { return x < 0 ? -x : x; }
-// |a - b| as the built-in ALiBi's token_distance computes it (score_mod.h): two subtractions
-// and a select, which the compiler keeps; dl_abs(a - b) becomes abs.s32, and the forward's
-// element pass ran ~10% slower with it than the built-in.
-__device__ __forceinline__ int dl_absdiff(int a, int b) { return a >= b ? a - b : b - a; }
-__device__ __forceinline__ long long dl_absdiff(long long a, long long b) {
-  return a >= b ? a - b : b - a;
-}
 // tanh(x) = 1 - 2 / (2^(2 x log2 e) + 1) from ex2.approx and rcp.approx: absolute error ~1e-7,
 // exactly +-1 for large |x| (the built-in softcap's tanh_fast).
 // dl_tanh_pre takes its argument already multiplied by 2 log2 e (the emitter folds that
@@ -292,14 +285,6 @@ struct Emitter {
         return "(" + e(*n.args[0]) + " ? " + operand(n, *n.args[1]) + " : " +
                operand(n, *n.args[2]) + ")";
       case Op::abs:
-        if (const Node& x = *n.args[0]; x.type == Type::integer && x.op == Op::sub) {
-          // in 64 bits where the difference or its magnitude does not fit in 32
-          auto side = [&](const Node& a) {
-            const std::string t = operand(x, a);
-            return widths.fits(n) || !widths.fits(x) ? t : "((long long)" + t + ")";
-          };
-          return "dl_absdiff(" + side(*x.args[0]) + ", " + side(*x.args[1]) + ")";
-        }
         return args(n, "dl_abs");
       case Op::min:
         return args(n, "dl_min");
