@@ -159,6 +159,10 @@ int run_attention(const BenchArgs& a) {
         spec.score_mod = layers::ScoreModSpec::make_alibi(
             Tensor::from_vector(std::vector<float>(sl.begin(), sl.end())));
       }
+      // The tables on the device once, as a model's parameters are: no copy in each call.
+      for (Tensor& t : spec.score_mod.expression_params) t = t.to(Device::cuda);
+      if (spec.score_mod.alibi_slopes.defined())
+        spec.score_mod.alibi_slopes = spec.score_mod.alibi_slopes.to(Device::cuda);
       spec.deterministic = deterministic;
       const char* backward_name = deterministic ? "deterministic" : "atomic_dq";
       Tensor q = Tensor::randn({t, sh.heads, sh.head_dim}, 1).to(Device::cuda, DType::bf16);
