@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 #include "engine/core/cuda/check.h"
 #include "engine/core/cuda/stream.h"
@@ -122,7 +123,7 @@ const MadeProgram& program(const expr::Program& score, const expr::Program* mask
   auto it = memo.find(id);
   if (it != memo.end()) return *it->second;
   AttentionProgram made = make_program(score, spec, mask);
-  KernelKey key(made.key);
+  KernelKey key(std::move(made.key));  // its 146 KB text kept once, in the KernelKey
   auto p = std::make_shared<const MadeProgram>(MadeProgram{std::move(made), std::move(key)});
   memo.emplace(id, p);
   return *p;
