@@ -9,6 +9,7 @@
 // deterministic = false; SDPA's FlashAttention backward sums dQ with atomics too, while
 // FlexAttention's computes dQ per query block).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <iomanip>
 #include <iostream>
@@ -102,7 +103,7 @@ int run_attention(const BenchArgs& a) {
 #else
   DL_CHECK(cuda::device_count() > 0, "bench", "attention needs a CUDA device");
   std::cout << "shape                        fwd_ms  fwd_TFLOPs  fwdbwd_ms  bwd_TFLOPs  "
-               "fwdbwd_TFLOPs  backward\n";
+               "fwdbwd_TFLOPs  backward        fwd_host_us  fwdbwd_host_us\n";
   std::vector<bool> modes = {true};  // AttentionSpec::deterministic
   if (layers::gpu::fast::atomic_dq()) modes.push_back(false);
   nlohmann::json rows = nlohmann::json::array();
@@ -173,11 +174,20 @@ int run_attention(const BenchArgs& a) {
         layers::AttentionOutputs f = layers::attention_forward(q, k, v, spec);
         if (backward) layers::attention_backward(q, k, v, spec, f.out, f.lse, dout);
       };
-      auto time_ms = [&](bool backward) {
+      // GPU time of a call (ms), and in *host_us the host's time to issue one (us): per call,
+      // the median of each call's own (the GPU idle meanwhile); queued, the whole queue's
+      // over the calls (the host may wait there for the GPU).
+      auto time_ms = [&](bool backward, double* host_us) {
+        using clock = std::chrono::steady_clock;
+        auto us_since = [](clock::time_point t0) {
+          return std::chrono::duration<double, std::micro>(clock::now() - t0).count();
+        };
         if (a.queued) {  // the host enqueues ahead of the GPU: its per-call work is hidden
           for (int r = 0; r < a.warmup; ++r) call(backward);
           DL_CUDA_CHECK(cudaEventRecord(e0));
+          const clock::time_point t0 = clock::now();
           for (int r = 0; r < a.reps; ++r) call(backward);
+          *host_us = us_since(t0) / std::max(a.reps, 1);
           DL_CUDA_CHECK(cudaEventRecord(e1));
           DL_CUDA_CHECK(cudaEventSynchronize(e1));
           float x = 0;
@@ -185,19 +195,25 @@ int run_attention(const BenchArgs& a) {
           return double(x) / std::max(a.reps, 1);
         }
         std::vector<float> ms;
+        std::vector<double> host;
         for (int r = 0; r < a.warmup + a.reps; ++r) {
           DL_CUDA_CHECK(cudaEventRecord(e0));
+          const clock::time_point t0 = clock::now();
           call(backward);
+          const double issued = us_since(t0);
           DL_CUDA_CHECK(cudaEventRecord(e1));
           DL_CUDA_CHECK(cudaEventSynchronize(e1));
           float x = 0;
           DL_CUDA_CHECK(cudaEventElapsedTime(&x, e0, e1));
-          if (r >= a.warmup) ms.push_back(x);
+          if (r >= a.warmup) ms.push_back(x), host.push_back(issued);
         }
         std::sort(ms.begin(), ms.end());
+        std::sort(host.begin(), host.end());
+        *host_us = host[host.size() / 2];
         return double(ms[ms.size() / 2]);
       };
-      const double f_ms = time_ms(false), fb_ms = time_ms(true);
+      double f_host = 0, fb_host = 0;
+      const double f_ms = time_ms(false, &f_host), fb_ms = time_ms(true, &fb_host);
       const double b_ms = fb_ms - f_ms;
       const double f_tf = fwd_flops / (f_ms * 1e9), b_tf = bwd_flops / (b_ms * 1e9);
       const double fb_tf = (fwd_flops + bwd_flops) / (fb_ms * 1e9);
@@ -205,7 +221,8 @@ int run_attention(const BenchArgs& a) {
                 << std::setprecision(3) << std::setw(8) << f_ms << std::setprecision(1)
                 << std::setw(12) << f_tf << std::setprecision(3) << std::setw(11) << fb_ms
                 << std::setprecision(1) << std::setw(12) << b_tf << std::setw(15) << fb_tf << "  "
-                << backward_name << "\n";
+                << std::left << std::setw(15) << backward_name << std::right << std::setw(12)
+                << f_host << std::setw(16) << fb_host << "\n";
       rows.push_back({{"shape", sh.name},
                       {"backward", backward_name},
                       {"tokens", t},
@@ -225,7 +242,9 @@ int run_attention(const BenchArgs& a) {
                       {"fwdbwd_ms", fb_ms},
                       {"fwd_tflops", f_tf},
                       {"bwd_tflops", b_tf},
-                      {"fwdbwd_tflops", fb_tf}});
+                      {"fwdbwd_tflops", fb_tf},
+                      {"fwd_host_us", f_host},
+                      {"fwdbwd_host_us", fb_host}});
     }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);

@@ -97,6 +97,10 @@ struct Program {
   std::vector<const Node*> occurrences;
   std::vector<int64_t> grad_offset;  // per param: offset in the flat gradient, -1 if constant
   int64_t param_count = 0;           // learnable scalars
+  // emit_cuda(*this, "DlFunctor", true), made once by compile_*: what identifies the functor a
+  // run-time compiled kernel inlines. The kernels' program memo reads it on every launch
+  // (jit_launch.cpp), where emitting it again cost 5-9 us of host time a call.
+  std::string functor_text;
 
   bool reads_positions() const;  // mentions q or k
   bool reads_score() const;

@@ -349,6 +349,7 @@ std::shared_ptr<const Program> compile(const std::string& source,
     p->grad_offset.push_back(d.learnable ? p->param_count : -1);
     if (d.learnable) p->param_count += d.numel();
   }
+  p->functor_text = emit_cuda(*p, "DlFunctor", true);
   return p;
 }
 

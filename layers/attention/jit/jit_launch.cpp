@@ -116,9 +116,7 @@ const MadeProgram& program(const expr::Program& score, const expr::Program* mask
   const std::string id = std::string(pass_name(spec.pass)) + " " + std::to_string(spec.head_dim) +
                          (spec.wgmma ? " wgmma " : " mma ") + spec.arch + " runs " +
                          std::to_string(spec.grad_runs) + (spec.shifted ? " shifted" : "") +
-                         "\n" +
-                         expr::emit_cuda(score, "DlUserMod", true) +
-                         (mask != nullptr ? expr::emit_cuda(*mask, "DlUserMask", true) : "");
+                         "\n" + score.functor_text + (mask != nullptr ? mask->functor_text : "");
   std::lock_guard<std::mutex> lock(mutex);
   auto it = memo.find(id);
   if (it != memo.end()) return *it->second;
@@ -193,12 +191,18 @@ void launch(const LoadedProgram& lp, size_t i, const gpu::fast::Geometry& g, voi
 }  // namespace
 
 std::string device_arch() {
-  int dev = 0, major = 0, minor = 0;
+  int dev = 0;
   DL_CUDA_CHECK(cudaGetDevice(&dev));
+  // Asked once per device: every launch keys its program by it.
+  static std::mutex mutex;
+  static std::map<int, std::string> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = known.find(dev); it != known.end()) return it->second;
+  int major = 0, minor = 0;
   DL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   DL_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  return "sm_" + std::to_string(major) + std::to_string(minor) +
-         (major == 9 && minor == 0 ? "a" : "");
+  return known[dev] = "sm_" + std::to_string(major) + std::to_string(minor) +
+                      (major == 9 && minor == 0 ? "a" : "");
 }
 
 void forward(const gpu::Problem& p, const BoundExpr& e, const gpu::fast::Tile* tiles, int n_tiles,
