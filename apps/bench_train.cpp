@@ -1,14 +1,18 @@
-// `driftless bench train --config C [--set k=v] [--steps N] [--warmup W]`: tokens/s, MFU and
-// peak memory per GPU of training steps after warm-up (median of the timed steps), on one
-// process or under mpirun with any layout. Benchmark defaults (random packed documents,
-// cuda, bf16, 16 x 1024 tokens, no validation) apply on top of C, so a model config such as
-// configs/models/gpt2_124m.yaml is enough; --set applies last. The last line is JSON, which
-// tests/reference/bench_gpt2.py reads to print the ratios against PyTorch.
+// `driftless bench train --config C [--set k=v] [--steps N] [--warmup W]`: tokens/s, MFU,
+// peak memory per GPU (median of the timed steps after warm-up) and the GPUs' energy a step
+// (NVML's counter), on one process or under mpirun with any layout. Benchmark defaults
+// (random packed documents, cuda, bf16, 16 x 1024 tokens, no validation) apply on top of C, so
+// a model config such as configs/models/gpt2_124m.yaml is enough; --set applies last. The
+// last line is JSON, which tests/reference/bench_gpt2.py reads to print the ratios against
+// PyTorch.
 #include "apps/bench_train.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "apps/distributed_run.h"
@@ -42,6 +46,15 @@ int run_bench_train(const BenchTrainArgs& a) {
     const bool root = o.rank == 0;
     for (int64_t s = 0; s < a.warmup; ++s) t.train_step(s);
     reset_peak_memory(dev);
+    // This rank's GPU energy over the timed steps (each step ends synced: no queue spills
+    // over); NaN on cpu or without the counter.
+    std::string energy_why = "a cpu run";
+    const auto energy = [&] {
+      return dev == Device::cuda ? cuda::energy_joules(&energy_why)
+                                 : std::numeric_limits<double>::quiet_NaN();
+    };
+    const double joules0 = energy();
+    const auto timed0 = std::chrono::steady_clock::now();
     std::vector<double> secs, flop_rates;  // random documents: FLOPs differ per step
     std::vector<double> prepare, issue;    // host time of each step (StepStats)
     double flops = 0;
@@ -58,6 +71,9 @@ int run_bench_train(const BenchTrainArgs& a) {
         std::cerr << "  step " << s << ": " << std::fixed << std::setprecision(1)
                   << st.seconds * 1e3 << " ms, loss " << std::setprecision(4) << st.loss << "\n";
     }
+    const double joules = energy() - joules0;
+    const double timed_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - timed0).count();
     std::sort(secs.begin(), secs.end());
     std::sort(prepare.begin(), prepare.end());
     std::sort(issue.begin(), issue.end());
@@ -72,6 +88,17 @@ int run_bench_train(const BenchTrainArgs& a) {
       peaks.narrow(0, o.rank, 1).copy_(mine);
       if (world > 1) o.data_group->all_reduce(peaks);
     }
+    // Energy of every rank's GPU over the timed steps, gathered as the peaks (NaN anywhere:
+    // not measured).
+    Tensor energies = Tensor::zeros({world}, DType::f64, dev);
+    {
+      Tensor mine = Tensor::full({1}, joules, DType::f64, dev);
+      energies.narrow(0, o.rank, 1).copy_(mine);
+      if (world > 1) o.data_group->all_reduce(energies);
+    }
+    double step_joules = 0;  // all GPUs, a step
+    for (double j : energies.to(Device::cpu).to_vector<double>())
+      step_joules += j / double(a.steps);
     const std::vector<double> peak = peaks.to(Device::cpu).to_vector<double>();
     const double peak_max = *std::max_element(peak.begin(), peak.end());
     double peak_flops = c.precision.peak_tflops * 1e12;
@@ -93,6 +120,15 @@ int run_bench_train(const BenchTrainArgs& a) {
                 << "  host (median): " << std::setprecision(1) << prepare[prepare.size() / 2] * 1e3
                 << " ms making the batch and plan, " << issue[issue.size() / 2] * 1e3
                 << " ms issuing the forwards and backwards\n";
+      if (std::isnan(step_joules))
+        std::cout << "  energy: not measured (" << energy_why << ")\n";
+      else
+        std::cout << "  energy: " << std::setprecision(2) << step_joules << " J a step on " << world
+                  << " GPU(s), " << std::setprecision(0)
+                  << step_joules * double(a.steps) / timed_s / double(world)
+                  << " W a GPU on average, " << std::setprecision(0) << double(tokens) / step_joules
+                  << " tokens/J (over " << std::setprecision(1) << timed_s
+                  << " s; under a power cap the speed follows the energy)\n";
       std::cout << nlohmann::json{{"parameters", t.model().num_parameters()},
                                   {"layout", t.layout().describe()},
                                   {"world", world},
@@ -105,6 +141,13 @@ int run_bench_train(const BenchTrainArgs& a) {
                                   {"tokens_per_s", tps},
                                   {"flops_last_step", flops},
                                   {"mfu", mfu},
+                                  {"joules_per_step", std::isnan(step_joules)
+                                                          ? nlohmann::json()
+                                                          : nlohmann::json(step_joules)},
+                                  {"tokens_per_joule",
+                                   std::isnan(step_joules)
+                                       ? nlohmann::json()
+                                       : nlohmann::json(double(tokens) / step_joules)},
                                   {"peak_bytes_per_rank", peak}}
                        .dump()
                 << "\n";
@@ -119,8 +162,8 @@ CLI::App* add_bench_train(CLI::App& bench, std::function<int()>* run) {
   auto a = std::make_shared<BenchTrainArgs>();
   auto* sub = bench.add_subcommand(
       "train",
-      "training tokens/s, MFU and peak memory per GPU (median of timed steps after warm-up; "
-      "run under mpirun for several ranks)");
+      "training tokens/s, MFU, peak memory per GPU (median of timed steps after warm-up) and "
+      "the GPUs' energy a step and tokens per joule (run under mpirun for several ranks)");
   sub->add_option("--config,-c", a->config, "model or run config (YAML)")
       ->required()
       ->check(CLI::ExistingFile);

@@ -13,7 +13,9 @@
 #include <cmath>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "apps/bench_train.h"
 #include "apps/command.h"
@@ -45,7 +47,7 @@ struct BenchArgs {
   // bench attention --score-mod: a score expression for every shape (in place of softcap),
   // compiled at run time on CUDA; it may read the tables `slope` (H) and `bias` (H, 64).
   std::string score_mod;
-  bool alibi = false;  // bench attention --alibi: the built-in ALiBi with `slope`'s values
+  bool alibi = false;      // bench attention --alibi: the built-in ALiBi with `slope`'s values
   bool learnable = false;  // bench attention --learnable: --score-mod's tables take gradients
   bool queued = false;     // bench attention --queued: the reps as one queue (device time)
   std::string mask_mod;    // bench attention --mask-mod: a mask expression (with --score-mod's)
@@ -96,6 +98,22 @@ std::vector<double> bench_slopes(int64_t heads) {
       mask.empty() ? nullptr : layers::expr::compile_mask_mod(mask, decls, int(heads)), params);
 }
 
+#ifdef DRIFTLESS_HAVE_CUDA
+// Shortest queue whose energy bench attention reports (s): the driver refreshes the counter
+// every few tens of milliseconds.
+constexpr double kEnergySpan = 1.0;
+
+std::string mj_text(double mj) {
+  if (std::isnan(mj)) return "-";
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(1) << mj;
+  return o.str();
+}
+nlohmann::json json_number(double x) {
+  return std::isnan(x) ? nlohmann::json() : nlohmann::json(x);
+}
+#endif
+
 int run_attention(const BenchArgs& a) {
 #ifndef DRIFTLESS_HAVE_CUDA
   (void)a;
@@ -103,7 +121,8 @@ int run_attention(const BenchArgs& a) {
 #else
   DL_CHECK(cuda::device_count() > 0, "bench", "attention needs a CUDA device");
   std::cout << "shape                        fwd_ms  fwd_TFLOPs  fwdbwd_ms  bwd_TFLOPs  "
-               "fwdbwd_TFLOPs  backward        fwd_host_us  fwdbwd_host_us\n";
+               "fwdbwd_TFLOPs  backward        fwd_host_us  fwdbwd_host_us    fwd_mJ"
+               "   fwdbwd_mJ\n";
   std::vector<bool> modes = {true};  // AttentionSpec::deterministic
   if (layers::gpu::fast::atomic_dq()) modes.push_back(false);
   nlohmann::json rows = nlohmann::json::array();
@@ -176,20 +195,27 @@ int run_attention(const BenchArgs& a) {
       };
       // GPU time of a call (ms), and in *host_us the host's time to issue one (us): per call,
       // the median of each call's own (the GPU idle meanwhile); queued, the whole queue's
-      // over the calls (the host may wait there for the GPU).
-      auto time_ms = [&](bool backward, double* host_us) {
+      // over the calls (the host may wait there for the GPU). Queued, *mj is the GPU's
+      // energy a call (mJ) over the queue, NaN where the queue lasted under kEnergySpan
+      // seconds (the counter's refresh makes shorter spans meaningless) or there is no counter.
+      auto time_ms = [&](bool backward, double* host_us, double* mj) {
+        *mj = std::numeric_limits<double>::quiet_NaN();
         using clock = std::chrono::steady_clock;
         auto us_since = [](clock::time_point t0) {
           return std::chrono::duration<double, std::micro>(clock::now() - t0).count();
         };
         if (a.queued) {  // the host enqueues ahead of the GPU: its per-call work is hidden
           for (int r = 0; r < a.warmup; ++r) call(backward);
+          DL_CUDA_CHECK(cudaDeviceSynchronize());  // the energy counted from an idle queue
+          const double j0 = cuda::energy_joules();
           DL_CUDA_CHECK(cudaEventRecord(e0));
           const clock::time_point t0 = clock::now();
           for (int r = 0; r < a.reps; ++r) call(backward);
           *host_us = us_since(t0) / std::max(a.reps, 1);
           DL_CUDA_CHECK(cudaEventRecord(e1));
           DL_CUDA_CHECK(cudaEventSynchronize(e1));
+          const double j1 = cuda::energy_joules();
+          if (us_since(t0) >= kEnergySpan * 1e6) *mj = (j1 - j0) * 1e3 / std::max(a.reps, 1);
           float x = 0;
           DL_CUDA_CHECK(cudaEventElapsedTime(&x, e0, e1));
           return double(x) / std::max(a.reps, 1);
@@ -212,8 +238,8 @@ int run_attention(const BenchArgs& a) {
         *host_us = host[host.size() / 2];
         return double(ms[ms.size() / 2]);
       };
-      double f_host = 0, fb_host = 0;
-      const double f_ms = time_ms(false, &f_host), fb_ms = time_ms(true, &fb_host);
+      double f_host = 0, fb_host = 0, f_mj = 0, fb_mj = 0;
+      const double f_ms = time_ms(false, &f_host, &f_mj), fb_ms = time_ms(true, &fb_host, &fb_mj);
       const double b_ms = fb_ms - f_ms;
       const double f_tf = fwd_flops / (f_ms * 1e9), b_tf = bwd_flops / (b_ms * 1e9);
       const double fb_tf = (fwd_flops + bwd_flops) / (fb_ms * 1e9);
@@ -222,7 +248,8 @@ int run_attention(const BenchArgs& a) {
                 << std::setw(12) << f_tf << std::setprecision(3) << std::setw(11) << fb_ms
                 << std::setprecision(1) << std::setw(12) << b_tf << std::setw(15) << fb_tf << "  "
                 << std::left << std::setw(15) << backward_name << std::right << std::setw(12)
-                << f_host << std::setw(16) << fb_host << "\n";
+                << f_host << std::setw(16) << fb_host << std::setw(10) << mj_text(f_mj)
+                << std::setw(12) << mj_text(fb_mj) << "\n";
       rows.push_back({{"shape", sh.name},
                       {"backward", backward_name},
                       {"tokens", t},
@@ -244,7 +271,9 @@ int run_attention(const BenchArgs& a) {
                       {"bwd_tflops", b_tf},
                       {"fwdbwd_tflops", fb_tf},
                       {"fwd_host_us", f_host},
-                      {"fwdbwd_host_us", fb_host}});
+                      {"fwdbwd_host_us", fb_host},
+                      {"fwd_mj", json_number(f_mj)},
+                      {"fwdbwd_mj", json_number(fb_mj)}});
     }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
@@ -333,7 +362,10 @@ Registrar reg({"bench",
                                "time, the host's per-call work hidden behind it (by default "
                                "each call is timed alone, from before its host work to its "
                                "last kernel, as tests/reference/bench_attention.py times "
-                               "PyTorch)");
+                               "PyTorch); also the GPU's energy a call (fwd_mJ, fwdbwd_mJ, "
+                               "from NVML's counter) where the queue lasts a second or more: "
+                               "raise --reps until it does (a long run is power-capped, and "
+                               "its speed then follows the energy)");
                  att->add_flag("--learnable", a->learnable,
                                "--score-mod's tables `slope` and `bias` take gradients (the "
                                "backward computes them, as in training)");

@@ -9,7 +9,7 @@
 namespace driftless::cuda {
 
 bool built_with_cuda();
-int device_count();  // 0 when built without CUDA or no GPU is present
+int device_count();         // 0 when built without CUDA or no GPU is present
 std::string device_name();  // the current GPU's name ("" without one)
 Allocator& allocator();
 // dst and src have the same shape; either may live on cpu, at least one on cuda.
@@ -23,5 +23,11 @@ void synchronize();
 MemoryStats memory_stats();  // the caching allocator's counters
 void reset_peak_memory();
 void empty_cache();  // frees the caching allocator's unused blocks (cudaFree)
+// The current GPU's energy counter in joules (NVML's total energy since the driver loaded,
+// read through libnvidia-ml.so.1 loaded at run time), or NaN where there is none: built
+// without CUDA, no NVML library, or a GPU without the counter (*why, if given, says which).
+// The driver refreshes the counter every few tens of milliseconds: differences are meaningful
+// over spans of a second or more. Under a power cap a run's speed follows its energy per step.
+double energy_joules(std::string* why = nullptr);
 
 }  // namespace driftless::cuda

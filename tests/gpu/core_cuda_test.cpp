@@ -3,6 +3,9 @@
 // the caching allocator reuses blocks. Skips when no GPU is present.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -85,6 +88,28 @@ TEST(CoreCuda, StridedCopyPathsMatchCpu) {
     fe.narrow(0, 5, 2).zero_();
     EXPECT_EQ(f.to_vector<double>(), fe.to_vector<double>());
   }
+}
+
+// NVML's energy counter through cuda::energy_joules: it grows while the GPU copies memory
+// for 1.5 s, at a plausible power (a unit error of 1000x in either direction fails).
+TEST(CoreCuda, EnergyCounterGrowsUnderLoad) {
+  DL_REQUIRE_GPU();
+  std::string why;
+  const double j0 = cuda::energy_joules(&why);
+  if (std::isnan(j0)) GTEST_SKIP() << "no energy counter: " << why;
+  Tensor src = Tensor::zeros({int64_t(1) << 28}, DType::f32, Device::cuda);  // 1 GiB
+  Tensor dst = Tensor::empty({int64_t(1) << 28}, DType::f32, Device::cuda);
+  const auto t0 = std::chrono::steady_clock::now();
+  double seconds = 0;
+  while (seconds < 1.5) {
+    for (int i = 0; i < 10; ++i) cuda::copy(dst, src);
+    cuda::synchronize();
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  const double watts = (cuda::energy_joules(&why) - j0) / seconds;
+  std::printf("[core cuda] %.0f W while copying memory for %.2f s\n", watts, seconds);
+  EXPECT_GT(watts, 10.0) << why;
+  EXPECT_LT(watts, 5000.0) << why;
 }
 
 TEST(CoreCuda, FillAndAccumulate) {

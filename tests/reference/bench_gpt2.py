@@ -11,12 +11,17 @@ driftless / torch ratios.
 import argparse
 import json
 import math
+import os
 import statistics
+import sys
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nvml_energy import energy_joules  # noqa: E402
 
 MODELS = {"124m": (12, 12, 768), "350m": (24, 16, 1024)}
 PEAK_BF16 = 989.4e12  # H100 / H200 SXM dense bf16
@@ -54,11 +59,13 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
 
 
-def median_step_seconds(model, compile_, idx, tgt, steps, warmup, profile_rows=0):
+def median_step_seconds(model, compile_, idx, tgt, steps, warmup, profile_rows=0, energy=None):
     """Median seconds of a training step of model(idx, tgt) -> loss (bf16 autocast, fused
     AdamW, optionally under torch.compile) after `warmup` untimed steps; the peak-memory
     counter is reset after the warm-up. profile_rows > 0: one more step runs under
-    torch.profiler and its `profile_rows` costliest GPU kernels are printed."""
+    torch.profiler and its `profile_rows` costliest GPU kernels are printed. energy: a dict
+    that receives the GPU's joules a step over the timed steps ("joules_per_step", None
+    without NVML's counter), as `driftless bench train` measures them."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     step_model = torch.compile(model) if compile_ else model
 
@@ -74,11 +81,15 @@ def median_step_seconds(model, compile_, idx, tgt, steps, warmup, profile_rows=0
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     secs = []
+    j0 = energy_joules()
     for _ in range(steps):
         t0 = time.perf_counter()
         step()
         torch.cuda.synchronize()
         secs.append(time.perf_counter() - t0)
+    j1 = energy_joules()
+    if energy is not None:
+        energy["joules_per_step"] = (j1 - j0) / steps if j0 is not None and j1 is not None else None
     if profile_rows > 0:
         from torch.profiler import ProfilerActivity, profile
         with profile(activities=[ProfilerActivity.CUDA]) as prof:

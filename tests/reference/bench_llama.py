@@ -112,7 +112,9 @@ def bench(name, batch, seq, compile_, steps, warmup, use_hf, profile_rows=0):
     n_params = sum(p.numel() for p in model.parameters())
     idx = torch.randint(0, V, (batch, seq), device="cuda")
     tgt = torch.randint(0, V, (batch, seq), device="cuda")
-    med = median_step_seconds(model, compile_, idx, tgt, steps, warmup, profile_rows)
+    energy = {}
+    med = median_step_seconds(model, compile_, idx, tgt, steps, warmup, profile_rows, energy)
+    jps = energy["joules_per_step"]
     tokens = batch * seq
     D = C // H
     matmul_params = L * (C * (H + 2 * HKV) * D + C * C + 3 * C * FF) + V * C
@@ -121,7 +123,8 @@ def bench(name, batch, seq, compile_, steps, warmup, use_hf, profile_rows=0):
     impl = ("hf " if use_hf else "") + ("torch.compile" if compile_ else "eager")
     return {"impl": impl, "model": name, "parameters": n_params, "tokens_per_s": tokens / med,
             "mfu": flops / med / PEAK_BF16, "peak_bytes": torch.cuda.max_memory_allocated(),
-            "median_step_s": med}
+            "median_step_s": med, "joules_per_step": jps,
+            "tokens_per_joule": tokens / jps if jps else None}
 
 
 def main():
@@ -150,14 +153,23 @@ def main():
             lines = [l for l in f if l.startswith("{")]
         dl = json.loads(lines[-1]) if lines else None
     print(f"{a.model}, {a.batch} x {a.seq} tokens, bf16, {torch.cuda.get_device_name()}")
-    print(f"{'impl':<20}{'tokens/s':>12}{'MFU':>8}{'peak GiB':>10}{'driftless/x':>13}")
+    # tokens/J: the GPU's energy over the timed steps (NVML), which sets the speed of a
+    # power-capped run; "-" without the counter.
+    print(f"{'impl':<20}{'tokens/s':>12}{'MFU':>8}{'peak GiB':>10}{'driftless/x':>13}"
+          f"{'tokens/J':>10}{'J ratio':>9}")
+
+    def per_joule(r):
+        return f"{r['tokens_per_joule']:.0f}" if r.get("tokens_per_joule") else "-"
     for r in rows:
         ratio = f"{dl['tokens_per_s'] / r['tokens_per_s']:.3f}" if dl else "-"
+        jr = (f"{dl['tokens_per_joule'] / r['tokens_per_joule']:.3f}"
+              if dl and dl.get("tokens_per_joule") and r.get("tokens_per_joule") else "-")
         print(f"{r['impl']:<20}{r['tokens_per_s']:>12.0f}{100 * r['mfu']:>7.1f}%"
-              f"{r['peak_bytes'] / 2**30:>10.2f}{ratio:>13}")
+              f"{r['peak_bytes'] / 2**30:>10.2f}{ratio:>13}{per_joule(r):>10}{jr:>9}")
     if dl:
         print(f"{'driftless':<20}{dl['tokens_per_s']:>12.0f}{100 * dl['mfu']:>7.1f}%"
-              f"{max(dl['peak_bytes_per_rank']) / 2**30:>10.2f}{'1.000':>13}")
+              f"{max(dl['peak_bytes_per_rank']) / 2**30:>10.2f}{'1.000':>13}"
+              f"{per_joule(dl):>10}{'1.000':>9}")
     print(json.dumps(rows))
 
 

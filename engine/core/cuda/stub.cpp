@@ -1,4 +1,6 @@
 // CUDA primitives when driftless is built without CUDA: every call explains the build.
+#include <limits>
+
 #include "engine/core/device_ops.h"
 
 namespace driftless::cuda {
@@ -22,5 +24,9 @@ void synchronize() {}
 MemoryStats memory_stats() { return {}; }
 void reset_peak_memory() {}
 void empty_cache() {}
+double energy_joules(std::string* why) {
+  if (why) *why = "built without CUDA";
+  return std::numeric_limits<double>::quiet_NaN();
+}
 
 }  // namespace driftless::cuda
