@@ -100,6 +100,27 @@ def median_step_seconds(model, compile_, idx, tgt, steps, warmup, profile_rows=0
     return statistics.median(secs)
 
 
+def print_table(rows, dl, width):
+    """torch's rows and driftless's (dl: `bench train`'s JSON, or None) with the ratios: tokens/s,
+    MFU, peak memory and tokens/J (the GPU's energy over the timed steps, from NVML: it sets the
+    speed of a power-capped run; "-" without the counter)."""
+    print(f"{'impl':<{width}}{'tokens/s':>12}{'MFU':>8}{'peak GiB':>10}{'driftless/x':>13}"
+          f"{'tokens/J':>10}{'J ratio':>9}")
+
+    def per_joule(r):
+        return f"{r['tokens_per_joule']:.0f}" if r.get("tokens_per_joule") else "-"
+    for r in rows:
+        ratio = f"{dl['tokens_per_s'] / r['tokens_per_s']:.3f}" if dl else "-"
+        jr = (f"{dl['tokens_per_joule'] / r['tokens_per_joule']:.3f}"
+              if dl and dl.get("tokens_per_joule") and r.get("tokens_per_joule") else "-")
+        print(f"{r['impl']:<{width}}{r['tokens_per_s']:>12.0f}{100 * r['mfu']:>7.1f}%"
+              f"{r['peak_bytes'] / 2**30:>10.2f}{ratio:>13}{per_joule(r):>10}{jr:>9}")
+    if dl:
+        print(f"{'driftless':<{width}}{dl['tokens_per_s']:>12.0f}{100 * dl['mfu']:>7.1f}%"
+              f"{max(dl['peak_bytes_per_rank']) / 2**30:>10.2f}{'1.000':>13}"
+              f"{per_joule(dl):>10}{'1.000':>9}")
+
+
 def bench(name, batch, seq, compile_, steps, warmup):
     L, H, C = MODELS[name]
     torch.manual_seed(0)
@@ -107,13 +128,16 @@ def bench(name, batch, seq, compile_, steps, warmup):
     n_params = sum(p.numel() for p in model.parameters())
     idx = torch.randint(0, 50257, (batch, seq), device="cuda")
     tgt = torch.randint(0, 50257, (batch, seq), device="cuda")
-    med = median_step_seconds(model, compile_, idx, tgt, steps, warmup)
+    energy = {}
+    med = median_step_seconds(model, compile_, idx, tgt, steps, warmup, energy=energy)
+    jps = energy["joules_per_step"]
     tokens = batch * seq
     matmul_params = L * 12 * C * C + 50257 * C
     flops = 3 * (2 * matmul_params * tokens + L * 4 * C * batch * seq * (seq + 1) / 2)
     return {"impl": "torch.compile" if compile_ else "eager", "model": name,
             "parameters": n_params, "tokens_per_s": tokens / med, "mfu": flops / med / PEAK_BF16,
-            "peak_bytes": torch.cuda.max_memory_allocated(), "median_step_s": med}
+            "peak_bytes": torch.cuda.max_memory_allocated(), "median_step_s": med,
+            "joules_per_step": jps, "tokens_per_joule": tokens / jps if jps else None}
 
 
 def main():
@@ -136,14 +160,7 @@ def main():
             lines = [l for l in f if l.startswith("{")]
         dl = json.loads(lines[-1])
     print(f"GPT-2 {a.model}, {a.batch} x {a.seq} tokens, bf16, {torch.cuda.get_device_name()}")
-    print(f"{'impl':<16}{'tokens/s':>12}{'MFU':>8}{'peak GiB':>10}{'driftless/x':>13}")
-    for r in rows:
-        ratio = f"{dl['tokens_per_s'] / r['tokens_per_s']:.3f}" if dl else "-"
-        print(f"{r['impl']:<16}{r['tokens_per_s']:>12.0f}{100 * r['mfu']:>7.1f}%"
-              f"{r['peak_bytes'] / 2**30:>10.2f}{ratio:>13}")
-    if dl:
-        print(f"{'driftless':<16}{dl['tokens_per_s']:>12.0f}{100 * dl['mfu']:>7.1f}%"
-              f"{max(dl['peak_bytes_per_rank']) / 2**30:>10.2f}{'1.000':>13}")
+    print_table(rows, dl, 16)
     print(json.dumps(rows))
 
 

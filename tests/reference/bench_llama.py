@@ -22,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gpt2 import median_step_seconds  # noqa: E402
+from bench_gpt2 import median_step_seconds, print_table  # noqa: E402
 
 # layers, hidden, heads, kv heads, intermediate, vocab, rope theta
 MODELS = {
@@ -153,23 +153,7 @@ def main():
             lines = [l for l in f if l.startswith("{")]
         dl = json.loads(lines[-1]) if lines else None
     print(f"{a.model}, {a.batch} x {a.seq} tokens, bf16, {torch.cuda.get_device_name()}")
-    # tokens/J: the GPU's energy over the timed steps (NVML), which sets the speed of a
-    # power-capped run; "-" without the counter.
-    print(f"{'impl':<20}{'tokens/s':>12}{'MFU':>8}{'peak GiB':>10}{'driftless/x':>13}"
-          f"{'tokens/J':>10}{'J ratio':>9}")
-
-    def per_joule(r):
-        return f"{r['tokens_per_joule']:.0f}" if r.get("tokens_per_joule") else "-"
-    for r in rows:
-        ratio = f"{dl['tokens_per_s'] / r['tokens_per_s']:.3f}" if dl else "-"
-        jr = (f"{dl['tokens_per_joule'] / r['tokens_per_joule']:.3f}"
-              if dl and dl.get("tokens_per_joule") and r.get("tokens_per_joule") else "-")
-        print(f"{r['impl']:<20}{r['tokens_per_s']:>12.0f}{100 * r['mfu']:>7.1f}%"
-              f"{r['peak_bytes'] / 2**30:>10.2f}{ratio:>13}{per_joule(r):>10}{jr:>9}")
-    if dl:
-        print(f"{'driftless':<20}{dl['tokens_per_s']:>12.0f}{100 * dl['mfu']:>7.1f}%"
-              f"{max(dl['peak_bytes_per_rank']) / 2**30:>10.2f}{'1.000':>13}"
-              f"{per_joule(dl):>10}{'1.000':>9}")
+    print_table(rows, dl, 20)
     print(json.dumps(rows))
 
 
