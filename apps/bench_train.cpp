@@ -80,32 +80,25 @@ int run_bench_train(const BenchTrainArgs& a) {
     std::sort(flop_rates.begin(), flop_rates.end());
     const double median = secs[secs.size() / 2];
     const double median_rate = flop_rates[flop_rates.size() / 2];
-    // Peak memory of every rank: each writes its slot, a sum gathers them.
+    // A value of every rank: each writes its slot, a sum gathers them (NaN anywhere stays).
     const int64_t world = t.layout().world_size();
-    Tensor peaks = Tensor::zeros({world}, DType::f64, dev);
-    {
-      Tensor mine = Tensor::full({1}, double(memory_stats(dev).peak_bytes_in_use), DType::f64, dev);
-      peaks.narrow(0, o.rank, 1).copy_(mine);
-      if (world > 1) o.data_group->all_reduce(peaks);
-    }
-    // Energy of every rank's GPU over the timed steps, gathered as the peaks (NaN anywhere:
-    // not measured).
-    Tensor energies = Tensor::zeros({world}, DType::f64, dev);
-    {
-      Tensor mine = Tensor::full({1}, joules, DType::f64, dev);
-      energies.narrow(0, o.rank, 1).copy_(mine);
-      if (world > 1) o.data_group->all_reduce(energies);
-    }
-    double step_joules = 0;  // all GPUs, a step
-    for (double j : energies.to(Device::cpu).to_vector<double>())
-      step_joules += j / double(a.steps);
-    const std::vector<double> peak = peaks.to(Device::cpu).to_vector<double>();
+    const auto gather = [&](double mine) {
+      Tensor all = Tensor::zeros({world}, DType::f64, dev);
+      all.narrow(0, o.rank, 1).copy_(Tensor::full({1}, mine, DType::f64, dev));
+      if (world > 1) o.data_group->all_reduce(all);
+      return all.to(Device::cpu).to_vector<double>();
+    };
+    const std::vector<double> peak = gather(double(memory_stats(dev).peak_bytes_in_use));
+    double step_joules = 0;  // every rank's GPU, a step (NaN: not measured)
+    for (double j : gather(joules)) step_joules += j / double(a.steps);
     const double peak_max = *std::max_element(peak.begin(), peak.end());
     double peak_flops = c.precision.peak_tflops * 1e12;
-    if (peak_flops == 0 && dev == Device::cuda) peak_flops = train::cuda_peak_flops(c.precision.compute);
+    if (peak_flops == 0 && dev == Device::cuda)
+      peak_flops = train::cuda_peak_flops(c.precision.compute);
     const double tps = double(tokens) / median;
     const double mfu = peak_flops > 0 ? median_rate / (peak_flops * double(world)) : 0;
     if (root) {
+      const auto or_null = [](double x) { return std::isnan(x) ? nlohmann::json() : nlohmann::json(x); };
       std::cout << "bench train: " << t.model().num_parameters() << " parameters, "
                 << t.layout().describe() << ", " << c.batch.sequences << " x "
                 << c.batch.sequence_length << " tokens, " << dtype_name(c.precision.compute)
@@ -141,13 +134,8 @@ int run_bench_train(const BenchTrainArgs& a) {
                                   {"tokens_per_s", tps},
                                   {"flops_last_step", flops},
                                   {"mfu", mfu},
-                                  {"joules_per_step", std::isnan(step_joules)
-                                                          ? nlohmann::json()
-                                                          : nlohmann::json(step_joules)},
-                                  {"tokens_per_joule",
-                                   std::isnan(step_joules)
-                                       ? nlohmann::json()
-                                       : nlohmann::json(double(tokens) / step_joules)},
+                                  {"joules_per_step", or_null(step_joules)},
+                                  {"tokens_per_joule", or_null(double(tokens) / step_joules)},
                                   {"peak_bytes_per_rank", peak}}
                        .dump()
                 << "\n";

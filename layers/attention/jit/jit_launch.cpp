@@ -72,8 +72,10 @@ struct LoadedProgram {
   CUmodule module = nullptr;
   std::vector<CUfunction> functions;
   // Per function, the dynamic shared memory its attribute allows so far (launch raises it only
-  // when a launch needs more: the built-in kernels set it once too).
+  // when a launch needs more: the built-in kernels set it once too), raised under smem_mutex
+  // so that the attribute only grows.
   mutable std::unique_ptr<std::atomic<int>[]> smem_allowed;
+  mutable std::mutex smem_mutex;
   LoadedProgram() = default;
   LoadedProgram(const LoadedProgram&) = delete;
   LoadedProgram& operator=(const LoadedProgram&) = delete;
@@ -97,8 +99,7 @@ Loaded load(const std::string& binary) {
     check(driver().get_function(&f, lp->module, name.c_str()), "cuModuleGetFunction");
     lp->functions.push_back(f);
   }
-  lp->smem_allowed = std::make_unique<std::atomic<int>[]>(lp->functions.size());
-  for (size_t i = 0; i < lp->functions.size(); ++i) lp->smem_allowed[i] = 0;
+  lp->smem_allowed = std::make_unique<std::atomic<int>[]>(lp->functions.size());  // zeros
   return lp;
 }
 
@@ -115,8 +116,9 @@ const MadeProgram& program(const expr::Program& score, const expr::Program* mask
   static std::map<std::string, std::shared_ptr<const MadeProgram>> memo;
   const std::string id = std::string(pass_name(spec.pass)) + " " + std::to_string(spec.head_dim) +
                          (spec.wgmma ? " wgmma " : " mma ") + spec.arch + " runs " +
-                         std::to_string(spec.grad_runs) + (spec.shifted ? " shifted" : "") +
-                         "\n" + score.functor_text + (mask != nullptr ? mask->functor_text : "");
+                         std::to_string(spec.grad_runs) + (spec.shifted ? " shifted" : "") + "\n" +
+                         score.functor_text +
+                         (mask != nullptr ? "mask\n" + mask->functor_text : "");
   std::lock_guard<std::mutex> lock(mutex);
   auto it = memo.find(id);
   if (it != memo.end()) return *it->second;
@@ -165,10 +167,11 @@ void launch(const LoadedProgram& lp, size_t i, const gpu::fast::Geometry& g, voi
   CUfunction f = lp.functions[i];
   std::atomic<int>& allowed = lp.smem_allowed[i];
   if (int(g.smem) > allowed.load(std::memory_order_acquire)) {
-    check(driver().set_attribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g.smem),
-          "cuFuncSetAttribute (dynamic shared memory)");
-    int seen = allowed.load(std::memory_order_acquire);
-    while (seen < int(g.smem) && !allowed.compare_exchange_weak(seen, int(g.smem))) {
+    std::lock_guard<std::mutex> lock(lp.smem_mutex);
+    if (int(g.smem) > allowed.load(std::memory_order_relaxed)) {
+      check(driver().set_attribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, g.smem),
+            "cuFuncSetAttribute (dynamic shared memory)");
+      allowed.store(int(g.smem), std::memory_order_release);
     }
   }
   CUlaunchConfig config = {};
@@ -282,8 +285,7 @@ void backward(const gpu::Problem& p, const BoundExpr& e, const gpu::fast::Tile* 
     float* grad = e.dparams;
     long long n = learnables;
     void* args[] = {&sums, &grad, &n};
-    launch(*k.program, k.program->functions.size() - 1, {unsigned((n + 255) / 256), 256, 0},
-           args);
+    launch(*k.program, k.program->functions.size() - 1, {unsigned((n + 255) / 256), 256, 0}, args);
   }
 }
 
