@@ -98,7 +98,6 @@ int run_bench_train(const BenchTrainArgs& a) {
     const double tps = double(tokens) / median;
     const double mfu = peak_flops > 0 ? median_rate / (peak_flops * double(world)) : 0;
     if (root) {
-      const auto or_null = [](double x) { return std::isnan(x) ? nlohmann::json() : nlohmann::json(x); };
       std::cout << "bench train: " << t.model().num_parameters() << " parameters, "
                 << t.layout().describe() << ", " << c.batch.sequences << " x "
                 << c.batch.sequence_length << " tokens, " << dtype_name(c.precision.compute)
@@ -134,8 +133,8 @@ int run_bench_train(const BenchTrainArgs& a) {
                                   {"tokens_per_s", tps},
                                   {"flops_last_step", flops},
                                   {"mfu", mfu},
-                                  {"joules_per_step", or_null(step_joules)},
-                                  {"tokens_per_joule", or_null(double(tokens) / step_joules)},
+                                  {"joules_per_step", json_number(step_joules)},
+                                  {"tokens_per_joule", json_number(double(tokens) / step_joules)},
                                   {"peak_bytes_per_rank", peak}}
                        .dump()
                 << "\n";

@@ -109,9 +109,6 @@ std::string mj_text(double mj) {
   o << std::fixed << std::setprecision(1) << mj;
   return o.str();
 }
-nlohmann::json json_number(double x) {
-  return std::isnan(x) ? nlohmann::json() : nlohmann::json(x);
-}
 #endif
 
 int run_attention(const BenchArgs& a) {
