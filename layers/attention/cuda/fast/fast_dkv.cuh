@@ -57,8 +57,10 @@ struct DkvWarpgroups {
 // every step and adds it to dq_acc (T_q, H, D) f32 with atomic adds, so the dQ kernel and
 // its recomputation of S and dP are not needed. dS^T of the step goes through shared memory
 // as bf16 (the operand dK = dS^T Q takes) and is the M-major A operand of the product. The
-// order of the adds, and with it the bits of dQ, varies from run to run. Unlike the dQ
-// kernel, dS is not split into a bf16 head and tail: one bf16 rounding, as in FlashAttention's
+// order of the adds, and with it the bits of dQ, varies from run to run. dQ's product is
+// issued after the second half's dS^T is stored and before that half's dV, dK products, so
+// the atomics run while those products do (BENCHMARKS.md, the atomic dQ issued early). Unlike the
+// dQ kernel, dS is not split into a bf16 head and tail: one bf16 rounding, as in FlashAttention's
 // kernels and in the plain bf16 reference the tests' bound is made from (dq stays well within
 // that bound), and the tail's 8 KB of shared memory left one CTA per SM at D = 128 (a slower
 // backward, BENCHMARKS.md).
@@ -266,6 +268,23 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
               "st.shared.b32 [%0], %1;\n" ::"r"(tile_addr<kBQ>(tile, kr + 8, (c >> 3) + 1) + at),
               "r"(a[3]));
         };
+        // dQ (kBQ queries x D) = dS K over the tile's keys: A is dS^T read M-major, B the K
+        // tile read N-major; with two warpgroups, warpgroup wg takes the 64-column atom wg
+        // of K (1024 bytes apart in an 8-row group), so dQ's columns 64 wg ..
+        constexpr int NDQ = ND / kWG;  // 8-column chunks of dQ this warpgroup computes
+        static_assert(!kDq || kWG == 1 || NDQ == 8,
+                      "a warpgroup's dQ columns are one 64-column atom");
+        float dq[NDQ][4];
+        auto dq_product = [&] {
+          fence_proxy_async();
+          __syncthreads();  // every warp's rows of dS^T written
+          wg_fence();
+#pragma unroll
+          for (int kk = 0; kk < kKeys / 16; ++kk)
+            wgmma_ss<1, 1>(dq, wg_desc_n<kBQ>(sdS, kk),
+                           wg_desc_n<D>(sK, kk) + uint64_t(wg * (1024 >> 4)), kk);
+          wg_commit();
+        };
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
           float2 l2[NH], dl2[NH];
@@ -280,6 +299,8 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
             c_to_a(as[hf][kk], dpt[hf][2 * kk], dpt[hf][2 * kk + 1]);
             if constexpr (kDq) store_ds(sdS, kk, hf, as[hf][kk]);
           }
+          if constexpr (kDq)
+            if (hf == 1) dq_product();  // ahead of the second half's dV, dK products
           wg_fence();
 #pragma unroll
           for (int kk = 0; kk < KH; ++kk)
@@ -290,21 +311,7 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
           wg_commit();
         }
         if constexpr (kDq) {
-          // dQ (kBQ queries x D) = dS K over the tile's keys: A is dS^T read M-major, B the K
-          // tile read N-major; with two warpgroups, warpgroup wg takes the 64-column atom wg
-          // of K (1024 bytes apart in an 8-row group), so dQ's columns 64 wg ..
-          fence_proxy_async();
-          __syncthreads();  // every warp's rows of dS^T written
-          constexpr int NDQ = ND / kWG;  // 8-column chunks of dQ this warpgroup computes
-          static_assert(kWG == 1 || NDQ == 8, "a warpgroup's dQ columns are one 64-column atom");
-          float dq[NDQ][4];
-          wg_fence();
-#pragma unroll
-          for (int kk = 0; kk < kKeys / 16; ++kk)
-            wgmma_ss<1, 1>(dq, wg_desc_n<kBQ>(sdS, kk),
-                           wg_desc_n<D>(sK, kk) + uint64_t(wg * (1024 >> 4)), kk);
-          wg_commit();
-          wg_wait<0>();
+          wg_wait<1>();  // dQ's product done; the second half's dV, dK products may run on
           wg_hold(dq);
           const int nq = min(kBQ, q_len - q0);
           // Four adjacent columns a reduction (16-byte lanes: measured faster than 8-byte ones,
@@ -329,9 +336,8 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
               red_add_f32x4(dst + n * 8, v, row < nq);
             }
           }
-        } else {
-          wg_wait<0>();
         }
+        wg_wait<0>();
         wg_hold(dv_acc);
         wg_hold(dk_acc);
       } else {
