@@ -7,6 +7,7 @@
 // Skips when no GPU is present.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -324,17 +325,31 @@ TEST(FusedCuda, RmsNormGradIntoF32Storage) {
                            dt, 1e-4);
 }
 
+//
+// The bf16 output's bound is twice the error of the plain bf16 computation (FlashAttention's
+// criterion, as the attention tests): rms_norm's output rounded to bf16, then the add rounded
+// again. Where h and the normalized row cancel, the first rounding (half an ulp of |h w| up
+// to ~8) is the output's whole error, which over 300 x 4096 elements can pass the generic 1.6e-2
+// (measured, BENCHMARKS.md "FusedCuda.RmsNormAddsTheResidualGradient").
 TEST(FusedCuda, RmsNormAddsTheResidualGradient) {
   DL_REQUIRE_GPU();
   auto fn = [](const auto& x) {
     const Tensor h = ops::scale(x[0], 1.0);
     return ops::add(h, ops::rms_norm(h, x[1], 1e-5));
   };
+  const GradTols bf16_out = [](const std::vector<Tensor>& in, const Tensor&, const Result& ref) {
+    autograd::NoGradGuard no_grad;
+    const Tensor normed = ops::rms_norm(in[0], in[1], 1e-5).to(DType::bf16).to(DType::f32);
+    const Tensor plain = ops::add(in[0], normed).to(DType::bf16);
+    const Tol t = tolerance("rms_norm", DType::bf16);
+    return std::vector<double>{t.grad, t.grad, std::max(t.out, 2 * max_err(plain, ref.out))};
+  };
   for (DType dt : {DType::f32, DType::bf16})
     for (auto [rows, c] : {std::pair<int64_t, int64_t>{300, 4096}, {37, 45}, {300, 576}}) {
       const std::vector<Tensor> in{rnd({rows, c}), rnd({c}, 0.5)};
       const int64_t before = autograd::pending_grads_taken();
-      check("rms_norm", shape_str({rows, c}) + " + residual", fn, in, dt, dt, {});
+      check("rms_norm", shape_str({rows, c}) + " + residual", fn, in, dt, dt,
+            dt == DType::bf16 ? bf16_out : GradTols());
       EXPECT_EQ(autograd::pending_grads_taken(), before + 2) << "two cuda runs, one take each";
       check_into_f32_grads("rms_norm", shape_str({rows, c}) + " + residual", fn, in, dt, 1e-4);
     }

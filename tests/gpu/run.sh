@@ -8,7 +8,10 @@
 # -DCMAKE_CUDA_ARCHITECTURES=90a to halve compile time), TARGETS (build only these targets,
 # space-separated; default all), SANITIZE=1 (also compute-sanitizer memcheck and racecheck on
 # the fast attention tests, DRIFTLESS_ATTN_FAST_QUICK's small and odd shapes; gpu-memcheck.log,
-# gpu-racecheck.log; a reported error fails the run).
+# gpu-racecheck.log; a reported error fails the run), QUICK=1 (the kernel loop: builds driftless
+# and test_gpu only, runs the fast attention's tests on their small and odd shapes, the
+# schedules' and the atomic dQ's tests, then `driftless bench attention`; no training, no
+# regression).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build-gpu}
@@ -18,6 +21,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$log
 # shellcheck disable=SC2086
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDRIFTLESS_CUDA=ON ${CMAKE_ARGS:-} \
   >"$log_dir/configure.log" 2>&1 || { tail -30 "$log_dir/configure.log"; exit 1; }
+quick=${QUICK:-0}
+[ "$quick" = 1 ] && TARGETS=${TARGETS:-driftless test_gpu}
 targets=()
 for t in ${TARGETS:-}; do targets+=(--target "$t"); done
 cmake --build "$build" -j"$(nproc)" "${targets[@]}" >"$log_dir/build.log" 2>&1 ||
@@ -27,6 +32,16 @@ status=0
 # nvidia-smi saw a GPU above: a test that cannot open one fails instead of skipping
 # (gpu_test_util.h DL_REQUIRE_GPU, test_parallel_mpi --device cuda).
 export DRIFTLESS_GPU_REQUIRED=1
+if [ "$quick" = 1 ]; then
+  status=0
+  DRIFTLESS_ATTN_FAST_QUICK=1 "$build/tests/test_gpu" \
+    --gtest_filter='AttentionFast*:AttentionSchedule*' 2>&1 | tee "$log_dir/gpu-tests.log" |
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) " || status=1
+  grep -q "^\[  FAILED" "$log_dir/gpu-tests.log" && status=1
+  "$build/apps/driftless" bench attention 2>&1 | tee "$log_dir/bench-attention.log" | tail -8 ||
+    status=1
+  exit "$status"
+fi
 ctest --test-dir "$build" -L gpu --output-on-failure 2>&1 | tee "$log_dir/gpu-tests.log" || status=1
 if [ "${SANITIZE:-0}" = 1 ]; then
   for tool in memcheck:1 racecheck:2; do  # DRIFTLESS_ATTN_FAST_QUICK: 1 up to 300 rows, 2 odd shapes
