@@ -136,9 +136,11 @@ void flash_forward(const Problem<T>& p, const Mod& mod, T* out, T* lse) {
               T sc = detail::pre_score(p, qrow, p.k + (row_k * Hkv + kh) * D, h, row_q, row_k);
               sc = mod.value(sc, int(b), int(h), qpos, kpos);
               s[j - j0] = sc;
-              tile_max = std::max(tile_max, sc);
+              // NaN stays NaN (std::max would drop it): a NaN score makes its row NaN, never
+              // a hidden pair.
+              tile_max = std::isnan(sc) ? sc : std::max(tile_max, sc);
             }
-            const T m_new = std::max(m[t], tile_max);
+            const T m_new = std::isnan(tile_max) ? tile_max : std::max(m[t], tile_max);
             if (m_new == neg_inf) continue;         // every score -inf (bias used as a mask)
             const T corr = std::exp(m[t] - m_new);  // 0 on the first visible tile
             T* a = acc.data() + t * D;
