@@ -40,11 +40,11 @@ void tick() {
 }
 
 TEST(KernelCacheTrust, TheDirectoryAndItsFilesArePrivate) {
-  const std::string dir = testing::scratch_dir() + "/cache/driftless/kernels";
+  const std::string scratch = testing::scratch_dir(), dir = scratch + "/cache/driftless/kernels";
   const DiskStore store(dir);
   ASSERT_TRUE(store.write("k", "bin"));
   EXPECT_EQ(mode_of(dir), 0700u);
-  EXPECT_EQ(mode_of(testing::scratch_dir() + "/cache/driftless"), 0700u);
+  EXPECT_EQ(mode_of(scratch + "/cache/driftless"), 0700u);
   EXPECT_EQ(mode_of(store.path_of("k")), 0600u);
   std::string bin;
   EXPECT_EQ(store.read("k", bin), DiskRead::ok);

@@ -74,7 +74,9 @@ TEST(EmitCuda, EmittedFunctorsCompileWithNvrtc) {
       "log(16.0) * 8)), 0, 15)]",
       "where(q - k > 3 && h != 2, sqrt(1 + pow(score, 2)) / sigmoid(score), min(exp(score), "
       "max(-score, 1.5)))",
-      "clamp(score, -5, 5) + floor(q / 3.0) - ceil(k / 2.0) + round(0.5 * h)"};
+      "clamp(score, -5, 5) + floor(q / 3.0) - ceil(k / 2.0) + round(0.5 * h)",
+      // int() saturated to 32 bits (dl_index) in 32-bit and in 64-bit integer arithmetic
+      "score + bias[h, clamp(int(q * 0.5), 0, 15)] + (int(k * 1e10) - 7) * (q - k) * 1e-9"};
   for (const char* s : scores)
     for (bool members : {false, true}) {
       auto p = compile_score_mod(s, d, 4);

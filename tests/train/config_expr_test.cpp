@@ -47,7 +47,7 @@ TEST(ConfigExpr, ExpressionErrorsNameTheColumnNotAnInternalError) {
   for (const auto& [expr, want] : std::vector<std::pair<std::string, std::string>>{
            {"score + 1e999", "out of range at column 9"},
            {"score / 0", "division by zero at column 7"},
-           {"score + sqrt(-1.0)", "NaN for every pair at column 9"},
+           {"score + sqrt(-1.0)", "NaN for every pair; a score must be finite at column 9"},
            {"score + slope[clamp(h, 3, 0)]", "lower bound"}}) {
     SCOPED_TRACE(expr);
     const std::string err = error_of([&] { parse_config_text(config_with(expr, "slope")); });

@@ -159,7 +159,7 @@ void flash_forward(const Problem<T>& p, const Mod& mod, T* out, T* lse) {
           }
         }
         for (int64_t t = 0; t < rows; ++t) {
-          if (!(l[t] > T(0))) continue;
+          if (!(l[t] > T(0)) && !std::isnan(l[t])) continue;  // a NaN row is written NaN
           const int64_t row_q = doc.q_offset + i0 + t;
           T* o = out + (row_q * H + h) * D;
           const T inv = T(1) / l[t];

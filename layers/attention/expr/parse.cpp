@@ -422,9 +422,13 @@ std::shared_ptr<const Program> compile(const std::string& source,
     number_slots(root, slots);
     p->root = root;
   } catch (const ParseError& e) {
+    // A long source is shown as the 120 characters around the column.
+    const size_t at = size_t(std::max(e.column - 1, 0)), from = at > 60 ? at - 60 : 0;
+    const std::string shown = (from > 0 ? "..." : "") + source.substr(from, 120) +
+                              (from + 120 < source.size() ? "..." : "");
     std::ostringstream m;
-    m << e.message << " at column " << e.column << ":\n  " << source << "\n  "
-      << std::string(size_t(std::max(e.column - 1, 0)), ' ') << "^";
+    m << e.message << " at column " << e.column << ":\n  " << shown << "\n  "
+      << std::string(at - from + (from > 0 ? 3 : 0), ' ') << "^";
     DL_FAIL(op, m.str());
   }
   if (!mask) {
