@@ -161,8 +161,7 @@ TEST(ScoreExprHostile, SubscriptProofsAreSound) {
             "");
   EXPECT_EQ(error_of("score + bias[h, min(abs(q - k), 15)] - (q - k) * (q - k) * 1e-6", decls), "");
   // The message of a subscript out of its table: the column of its operator, the range.
-  EXPECT_EQ(error_of("score + bias[h, clamp(q - k, -3, 20) + clamp(-q, -3, 0) * 0]",
-                     bias_decl(24)),
+  EXPECT_EQ(error_of("score + bias[h, clamp(q - k, -3, 20) + clamp(-q, -3, 0) * 0]", bias_decl(24)),
             "[score_mod] subscript 1 of 'bias' may be outside [0, 23] (it can be in [-3, 20]); "
             "bound it with clamp() at column 38:\n  score + bias[h, clamp(q - k, -3, 20) + "
             "clamp(-q, -3, 0) * 0]\n  " +
