@@ -121,10 +121,11 @@ TEST(ScoreExprHostile, EmittedSourceHoldsOnlyCanonicalText) {
       const size_t end = std::min(src.find('\n', at), src.size());
       const std::string line = src.substr(at, end - at);
       at = end + 1;
-      if (line.rfind("#", 0) == 0)
+      if (line.rfind("#", 0) == 0) {
         EXPECT_TRUE(line == "#ifndef DL_EXPR_HELPERS" || line == "#define DL_EXPR_HELPERS" ||
                     line == "#endif")
             << line;
+      }
       if (line.rfind("// score_mod: ", 0) == 0 || line.rfind("// mask_mod: ", 0) == 0) {
         ++comments;
         EXPECT_EQ(line.substr(line.find(": ") + 2), prog->canonical());
