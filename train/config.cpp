@@ -96,6 +96,9 @@ void resolve_score_mods(Config& c, std::vector<std::string>& errors) {
   }
   try {
     for (const auto& [name, text] : m.score_mod_params) {
+      // The name reaches the generated GPU code: an identifier only, checked before its use.
+      const std::string bad_name = layers::expr::param_name_problem(name);
+      DL_CHECK(bad_name.empty(), "config", "model.score_mod_params: " << bad_name);
       const std::string where = "model.score_mod_params." + name;
       const YAML::Node n = YAML::Load(text);
       DL_CHECK(n.IsMap(), "config", where << " must be a mapping {shape, init, learnable}");

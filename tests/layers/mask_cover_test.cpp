@@ -55,7 +55,7 @@ TEST(MaskCover, NeverContradictsAPairOfTheBox) {
       "q / 4.0 < k",
       "floor(q / 8.0) == floor(k / 8.0) || k < 3",
       "-k + 3 * q - h >= 2 * k",
-      "clamp(k, 20, 10) != q",
+      "clamp(k, 10, 20) != q",
   };
   std::mt19937 rng(7);
   std::uniform_int_distribution<int64_t> pos(0, 60), len(0, 12), head(0, kHeads - 1);

@@ -219,5 +219,32 @@ TEST(ScoreExprAttention, HeadOffsetReadsTheGlobalHead) {
   EXPECT_THROW(run(half, b), Error);
 }
 
+// A score that is not finite on a visible pair is NaN in its row's out and LSE (so in the
+// loss, which the run's non-finite policy counts), never a pair silently hidden: all-NaN rows
+// used to come out as rows that saw nothing, a -inf pair as a masked one.
+TEST(ScoreExprAttention, NonFiniteScoresMakeTheirRowsNaNNotHidden) {
+  const Data x(DType::f64);
+  const int64_t T = 111;
+  AttentionSpec a = base(true);
+  a.score_mod = expression("score + sqrt(q - 5.0)", "", {}, DType::f64);
+  Result r = run(x, a);
+  int64_t row = 0;
+  for (int64_t len : kLens)
+    for (int64_t q = 0; q < len; ++q, ++row)
+      for (int64_t h = 0; h < kH; ++h) {
+        const double lse = r.lse[size_t(h * T + row)];
+        const double out = r.out[size_t((row * kH + h) * kD)];
+        EXPECT_EQ(std::isnan(lse), q < 5) << "row " << row << " q " << q;
+        EXPECT_EQ(std::isnan(out), q < 5) << "row " << row << " q " << q;
+      }
+  // -inf on the diagonal only: every row (causal: each sees its diagonal) is NaN.
+  a.score_mod = expression("score + log(q - k + 0.0)", "", {}, DType::f64);
+  r = run(x, a);
+  for (double v : r.lse) EXPECT_TRUE(std::isnan(v));
+  bool nan_grad = false;
+  for (double v : r.dq) nan_grad = nan_grad || std::isnan(v);
+  EXPECT_TRUE(nan_grad);
+}
+
 }  // namespace
 }  // namespace driftless::layers

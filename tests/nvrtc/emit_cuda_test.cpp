@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/error.h"
 #include "layers/attention/expr/expr.h"
+#include "tests/expr_fuzz_gen.h"
 
 namespace driftless::layers::expr {
 namespace {
@@ -74,7 +76,9 @@ TEST(EmitCuda, EmittedFunctorsCompileWithNvrtc) {
       "log(16.0) * 8)), 0, 15)]",
       "where(q - k > 3 && h != 2, sqrt(1 + pow(score, 2)) / sigmoid(score), min(exp(score), "
       "max(-score, 1.5)))",
-      "clamp(score, -5, 5) + floor(q / 3.0) - ceil(k / 2.0) + round(0.5 * h)"};
+      "clamp(score, -5, 5) + floor(q / 3.0) - ceil(k / 2.0) + round(0.5 * h)",
+      // int() saturated to 32 bits (dl_index) in 32-bit and in 64-bit integer arithmetic
+      "score + bias[h, clamp(int(q * 0.5), 0, 15)] + (int(k * 1e10) - 7) * (q - k) * 1e-9"};
   for (const char* s : scores)
     for (bool members : {false, true}) {
       auto p = compile_score_mod(s, d, 4);
@@ -97,6 +101,33 @@ TEST(EmitCuda, EmittedFunctorsCompileWithNvrtc) {
       const std::string src = emit_cuda(*m, "UserMask", members);
       EXPECT_EQ(compile(with_kernel(src, "UserMask", true, false)), "") << mask << "\n" << src;
     }
+}
+
+// Random expressions of the fuzz generator that compile also compile with NVRTC: the
+// emitter's 32- and 64-bit integer arithmetic, dl_index and the helpers' templates agree on
+// types for any mix (seeded; 60 programs, so it stays within seconds).
+TEST(EmitCuda, RandomExpressionsCompileWithNvrtc) {
+  int major = 0, minor = 0;
+  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) GTEST_SKIP() << "NVRTC is not usable";
+  ExprGen g{std::mt19937_64(57)};
+  const std::vector<ParamDecl> d = fuzz_decls();
+  int compiled = 0;
+  for (int n = 0; n < 1000 && compiled < 60; ++n) {
+    const bool mask = n % 3 == 2;
+    const std::string s = mask ? g.cond(2 + g.pick(3)) : g.real(2 + g.pick(4), true);
+    std::shared_ptr<const Program> p;
+    try {
+      p = mask ? compile_mask_mod(s, d, kFuzzHeads) : compile_score_mod(s, d, kFuzzHeads);
+    } catch (const Error&) {
+      continue;
+    }
+    ++compiled;
+    const std::string src = emit_cuda(*p, "UserMod", n % 2 == 0);
+    EXPECT_EQ(compile(with_kernel(src, "UserMod", mask, !mask && p->param_count > 0)), "")
+        << s << "\n"
+        << src;
+  }
+  EXPECT_EQ(compiled, 60);
 }
 
 }  // namespace

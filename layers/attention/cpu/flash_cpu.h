@@ -136,9 +136,11 @@ void flash_forward(const Problem<T>& p, const Mod& mod, T* out, T* lse) {
               T sc = detail::pre_score(p, qrow, p.k + (row_k * Hkv + kh) * D, h, row_q, row_k);
               sc = mod.value(sc, int(b), int(h), qpos, kpos);
               s[j - j0] = sc;
-              tile_max = std::max(tile_max, sc);
+              // NaN stays NaN (std::max would drop it): a NaN score makes its row NaN, never
+              // a hidden pair.
+              tile_max = std::isnan(sc) ? sc : std::max(tile_max, sc);
             }
-            const T m_new = std::max(m[t], tile_max);
+            const T m_new = std::isnan(tile_max) ? tile_max : std::max(m[t], tile_max);
             if (m_new == neg_inf) continue;         // every score -inf (bias used as a mask)
             const T corr = std::exp(m[t] - m_new);  // 0 on the first visible tile
             T* a = acc.data() + t * D;
@@ -157,7 +159,7 @@ void flash_forward(const Problem<T>& p, const Mod& mod, T* out, T* lse) {
           }
         }
         for (int64_t t = 0; t < rows; ++t) {
-          if (!(l[t] > T(0))) continue;
+          if (!(l[t] > T(0)) && !std::isnan(l[t])) continue;  // a NaN row is written NaN
           const int64_t row_q = doc.q_offset + i0 + t;
           T* o = out + (row_q * H + h) * D;
           const T inv = T(1) / l[t];

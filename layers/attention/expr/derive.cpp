@@ -3,6 +3,8 @@
 // literal is a kernel argument, so folding it would make the structure depend on its value.
 #include <charconv>
 #include <cmath>
+#include <unordered_map>
+#include <utility>
 
 #include "layers/attention/expr/expr.h"
 
@@ -27,26 +29,65 @@ NodePtr mk(Op op, std::vector<NodePtr> args, Type type = Type::real) {
 bool is_derived(const NodePtr& n, double v) {
   return n->op == Op::literal && n->slot < 0 && n->value == v;
 }
-bool same(const Node& a, const Node& b) {
+// Structural equality, with a budget of nodes compared (false when it runs out: where()
+// then keeps both branches, which is only less simplified).
+bool same(const Node& a, const Node& b, int64_t& budget) {
+  if (&a == &b) return true;
+  if (--budget < 0) return false;
   if (a.op != b.op || a.type != b.type || a.args.size() != b.args.size()) return false;
   if (a.op == Op::literal && (a.value != b.value || a.slot != b.slot)) return false;
   if (a.op == Op::param && a.param != b.param) return false;
   for (size_t i = 0; i < a.args.size(); ++i)
-    if (!same(*a.args[i], *b.args[i])) return false;
+    if (!same(*a.args[i], *b.args[i], budget)) return false;
   return true;
 }
-bool depends(const Node& n, int occurrence) {
-  if (n.op == Op::score) return occurrence < 0;
-  if (n.op == Op::param && occurrence >= 0 && n.occurrence == occurrence) return true;
-  for (const auto& a : n.args)
-    if (depends(*a, occurrence)) return true;
-  return false;
-}
+
+// Simplification of a graph whose subexpressions are shared (derive's results): each distinct
+// node once. The memo holds its keys, so no key's address is reused while it lives.
+struct Simplifier {
+  std::unordered_map<const Node*, std::pair<NodePtr, NodePtr>> memo;
+  NodePtr operator()(const NodePtr& in);
+  NodePtr rewrite(const NodePtr& in);
+};
+
+// d n / d x with memos: a node's dependence and derivative are found once, and a derivative
+// that a rule reads twice (abs, tanh) is one shared node, so derivation is linear in the
+// expression.
+struct Deriver {
+  int occ;
+  std::unordered_map<const Node*, bool> deps;
+  std::unordered_map<const Node*, NodePtr> memo;
+  bool depends(const Node& n) {
+    if (auto it = deps.find(&n); it != deps.end()) return it->second;
+    bool d = false;
+    if (n.op == Op::score)
+      d = occ < 0;
+    else if (n.op == Op::param && occ >= 0 && n.occurrence == occ)
+      d = true;
+    for (const auto& a : n.args) d = depends(*a) || d;
+    deps[&n] = d;
+    return d;
+  }
+  NodePtr operator()(const NodePtr& np);
+  NodePtr rule(const NodePtr& np);
+};
 
 }  // namespace
 
-NodePtr simplify(const NodePtr& in) {
+NodePtr Simplifier::operator()(const NodePtr& in) {
   if (in->args.empty()) return in;
+  if (auto it = memo.find(in.get()); it != memo.end()) return it->second.second;
+  NodePtr out = rewrite(in);
+  memo[in.get()] = {in, out};
+  return out;
+}
+
+NodePtr simplify(const NodePtr& in) {
+  return Simplifier{}(in);
+}
+
+NodePtr Simplifier::rewrite(const NodePtr& in) {
+  Simplifier& simplify = *this;
   auto n = std::make_shared<Node>(*in);
   for (auto& a : n->args) a = simplify(a);
   const auto& a = n->args;
@@ -86,9 +127,11 @@ NodePtr simplify(const NodePtr& in) {
       if (a[0]->op == Op::literal && a[0]->slot < 0) return lit(-a[0]->value);
       if (a[0]->op == Op::neg) return a[0]->args[0];
       break;
-    case Op::where:
-      if (same(*a[1], *a[2])) return a[1];
+    case Op::where: {
+      int64_t budget = 4096;
+      if (same(*a[1], *a[2], budget)) return a[1];
       break;
+    }
     default:
       break;
   }
@@ -96,9 +139,19 @@ NodePtr simplify(const NodePtr& in) {
 }
 
 NodePtr derive(const NodePtr& np, int occ) {
+  return Deriver{occ, {}, {}}(np);
+}
+
+NodePtr Deriver::operator()(const NodePtr& np) {
+  if (auto it = memo.find(np.get()); it != memo.end()) return it->second;
+  NodePtr d = depends(*np) ? rule(np) : lit(0);
+  memo[np.get()] = d;
+  return d;
+}
+
+NodePtr Deriver::rule(const NodePtr& np) {
   const Node& n = *np;
-  if (!depends(n, occ)) return lit(0);
-  auto d = [&](size_t i) { return derive(n.args[i], occ); };
+  auto d = [&](size_t i) { return (*this)(n.args[i]); };
   const auto& a = n.args;
   switch (n.op) {
     case Op::score:
@@ -117,8 +170,10 @@ NodePtr derive(const NodePtr& np, int occ) {
                           mk(Op::div, {mk(Op::mul, {a[0], d(1)}), mk(Op::mul, {a[1], a[1]})})});
     case Op::where:
       return mk(Op::where, {a[0], d(1), d(2)});
-    case Op::abs:
-      return mk(Op::where, {mk(Op::lt, {a[0], lit(0)}, Type::boolean), mk(Op::neg, {d(0)}), d(0)});
+    case Op::abs:  // the sign times dx: dx is read once, so nested abs() stays linear
+      return mk(
+          Op::mul,
+          {mk(Op::where, {mk(Op::lt, {a[0], lit(0)}, Type::boolean), lit(-1), lit(1)}), d(0)});
     case Op::min:
       return mk(Op::where, {mk(Op::le, {a[0], a[1]}, Type::boolean), d(0), d(1)});
     case Op::max:

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <charconv>
 #include <sstream>
+#include <unordered_map>
 
+#include "engine/core/error.h"
 #include "layers/attention/expr/expr.h"
 #include "layers/attention/expr/fold.h"
 #include "layers/attention/expr/typer.h"
@@ -38,6 +40,10 @@ __device__ __forceinline__ float dl_tanh_pre(float two_log2e_x) {
   return fmaf(-2.f, r, 1.f);
 }
 __device__ __forceinline__ float dl_tanh(float x) { return dl_tanh_pre(x * 2.8853900817779268f); }
+// int(), floor(), ceil(), round(): saturated to the 32-bit integers, NaN to 0 (eval.cpp).
+__device__ __forceinline__ int dl_index(float x) {
+  return x != x ? 0 : (x >= 2147483647.f ? 2147483647 : (x <= -2147483648.f ? (-2147483647 - 1) : (int)x));
+}
 #endif
 )";
 
@@ -78,14 +84,16 @@ std::vector<const Node*> bound_reads(const Program& p) {
 // with it the kernel cache's key) then depends on too.
 struct Widths {
   detail::Typer typer;
-  explicit Widths(const Program& p) : typer{p.params, p.heads, p.is_mask, 2147483647.0} {}
+  mutable std::unordered_map<const Node*, bool> memo;
+  explicit Widths(const Program& p) : typer{p.params, p.heads, p.is_mask} {}
   bool fits(const Node& n) const {
     if (n.type != Type::integer) return true;
+    if (auto it = memo.find(&n); it != memo.end()) return it->second;
     const detail::Interval r = typer.range(n);
-    if (!(r.lo >= -2147483648.0 && r.hi <= 2147483647.0)) return false;
-    for (const auto& a : n.args)
-      if (!fits(*a)) return false;
-    return true;
+    bool ok = r.lo >= -2147483648LL && r.hi <= 2147483647LL;
+    for (const auto& a : n.args) ok = ok && fits(*a);
+    memo[&n] = ok;
+    return ok;
   }
 };
 
@@ -108,8 +116,8 @@ struct Emitter {
   // member f[i], a kernel parameter as the built-ins' factors are; the chain multiplies its
   // other factors by it.
   bool fold = false;
-  std::vector<std::string> folds;    // each folded constant as text (its identity)
-  std::vector<FoldRecipe> recipes;   // and how the host computes it
+  std::vector<std::string> folds;   // each folded constant as text (its identity)
+  std::vector<FoldRecipe> recipes;  // and how the host computes it
 
   // The row-major flat index of a table read (or of a learnable occurrence): 32-bit where
   // the table and the subscripts are (the typer proved every subscript in range).
@@ -308,13 +316,13 @@ struct Emitter {
       case Op::sigmoid:
         return "__fdividef(1.0f, 1.0f + __expf(-" + e(*n.args[0]) + "))";
       case Op::floor:
-        return "((long long)floorf(" + e(*n.args[0]) + "))";
+        return "dl_index(floorf(" + e(*n.args[0]) + "))";
       case Op::ceil:
-        return "((long long)ceilf(" + e(*n.args[0]) + "))";
+        return "dl_index(ceilf(" + e(*n.args[0]) + "))";
       case Op::round:
-        return "((long long)roundf(" + e(*n.args[0]) + "))";
+        return "dl_index(roundf(" + e(*n.args[0]) + "))";
       case Op::to_int:
-        return "((long long)" + e(*n.args[0]) + ")";
+        return "dl_index(" + e(*n.args[0]) + ")";
     }
     return "0";
   }
@@ -409,6 +417,13 @@ std::vector<float> folded_constants(const Program& p, float scale) {
 }
 
 std::string emit_cuda(const Program& p, const std::string& name, bool constants_as_members) {
+  // Nothing reaches the source but this file's text and canonical printing of the checked
+  // program, whose only user-given words are its parameters' names: identifiers, checked
+  // when the program was compiled, and checked again here.
+  for (const ParamDecl& d : p.params) {
+    const std::string problem = param_name_problem(d.name);
+    DL_CHECK(problem.empty(), "score_mod", problem);
+  }
   Emitter em{p, constants_as_members, bound_reads(p)};
   std::ostringstream o;
   const char* locals =

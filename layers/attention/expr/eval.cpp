@@ -8,12 +8,13 @@
 namespace driftless::layers::expr {
 
 namespace {
-// Real -> integer saturates and takes NaN to 0, as the GPU's conversion does (an index of
-// log(0) must not be undefined behaviour; the subscript's clamp then bounds it).
+// Real -> integer saturates to the 32-bit integers and takes NaN to 0, as the emitted
+// dl_index does (an index of log(0) must not be undefined behaviour; the subscript's clamp
+// then bounds it, and the typer's ranges of integer arithmetic rest on the 32-bit bound).
 inline int64_t to_index(double x) {
   if (std::isnan(x)) return 0;
-  if (x >= 9.2e18) return INT64_MAX;
-  if (x <= -9.2e18) return INT64_MIN;
+  if (x >= 2147483647.0) return 2147483647;
+  if (x <= -2147483648.0) return -2147483648LL;
   return int64_t(x);
 }
 }  // namespace

@@ -114,6 +114,24 @@ struct Program {
   std::vector<Literal> constants() const;
 };
 
+// What an expression may be, checked by compile_* before any other work: its length in
+// characters, how deep it nests (parentheses, unary operators and the operators of a chain
+// such as a + b + c each count a level), and the terms of its value and derivatives as the
+// evaluator and the emitter walk them (a subexpression read twice counts twice).
+constexpr size_t kMaxSourceLength = 16384;
+constexpr int kMaxDepth = 512;
+constexpr int64_t kMaxTerms = 65536;
+// Positions are 32-bit (the kernels' and the CPU functor's): q and k are in [0, kMaxPosition],
+// and int(), floor(), ceil() and round() saturate to the 32-bit integers.
+constexpr int64_t kMaxPosition = 2147483647;
+constexpr size_t kMaxParamNameLength = 64;
+
+// "" when `name` may name a parameter: an identifier ([A-Za-z_][A-Za-z0-9_]*) of at most
+// kMaxParamNameLength characters that is not a name of the language (score, q, k, h, the
+// functions), a C++ or CUDA keyword, or reserved for the emitted code (a leading '__' or '_'
+// and a capital, a dl_ or DL_ prefix); else why not, with the name quoted printably.
+std::string param_name_problem(const std::string& name);
+
 // "[score_mod] <message> at column N:\n  <source>\n  <caret>" on any error; `heads` bounds h.
 std::shared_ptr<const Program> compile_score_mod(const std::string& source,
                                                  const std::vector<ParamDecl>& params, int heads);

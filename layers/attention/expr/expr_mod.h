@@ -2,6 +2,8 @@
 // mask): what the CPU kernels are instantiated with for ScoreModKind::expression. Host only;
 // the CUDA kernels get emit_cuda's source of the same math instead.
 #pragma once
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "layers/attention/expr/expr.h"
@@ -14,8 +16,12 @@ struct ExprMod {
   const Program* mask = nullptr;   // null: every pair the spec's masks leave visible
   Bindings<T> b;                   // b.params: one pointer per declared parameter
 
+  // A value that is not finite is NaN: the kernels carry it into the row's output (and the
+  // loss, which the run's non-finite policy counts) instead of taking it for a hidden pair.
   T value(T s, int, int h, int q, int k) const {
-    return score ? eval_real(*score->root, b, s, h + int64_t(b.head_offset), q, k) : s;
+    if (!score) return s;
+    const T v = eval_real(*score->root, b, s, h + int64_t(b.head_offset), q, k);
+    return std::isfinite(v) ? v : std::numeric_limits<T>::quiet_NaN();
   }
   T derivative(T s, int, int h, int q, int k) const {
     return score ? eval_real(*score->d_score, b, s, h + int64_t(b.head_offset), q, k) : T(1);

@@ -3,10 +3,15 @@
 // range by interval arithmetic, so evaluation never reads outside a table.
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "engine/core/error.h"
 #include "layers/attention/expr/expr.h"
@@ -19,7 +24,6 @@ namespace {
 using detail::fail;
 using detail::ParseError;
 using detail::Typer;
-
 
 const char* kKnown =
     "score, q, k, h, the parameters of model.score_mod_params, where, abs, min, max, clamp, "
@@ -71,15 +75,45 @@ class Parser {
            col());
     }
   }
-  static NodePtr make(Op op, int column, std::vector<NodePtr> args) {
+  // One level of the parser's recursion (a parenthesis, an argument, a unary operator):
+  // bounded, so that no input exhausts the stack.
+  struct Nest {
+    int& depth;
+    Nest(int& d, int column) : depth(d) {
+      if (++depth > kMaxDepth)
+        fail("the expression nests deeper than " + std::to_string(kMaxDepth) + " levels", column);
+    }
+    ~Nest() { --depth; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+  };
+  // The depth of a node's tree: every later pass recurses over it, so it is bounded too (a
+  // chain a + b + c + ... is parsed by a loop, but its tree is as deep as it is long).
+  int depth_of(const NodePtr& n) const {
+    const auto it = depths_.find(n.get());
+    return it == depths_.end() ? 1 : it->second;
+  }
+  NodePtr make(Op op, int column, std::vector<NodePtr> args) {
     auto n = std::make_shared<Node>();
     n->op = op;
     n->column = column;
     n->args = std::move(args);
+    note_depth(n);
     return n;
+  }
+  void note_depth(const NodePtr& n) {
+    int d = 1;
+    for (const auto& a : n->args) d = std::max(d, depth_of(a) + 1);
+    if (d > kMaxDepth)
+      fail("the expression nests deeper than " + std::to_string(kMaxDepth) +
+               " levels (a chain of operators counts a level per operator)",
+           n->column);
+    depths_[n.get()] = d;
   }
 
   NodePtr ternary() {
+    skip();
+    const Nest nest(nesting_, col());
     NodePtr c = logic_or();
     skip();
     const int at = col();
@@ -153,6 +187,7 @@ class Parser {
   NodePtr unary() {
     skip();
     const int at = col();
+    const Nest nest(nesting_, at);
     if (eat("-")) return make(Op::neg, at, {unary()});
     if (eat("+")) return unary();
     if (eat("!")) return make(Op::lnot, at, {unary()});
@@ -198,6 +233,7 @@ class Parser {
             ++i_;
             n->args = list("]");
           }
+          note_depth(n);
           const size_t want = params_[p].shape.size();
           if (n->args.size() != want)
             fail("parameter '" + id + "' has " + std::to_string(want) +
@@ -257,19 +293,27 @@ class Parser {
     if (text == ".") fail("malformed number", int(start) + 1);
     auto n = std::make_shared<Node>();
     n->op = Op::literal;
-    n->value = std::stod(text);
     n->type = integer ? Type::integer : Type::real;
     n->column = int(start) + 1;
+    // strtod, not stod: a number past the doubles is this column's error, not an exception.
+    errno = 0;
+    n->value = std::strtod(text.c_str(), nullptr);
+    if (errno == ERANGE && std::isinf(n->value))
+      fail("the number " + text + " is out of range", n->column);
     if (integer && n->value > double(std::numeric_limits<int32_t>::max()))
       fail("integer literal " + text + " does not fit 32 bits", n->column);
+    if (!integer && n->value > double(std::numeric_limits<float>::max()))
+      fail("the number " + text + " does not fit a float (the kernels compute in float)",
+           n->column);
     return n;
   }
 
   const std::string& s_;
   const std::vector<ParamDecl>& params_;
   size_t i_ = 0;
+  int nesting_ = 0;
+  std::unordered_map<const Node*, int> depths_;
 };
-
 
 void collect_occurrences(const NodePtr& n, const std::vector<ParamDecl>& params,
                          std::vector<const Node*>& out) {
@@ -288,13 +332,8 @@ void number_slots(const NodePtr& n, int& next) {
 void check_params(const std::vector<ParamDecl>& params, int heads, const char* op) {
   for (size_t i = 0; i < params.size(); ++i) {
     const ParamDecl& p = params[i];
-    DL_CHECK(!p.name.empty() &&
-                 (std::isalpha(static_cast<unsigned char>(p.name[0])) || p.name[0] == '_'),
-             op, "parameter name '" << p.name << "' is not an identifier");
-    for (const Func& f : kFuncs)
-      DL_CHECK(p.name != f.name, op, "parameter name '" << p.name << "' is a function name");
-    for (const char* r : {"score", "q", "k", "h", "doc", "b"})
-      DL_CHECK(p.name != r, op, "parameter name '" << p.name << "' is reserved");
+    const std::string problem = param_name_problem(p.name);
+    DL_CHECK(problem.empty(), op, problem);
     for (size_t j = 0; j < i; ++j)
       DL_CHECK(params[j].name != p.name, op, "parameter '" << p.name << "' is declared twice");
     DL_CHECK(p.shape.size() <= 2 && (p.shape.empty() || p.shape[0] == heads), op,
@@ -309,10 +348,57 @@ void check_params(const std::vector<ParamDecl>& params, int heads, const char* o
   }
 }
 
+// Real subexpressions of literals alone have one value for every pair: one that is not
+// finite in double or in float (sqrt(-1.0), log(0.0), 1e30 * 1e30), or a division by such a
+// zero (score / 0), is refused here rather than meeting the softmax as NaN or infinity.
+void check_finite(const Node& n, std::unordered_map<const Node*, bool>& constant) {
+  bool c = n.op == Op::literal;
+  if (!n.args.empty()) {
+    c = true;
+    for (const auto& a : n.args) {
+      check_finite(*a, constant);
+      c = c && constant.at(a.get());
+    }
+  }
+  if (n.op == Op::score || n.op == Op::q || n.op == Op::k || n.op == Op::h || n.op == Op::param)
+    c = false;
+  constant[&n] = c;
+  if (n.type != Type::real) return;
+  const Bindings<double> bd;
+  const Bindings<float> bf;
+  auto describe = [](double v) -> std::string {
+    return std::isnan(v) ? "NaN" : (v > 0 ? "+inf" : "-inf");
+  };
+  if (c) {
+    const double d = eval_real(n, bd, 0.0, 0, 0, 0);
+    const float f = eval_real(n, bf, 0.f, 0, 0, 0);
+    if (!std::isfinite(d) || !std::isfinite(f))
+      fail("this is " + describe(std::isfinite(d) ? double(f) : d) +
+               " for every pair; a score must be finite",
+           n.column);
+  }
+  if (n.op == Op::div && constant.at(n.args[1].get()) &&
+      (eval_real(*n.args[1], bd, 0.0, 0, 0, 0) == 0 ||
+       eval_real(*n.args[1], bf, 0.f, 0, 0, 0) == 0))
+    fail("division by zero", n.column);
+}
+
+// The terms of a tree as it is walked (a shared subexpression counts each time it is read),
+// saturating at kMaxTerms + 1; linear in the distinct nodes.
+int64_t terms(const Node& n, std::unordered_map<const Node*, int64_t>& memo) {
+  if (auto it = memo.find(&n); it != memo.end()) return it->second;
+  int64_t t = 1;
+  for (const auto& a : n.args) t = std::min(kMaxTerms + 1, t + terms(*a, memo));
+  memo[&n] = t;
+  return t;
+}
+
 std::shared_ptr<const Program> compile(const std::string& source,
                                        const std::vector<ParamDecl>& params, int heads, bool mask) {
   const char* op = mask ? "mask_mod" : "score_mod";
   DL_CHECK(heads > 0, op, "heads must be positive, got " << heads);
+  DL_CHECK(source.size() <= kMaxSourceLength, op,
+           "an expression of at most " << kMaxSourceLength << " characters, got " << source.size());
   check_params(params, heads, op);
   auto p = std::make_shared<Program>();
   p->source = source;
@@ -330,13 +416,19 @@ std::shared_ptr<const Program> compile(const std::string& source,
         fail("a score_mod must be a number, got a boolean (a mask belongs in mask_mod)", 1);
       root = t.as_real(root);
     }
+    std::unordered_map<const Node*, bool> constant;
+    check_finite(*root, constant);
     int slots = 0;
     number_slots(root, slots);
     p->root = root;
   } catch (const ParseError& e) {
+    // A long source is shown as the 120 characters around the column.
+    const size_t at = size_t(std::max(e.column - 1, 0)), from = at > 60 ? at - 60 : 0;
+    const std::string shown = (from > 0 ? "..." : "") + source.substr(from, 120) +
+                              (from + 120 < source.size() ? "..." : "");
     std::ostringstream m;
-    m << e.message << " at column " << e.column << ":\n  " << source << "\n  "
-      << std::string(size_t(std::max(e.column - 1, 0)), ' ') << "^";
+    m << e.message << " at column " << e.column << ":\n  " << shown << "\n  "
+      << std::string(at - from + (from > 0 ? 3 : 0), ' ') << "^";
     DL_FAIL(op, m.str());
   }
   if (!mask) {
@@ -344,6 +436,16 @@ std::shared_ptr<const Program> compile(const std::string& source,
     p->d_score = simplify(derive(p->root, -1));
     for (size_t i = 0; i < p->occurrences.size(); ++i)
       p->d_occurrence.push_back(simplify(derive(p->root, int(i))));
+    // Derivation shares subexpressions (derive.cpp), but the evaluator and the emitter walk
+    // trees: their size is bounded before either does.
+    std::unordered_map<const Node*, int64_t> memo;
+    int64_t total = terms(*p->root, memo) + terms(*p->d_score, memo);
+    for (const NodePtr& d : p->d_occurrence)
+      total = std::min(kMaxTerms + 1, total + terms(*d, memo));
+    DL_CHECK(total <= kMaxTerms, op,
+             "the expression and its derivatives have more than "
+                 << kMaxTerms << " terms (" << p->occurrences.size()
+                 << " reads of learnable parameters); write a shorter expression:\n  " << source);
   }
   for (const ParamDecl& d : p->params) {
     p->grad_offset.push_back(d.learnable ? p->param_count : -1);
@@ -360,7 +462,149 @@ bool mentions(const Node& n, Op op) {
   return false;
 }
 
+const char* const kKeywords[] = {"alignas",
+                                 "alignof",
+                                 "and",
+                                 "and_eq",
+                                 "asm",
+                                 "auto",
+                                 "bitand",
+                                 "bitor",
+                                 "bool",
+                                 "break",
+                                 "case",
+                                 "catch",
+                                 "char",
+                                 "char8_t",
+                                 "char16_t",
+                                 "char32_t",
+                                 "class",
+                                 "compl",
+                                 "concept",
+                                 "const",
+                                 "consteval",
+                                 "constexpr",
+                                 "constinit",
+                                 "const_cast",
+                                 "continue",
+                                 "co_await",
+                                 "co_return",
+                                 "co_yield",
+                                 "decltype",
+                                 "default",
+                                 "delete",
+                                 "do",
+                                 "double",
+                                 "dynamic_cast",
+                                 "else",
+                                 "enum",
+                                 "explicit",
+                                 "export",
+                                 "extern",
+                                 "false",
+                                 "final",
+                                 "float",
+                                 "for",
+                                 "friend",
+                                 "goto",
+                                 "if",
+                                 "import",
+                                 "inline",
+                                 "int",
+                                 "long",
+                                 "module",
+                                 "mutable",
+                                 "namespace",
+                                 "new",
+                                 "noexcept",
+                                 "not",
+                                 "not_eq",
+                                 "nullptr",
+                                 "operator",
+                                 "or",
+                                 "or_eq",
+                                 "override",
+                                 "private",
+                                 "protected",
+                                 "public",
+                                 "register",
+                                 "reinterpret_cast",
+                                 "requires",
+                                 "restrict",
+                                 "return",
+                                 "short",
+                                 "signed",
+                                 "sizeof",
+                                 "static",
+                                 "static_assert",
+                                 "static_cast",
+                                 "struct",
+                                 "switch",
+                                 "template",
+                                 "this",
+                                 "thread_local",
+                                 "throw",
+                                 "true",
+                                 "try",
+                                 "typedef",
+                                 "typeid",
+                                 "typename",
+                                 "union",
+                                 "unsigned",
+                                 "using",
+                                 "virtual",
+                                 "void",
+                                 "volatile",
+                                 "wchar_t",
+                                 "while",
+                                 "xor",
+                                 "xor_eq",
+                                 "NULL",
+                                 "threadIdx",
+                                 "blockIdx",
+                                 "blockDim",
+                                 "gridDim",
+                                 "warpSize"};
+
+// The name as a printable, one-line quotation (a hostile name may hold anything).
+std::string quoted(const std::string& name) {
+  std::string out = "'";
+  for (size_t i = 0; i < name.size() && i < 80; ++i) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
+      out += char(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out + (name.size() > 80 ? "'..." : "'");
+}
+
 }  // namespace
+
+std::string param_name_problem(const std::string& name) {
+  const std::string q = "parameter name " + quoted(name);
+  bool ident =
+      !name.empty() && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_');
+  for (char c : name) ident = ident && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+  if (!ident || name.size() > kMaxParamNameLength)
+    return q + " is not an identifier ([A-Za-z_][A-Za-z0-9_]*, at most " +
+           std::to_string(kMaxParamNameLength) + " characters)";
+  for (const Func& f : kFuncs)
+    if (name == f.name) return q + " is a function name";
+  for (const char* r : {"score", "q", "k", "h", "doc", "b"})
+    if (name == r) return q + " is reserved";
+  for (const char* r : kKeywords)
+    if (name == r) return q + " is a C++ or CUDA keyword";
+  const bool underscore = name.size() > 1 && name[0] == '_' &&
+                          (name[1] == '_' || std::isupper(static_cast<unsigned char>(name[1])));
+  if (underscore || name.find("__") != std::string::npos || name.rfind("dl_", 0) == 0 ||
+      name.rfind("DL_", 0) == 0)
+    return q + " is reserved for the generated code ('__', '_' and a capital, dl_, DL_)";
+  return "";
+}
 
 int64_t ParamDecl::numel() const {
   int64_t n = 1;

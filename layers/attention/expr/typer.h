@@ -6,7 +6,9 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "layers/attention/expr/expr.h"
@@ -26,17 +28,19 @@ inline const char* type_name(Type t) {
   return t == Type::integer ? "an integer" : (t == Type::real ? "a real" : "a boolean");
 }
 
+// Bounds of an integer expression, exact in 64 bits.
 struct Interval {
-  double lo = -INFINITY, hi = INFINITY;
+  int64_t lo = 0, hi = 0;
 };
 
 struct Typer {
   const std::vector<ParamDecl>& params;
   int heads;
   bool is_mask;
-  // The largest q or k: unbounded for the checks; the CUDA emitter's bound (the kernels'
-  // positions are 32-bit) decides which integer arithmetic fits in 32 bits.
-  double position_max = INFINITY;
+  // Each integer node's range, once. Every node typed here is kept alive with the typer, so
+  // no address in `ranges` is reused by another node meanwhile.
+  mutable std::unordered_map<const Node*, Interval> ranges = {};
+  std::vector<NodePtr> keep = {};
 
   // Integer arithmetic of literals only (-2, 2 * 3): exact in reals too.
   static bool literal_only(const Node& n) {
@@ -115,7 +119,7 @@ struct Typer {
                  a[i]->column);
           const Interval r = range(*a[i]);
           const int64_t dim = params[size_t(n->param)].shape[i];
-          if (!(r.lo >= 0 && r.hi <= double(dim - 1))) {
+          if (!(r.lo >= 0 && r.hi <= dim - 1)) {
             std::ostringstream m;
             m << "subscript " << i << " of '" << params[size_t(n->param)].name
               << "' may be outside [0, " << dim - 1 << "] (it can be in [" << r.lo << ", " << r.hi
@@ -201,43 +205,91 @@ struct Typer {
         n->type = Type::real;
         break;
     }
+    // Every integer node: proven free of 64-bit overflow (range() refuses what may overflow),
+    // its clamps' bounds ordered.
+    keep.push_back(n);
+    if (n->type == Type::integer) range(*n);
+    if (n->op == Op::clamp && n->type == Type::real && is_literal_value(*a[1]) &&
+        is_literal_value(*a[2]) && literal_value(*a[1]) > literal_value(*a[2]))
+      fail("clamp's lower bound exceeds its upper bound", n->column);
     return n;
   }
 
-  // Bounds of an integer expression (q, k >= 0; 0 <= h < heads). Unknown: unbounded.
+  // A literal, or a negated one (the bounds of clamp(x, -1.5, 2.5)).
+  static bool is_literal_value(const Node& n) {
+    const Node& x = n.op == Op::to_real ? *n.args[0] : n;
+    return x.op == Op::literal || (x.op == Op::neg && x.args[0]->op == Op::literal);
+  }
+  static double literal_value(const Node& n) {
+    const Node& x = n.op == Op::to_real ? *n.args[0] : n;
+    return x.op == Op::literal ? x.value : -x.args[0]->value;
+  }
+
+  // Bounds of an integer expression (0 <= q, k <= kMaxPosition; 0 <= h < heads; int() and
+  // the rounding functions saturate to 32 bits), in exact 64-bit arithmetic; a node whose
+  // value may leave the 64-bit integers, or a clamp whose lower bound may exceed its upper
+  // one, is refused at its column. The evaluation (eval.cpp, int64) and the CUDA code (32 or
+  // 64 bits by this range, emit_cuda.cpp) then compute every integer node exactly.
   Interval range(const Node& n) const {
+    if (auto it = ranges.find(&n); it != ranges.end()) return it->second;
+    const Interval r = compute_range(n);
+    ranges[&n] = r;
+    return r;
+  }
+
+  [[noreturn]] static void overflow(const Node& n) {
+    fail("this integer arithmetic may overflow 64 bits (q and k reach " +
+             std::to_string(kMaxPosition) +
+             "); bound its operands with clamp() or compute it in reals (1.0 * q)",
+         n.column);
+  }
+  Interval compute_range(const Node& n) const {
     auto r = [&](size_t i) { return range(*n.args[i]); };
-    auto mul = [](double x, double y) { return (x == 0 || y == 0) ? 0.0 : x * y; };
+    auto add = [&](int64_t x, int64_t y) {
+      int64_t z;
+      if (__builtin_add_overflow(x, y, &z)) overflow(n);
+      return z;
+    };
+    auto sub = [&](int64_t x, int64_t y) {
+      int64_t z;
+      if (__builtin_sub_overflow(x, y, &z)) overflow(n);
+      return z;
+    };
+    auto mul = [&](int64_t x, int64_t y) {
+      int64_t z;
+      if (__builtin_mul_overflow(x, y, &z)) overflow(n);
+      return z;
+    };
     switch (n.op) {
       case Op::literal:
-        return {n.value, n.value};
+        return {int64_t(n.value), int64_t(n.value)};
       case Op::q:
       case Op::k:
-        return {0, position_max};
+        return {0, kMaxPosition};
       case Op::h:
-        return {0, double(heads - 1)};
+        return {0, int64_t(heads) - 1};
       case Op::neg: {
         const Interval a = r(0);
-        return {-a.hi, -a.lo};
+        return {sub(0, a.hi), sub(0, a.lo)};
       }
       case Op::add: {
         const Interval a = r(0), b = r(1);
-        return {a.lo + b.lo, a.hi + b.hi};
+        return {add(a.lo, b.lo), add(a.hi, b.hi)};
       }
       case Op::sub: {
         const Interval a = r(0), b = r(1);
-        return {a.lo - b.hi, a.hi - b.lo};
+        return {sub(a.lo, b.hi), sub(a.hi, b.lo)};
       }
       case Op::mul: {
         const Interval a = r(0), b = r(1);
-        const double c[4] = {mul(a.lo, b.lo), mul(a.lo, b.hi), mul(a.hi, b.lo), mul(a.hi, b.hi)};
+        const int64_t c[4] = {mul(a.lo, b.lo), mul(a.lo, b.hi), mul(a.hi, b.lo), mul(a.hi, b.hi)};
         return {*std::min_element(c, c + 4), *std::max_element(c, c + 4)};
       }
       case Op::abs: {
         const Interval a = r(0);
         if (a.lo >= 0) return a;
-        if (a.hi <= 0) return {-a.hi, -a.lo};
-        return {0, std::max(-a.lo, a.hi)};
+        if (a.hi <= 0) return {sub(0, a.hi), sub(0, a.lo)};
+        return {0, std::max(sub(0, a.lo), a.hi)};
       }
       case Op::min: {
         const Interval a = r(0), b = r(1);
@@ -247,14 +299,27 @@ struct Typer {
         const Interval a = r(0), b = r(1);
         return {std::max(a.lo, b.lo), std::max(a.hi, b.hi)};
       }
-      case Op::clamp: {
+      case Op::clamp: {  // x < lo ? lo : (x > hi ? hi : x), as the CPU and the kernels compute
         const Interval x = r(0), lo = r(1), hi = r(2);
-        return {std::max(x.lo, lo.lo), std::min(std::max(x.hi, lo.hi), hi.hi)};
+        if (lo.hi > hi.lo) {
+          std::ostringstream m;
+          m << "clamp's lower bound (in [" << lo.lo << ", " << lo.hi
+            << "]) may exceed its upper bound (in [" << hi.lo << ", " << hi.hi << "])";
+          fail(m.str(), n.column);
+        }
+        // Ordered bounds: min(max(x, lo), hi), increasing in each.
+        return {std::min(std::max(x.lo, lo.lo), hi.lo), std::min(std::max(x.hi, lo.hi), hi.hi)};
       }
       case Op::where: {
         const Interval a = r(1), b = r(2);
         return {std::min(a.lo, b.lo), std::max(a.hi, b.hi)};
       }
+      case Op::floor:
+      case Op::ceil:
+      case Op::round:
+      case Op::to_int:
+        return {int64_t(std::numeric_limits<int32_t>::min()),
+                int64_t(std::numeric_limits<int32_t>::max())};
       default:
         return {};
     }

@@ -3,6 +3,7 @@
 // ask, while other keys compile in parallel: no compile or disk access holds the lock.
 #include "layers/attention/jit/kernel_cache.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <future>
 #include <list>
@@ -60,13 +61,31 @@ struct KernelCache::Impl {
         }
       } else if (r == DiskRead::bad) {
         count(&KernelCacheStats::disk_errors);
+        warn_refused();
       }
     }
     const std::string binary = compile();
     count(&KernelCacheStats::compiles);
     Loaded loaded = load(binary);  // only a binary that loads is kept on disk
-    if (disk && !disk->write(key.text(), binary)) count(&KernelCacheStats::disk_errors);
+    if (disk && !disk->write(key.text(), binary)) {
+      count(&KernelCacheStats::disk_errors);
+      warn_refused();
+    }
     return loaded;
+  }
+
+  // Once per cache: a directory refused for its owner or mode is named on stderr (the run
+  // goes on, compiling what it would have read).
+  std::once_flag warned;
+  void warn_refused() {
+    const std::string why = disk->refusal();
+    if (why.empty()) return;
+    std::call_once(warned, [&] {
+      std::fprintf(stderr,
+                   "[kernel_cache] not using the kernel cache directory %s: %s; kernels are "
+                   "compiled without it\n",
+                   options.dir.c_str(), why.c_str());
+    });
   }
 
   // Under the lock: `key` becomes the most recent entry; the least recent beyond capacity go.
@@ -86,7 +105,8 @@ KernelCache::KernelCache(KernelCacheOptions options) : impl_(std::make_unique<Im
     throw std::invalid_argument("[kernel_cache] capacity must be at least 1 loaded kernel, got " +
                                 std::to_string(options.capacity));
   impl_->options = std::move(options);
-  if (!impl_->options.dir.empty()) impl_->disk.emplace(impl_->options.dir);
+  if (!impl_->options.dir.empty())
+    impl_->disk.emplace(impl_->options.dir, impl_->options.disk_bytes);
 }
 
 KernelCache::~KernelCache() = default;
@@ -138,7 +158,9 @@ Loaded KernelCache::get(const KernelKey& key, const std::function<std::string()>
 
 KernelCacheStats KernelCache::stats() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->stats;
+  KernelCacheStats s = impl_->stats;
+  if (impl_->disk) s.disk_evictions = impl_->disk->evictions();
+  return s;
 }
 
 int64_t KernelCache::size() const {
@@ -184,7 +206,8 @@ void configure_process_kernel_cache(const KernelCacheOptions& options) {
   std::lock_guard<std::mutex> lock(g_process_mutex);
   auto& cache = process_cache_slot();
   // The same options again (a second run in one process) keep the loaded kernels.
-  if (cache && cache->options().capacity == options.capacity && cache->options().dir == options.dir)
+  if (cache && cache->options().capacity == options.capacity &&
+      cache->options().dir == options.dir && cache->options().disk_bytes == options.disk_bytes)
     return;
   cache = std::move(replacement);
 }

@@ -2,7 +2,8 @@
 // least recently used of at most `capacity` loaded kernels; on disk, the compiled binaries,
 // shared by the ranks of one host through atomic writes, so a restarted run compiles nothing.
 // Keyed only by text: the key is the full description of what was compiled (program text,
-// options, architecture, compiler and driftless versions), never an address.
+// options, architecture, compiler and driftless versions), never an address. The directory
+// must be the user's own (disk_store.h); one of another user is not used, with a warning.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -12,17 +13,20 @@
 namespace driftless::layers::jit {
 
 struct KernelCacheStats {
-  int64_t hits = 0;         // found loaded in memory (or loaded meanwhile by another thread)
-  int64_t misses = 0;       // not in memory: then read from disk or compiled
-  int64_t disk_hits = 0;    // misses served by the on-disk cache
-  int64_t compiles = 0;     // misses that compiled
-  int64_t evictions = 0;    // loaded kernels dropped by the capacity bound
-  int64_t disk_errors = 0;  // unreadable, truncated or foreign files ignored; failed writes
+  int64_t hits = 0;            // found loaded in memory (or loaded meanwhile by another thread)
+  int64_t misses = 0;          // not in memory: then read from disk or compiled
+  int64_t disk_hits = 0;       // misses served by the on-disk cache
+  int64_t compiles = 0;        // misses that compiled
+  int64_t evictions = 0;       // loaded kernels dropped by the capacity bound
+  int64_t disk_errors = 0;     // unreadable, truncated or foreign files ignored; failed writes
+  int64_t disk_evictions = 0;  // files removed by the on-disk bound
 };
 
 struct KernelCacheOptions {
   int64_t capacity = 64;  // loaded kernels held in memory, >= 1
   std::string dir;        // on-disk cache directory; "" = memory only
+  // The most the directory's files may hold; the least recently used beyond it are removed.
+  int64_t disk_bytes = int64_t(1) << 30;
 };
 
 // A loaded kernel (on the GPU: the module and its functions); opaque to the cache.
