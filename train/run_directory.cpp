@@ -70,26 +70,24 @@ void refuse_system_directory(const std::string& dir) {
   }
 }
 
-// The names driftless writes in a run directory must be its own: a symbolic link, a FIFO
-// or a hard-linked file there would make the run write into (or hang on) something it did
-// not create.
+// The files driftless writes in place in a run directory must be its own: a symbolic link,
+// a FIFO or a hard-linked file under their names would make the run write into (or hang
+// on) something it did not create. (checkpoints/ may be a link to another disk: files are
+// renamed into it, never written through a name that exists.)
 void refuse_foreign_entries(const std::string& dir) {
-  for (const char* name : {"metrics.jsonl", "config.yaml", "checkpoints", "tensor_logs"}) {
+  for (const char* name : {"metrics.jsonl", "config.yaml"}) {
     const std::string p = dir + "/" + name;
     struct stat st {};
     if (::lstat(p.c_str(), &st) != 0) continue;
-    const bool folder = std::string(name) == "checkpoints" || std::string(name) == "tensor_logs";
-    const bool ours = folder ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode) && st.st_nlink == 1;
-    DL_CHECK(ours, "train",
+    DL_CHECK(S_ISREG(st.st_mode) && st.st_nlink == 1, "train",
              "the run directory " << dir << " holds " << p << " as "
                                   << (S_ISLNK(st.st_mode)    ? "a symbolic link"
                                       : S_ISFIFO(st.st_mode) ? "a FIFO"
                                       : S_ISDIR(st.st_mode)  ? "a directory"
                                       : S_ISREG(st.st_mode)  ? "a file with other hard links"
                                                              : "a special file")
-                                  << "; driftless writes " << (folder ? "a folder" : "a file")
-                                  << " of its own there: remove it or choose another "
-                                     "run.output_dir");
+                                  << "; driftless writes a file of its own there: remove it or "
+                                     "choose another run.output_dir");
   }
 }
 
@@ -109,7 +107,7 @@ int remove_previous_run(const std::string& dir) {
   for (const char* sub : {"checkpoints", "tensor_logs"}) {
     const fs::path folder = fs::path(dir) / sub;
     std::error_code ec;
-    if (!fs::is_directory(fs::symlink_status(folder, ec))) continue;
+    if (!fs::is_directory(folder, ec)) continue;
     for (const auto& e : fs::directory_iterator(folder, ec)) {
       const fs::file_status st = e.symlink_status(ec);
       if ((fs::is_regular_file(st) || fs::is_symlink(st)) &&
@@ -118,7 +116,7 @@ int remove_previous_run(const std::string& dir) {
       else
         ++kept;
     }
-    if (fs::is_empty(folder, ec)) fs::remove(folder, ec);
+    if (!fs::is_symlink(folder, ec) && fs::is_empty(folder, ec)) fs::remove(folder, ec);
   }
   return kept;
 }
