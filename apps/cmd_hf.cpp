@@ -87,6 +87,9 @@ int run_import(const ImportOptions& o) {
   const double dropout = m.dropout;
   m = hf.config;
   if (!o.config.empty()) m.dropout = dropout;  // the run config's dropout wins
+  // What config.json gave must pass the run config's own checks now, not when a later
+  // `sample` or `train` reads the checkpoint.
+  train::parse_config_text(train::config_to_yaml(config));
   layers::Gpt model(m);
   layers::load_into(hf, model);
   train::CheckpointInfo info;

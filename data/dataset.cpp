@@ -9,6 +9,8 @@
 #include "data/llmc_shards.h"
 #include "data/memmap_dataset.h"
 #include "engine/core/error.h"
+#include "engine/core/json_limits.h"
+#include "engine/core/regular_file.h"
 
 namespace driftless::data {
 
@@ -49,12 +51,25 @@ std::unique_ptr<Dataset> open_dataset(const std::string& path, int32_t vocab_siz
                          << " to be a file of JSON metadata, got a directory or "
                             "another kind of file");
     int64_t vocab = 0, eot = 0;
+    const std::string text = read_regular_file(json_path, "dataset", size_t(1) << 20);
+    DL_CHECK(!json_too_deep(text), "dataset",
+             "expected JSON metadata in " << json_path << ", got nesting deeper than "
+                                          << kMaxJsonDepth << " levels");
     try {
-      const nlohmann::json meta = nlohmann::json::parse(std::ifstream(json_path));
+      const nlohmann::json meta = nlohmann::json::parse(text);
       DL_CHECK(meta.is_object(), "dataset",
                "expected a JSON object in " << json_path << ", got " << meta.type_name());
-      vocab = meta.value("vocab_size", int64_t(50257));
-      eot = meta.value("end_of_text", int64_t(50256));
+      // An integer key holds a JSON integer: 257.9 is refused, not truncated to 257.
+      auto integer = [&](const char* key, int64_t fallback) {
+        if (!meta.contains(key)) return fallback;
+        const std::optional<int64_t> v = json_integer(meta[key]);
+        DL_CHECK(v, "dataset",
+                 json_path << ": expected an integer " << key << ", got "
+                           << json_excerpt(meta[key].dump()));
+        return *v;
+      };
+      vocab = integer("vocab_size", 50257);
+      eot = integer("end_of_text", 50256);
     } catch (const nlohmann::json::exception& e) {
       DL_FAIL("dataset", "expected JSON metadata with integer vocab_size and end_of_text in "
                              << json_path << ", got " << e.what());

@@ -6,14 +6,18 @@
 
 #include "data/unicode.h"
 #include "engine/core/error.h"
+#include "engine/core/json_limits.h"
+#include "engine/core/regular_file.h"
 
 namespace driftless::data {
 
 Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir) {
   const std::string enc_path = dir + "/encoder.json", bpe_path = dir + "/vocab.bpe";
-  std::ifstream enc(enc_path);
-  DL_CHECK(enc.good(), "gpt2_tokenizer",
+  DL_CHECK(std::ifstream(enc_path).good(), "gpt2_tokenizer",
            "expected " << enc_path << " (run data/fetch_gpt2_vocab.sh or set DRIFTLESS_VOCAB_DIR)");
+  const std::string enc = read_regular_file(enc_path, "gpt2_tokenizer");
+  DL_CHECK(!json_too_deep(enc), "gpt2_tokenizer",
+           enc_path << ": JSON nested deeper than " << kMaxJsonDepth << " levels");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(enc);

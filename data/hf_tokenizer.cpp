@@ -8,6 +8,8 @@
 
 #include "data/unicode.h"
 #include "engine/core/error.h"
+#include "engine/core/json_limits.h"
+#include "engine/core/regular_file.h"
 
 namespace driftless::data {
 
@@ -23,11 +25,12 @@ bool is_null_or_empty(const nlohmann::json& j, const char* key) {
 }  // namespace
 
 HfTokenizer::HfTokenizer(const std::string& path) : path_(path) {
-  std::ifstream f(path);
-  DL_CHECK(f.good(), kOp, "cannot read " << path);
+  const std::string text = read_regular_file(path, kOp);
+  DL_CHECK(!json_too_deep(text), kOp,
+           path << ": JSON nested deeper than " << kMaxJsonDepth << " levels");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(f);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     DL_FAIL(kOp, path << " is not valid JSON: " << e.what());
   }
@@ -145,8 +148,10 @@ HfTokenizer::HfTokenizer(const std::string& path) : path_(path) {
   const auto config = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
   if (std::filesystem::exists(config)) {
     try {
-      std::ifstream cf(config);
-      const nlohmann::json c = nlohmann::json::parse(cf);
+      const std::string text = read_regular_file(config.string(), kOp);
+      DL_CHECK(!json_too_deep(text), kOp,
+               config.string() << ": JSON nested deeper than " << kMaxJsonDepth << " levels");
+      const nlohmann::json c = nlohmann::json::parse(text);
       if (c.contains("eos_token") && c["eos_token"].is_string())
         eos = c["eos_token"].get<std::string>();
       else if (c.contains("eos_token") && c["eos_token"].is_object())

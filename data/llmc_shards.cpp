@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "engine/core/regular_file.h"
+
 namespace driftless::data {
 
 LlmcShardDataset::LlmcShardDataset(const std::vector<std::string>& paths, int32_t vocab_size,
@@ -79,6 +81,7 @@ void LlmcShardDataset::write_shard(const std::string& path, const std::vector<in
 }
 
 bool LlmcShardDataset::is_shard(const std::string& path) {
+  if (!non_regular_kind(path).empty()) return false;  // a FIFO is never opened (or waited on)
   std::ifstream in(path, std::ios::binary);
   int32_t magic = 0;
   in.read(reinterpret_cast<char*>(&magic), 4);

@@ -1,34 +1,61 @@
 // See hf_files.h. Follows transformers' save_pretrained layout (shard names, index keys).
 #include "layers/hf_files.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "engine/autograd/autograd.h"
+#include "engine/core/json_limits.h"
+#include "engine/core/regular_file.h"
 
 namespace driftless::layers {
 
 nlohmann::json read_json_file(const char* op, const std::string& path) {
+  const std::string text = read_regular_file(path, op);
+  if (const auto deep = json_too_deep(text))
+    DL_FAIL(op,
+            path << ": JSON nested deeper than " << kMaxJsonDepth << " levels at byte " << *deep);
   try {
-    std::ifstream f(path);
-    return nlohmann::json::parse(f);
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     DL_FAIL(op, path << " is not valid JSON: " << e.what());
   }
 }
 
+Tensor hf_float_weight(const char* op, const SafetensorsFile& file, const std::string& name) {
+  const std::string& stored = file.entry(name).stored;
+  DL_CHECK(stored == "F32" || stored == "F16" || stored == "BF16" || stored == "F64", op,
+           file.path() << ": " << name << " is stored as " << stored
+                       << "; expected a float weight (F32, F16, BF16 or F64)");
+  return file.get(name).to(DType::f32);
+}
+
 void write_text_atomically(const char* op, const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    DL_CHECK(f.good(), op, "cannot write " << tmp);
-    f << text;
-    f.close();
-    DL_CHECK(!f.fail(), op, "writing " << tmp << " failed");
+    // Not through a symbolic link or a FIFO left under the temporary name.
+    ::unlink(tmp.c_str());
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    DL_CHECK(fd >= 0, op, "cannot write " << tmp << ": " << std::strerror(errno));
+    size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        DL_FAIL(op, "writing " << tmp << " failed: " << std::strerror(errno));
+      }
+      done += size_t(n);
+    }
+    DL_CHECK(::close(fd) == 0, op, "writing " << tmp << " failed: " << std::strerror(errno));
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
@@ -63,9 +90,9 @@ std::vector<SafetensorsFile> open_hf_weights(const char* op, const std::string& 
              index << ": expected an object with a \"weight_map\" object");
     std::vector<std::string> shards;  // in order of first mention
     for (const auto& [name, shard] : j["weight_map"].items()) {
-      DL_CHECK(
-          shard.is_string(), op,
-          index << ": weight_map[\"" << name << "\"] must be a file name, got " << shard.dump());
+      DL_CHECK(shard.is_string(), op,
+               index << ": weight_map[\"" << name << "\"] must be a file name, got "
+                     << json_excerpt(shard.dump()));
       if (std::find(shards.begin(), shards.end(), shard.get<std::string>()) == shards.end())
         shards.push_back(shard.get<std::string>());
     }

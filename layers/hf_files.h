@@ -3,13 +3,17 @@
 // by model.safetensors.index.json) both ways, and the model-independent half of importing.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/core/json_limits.h"
 #include "engine/core/safetensors.h"
 #include "engine/core/tensor.h"
 #include "layers/gpt.h"
@@ -24,10 +28,20 @@ struct HfModel {
 
 // A config.json value or `fallback` when absent or null; a present value of the wrong type is
 // an error naming the key (`op` starts the message).
+// An integer key must hold a JSON integer (n_layer 1.7 is refused, not truncated).
 template <typename T>
 T hf_value_or(const char* op, const nlohmann::json& hf, const char* key, T fallback) {
   auto it = hf.find(key);
   if (it == hf.end() || it->is_null()) return fallback;
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (it->is_number()) {
+      const std::optional<int64_t> v = json_integer(*it);
+      DL_CHECK(v && *v >= int64_t(std::numeric_limits<T>::min()) &&
+                   (*v < 0 || uint64_t(*v) <= uint64_t(std::numeric_limits<T>::max())),
+               op, "config.json: " << key << " must be an integer, got " << it->dump());
+      return T(*v);
+    }
+  }
   try {
     return it->get<T>();
   } catch (const nlohmann::json::exception&) {
@@ -35,7 +49,10 @@ T hf_value_or(const char* op, const nlohmann::json& hf, const char* key, T fallb
   }
 }
 
+// A JSON file (a regular file, nested at most kMaxJsonDepth deep), parsed.
 nlohmann::json read_json_file(const char* op, const std::string& path);
+// A weight of `file` as f32; a weight stored as an integer or bool type is refused, naming it.
+Tensor hf_float_weight(const char* op, const SafetensorsFile& file, const std::string& name);
 void write_text_atomically(const char* op, const std::string& path, const std::string& text);
 // DIR/config.json, parsed; an error when it does not exist.
 nlohmann::json read_hf_config(const char* op, const std::string& dir);

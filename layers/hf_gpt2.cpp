@@ -101,6 +101,8 @@ GptConfig gpt_config_from_hf(const nlohmann::json& hf) {
            "config.json: scale_attn_by_inverse_layer_idx true is not supported");
   // GPT2Config's default dropout is 0.1; ours applies to embeddings and residual branches.
   c.dropout = value_or<double>(hf, "resid_pdrop", 0.1);
+  DL_CHECK(c.dropout >= 0 && c.dropout < 1, kOp,
+           "config.json: resid_pdrop must be in [0, 1), got " << c.dropout);
   return c;
 }
 
@@ -222,7 +224,7 @@ HfGpt2 load_hf_gpt2(const std::string& dir) {
              files.front().path() << (files.size() > 1 ? " (and the other shards)" : "")
                                   << ": missing tensor " << hf_gpt2_name(name));
     const Source& src = sources[name];
-    Tensor t = src.file->get(src.name);
+    Tensor t = hf_float_weight(kOp, *src.file, src.name);
     Shape want = shape;
     if (hf_gpt2_transposed(name)) std::swap(want[0], want[1]);
     DL_CHECK(t.shape() == want, kOp,
@@ -233,7 +235,7 @@ HfGpt2 load_hf_gpt2(const std::string& dir) {
     out.params[name] = t.contiguous().clone();
   }
   if (lm_head.file) {
-    Tensor head = lm_head.file->get(lm_head.name).to(DType::f32);
+    Tensor head = hf_float_weight(kOp, *lm_head.file, lm_head.name);
     const Tensor& wte = out.params.at("wte.weight");
     DL_CHECK(head.shape() == wte.shape() && head.to_vector<float>() == wte.to_vector<float>(), kOp,
              lm_head.file->path() << ": lm_head.weight differs from wte.weight; untied heads are "

@@ -258,7 +258,7 @@ HfLlama load_hf_llama(const std::string& dir) {
                file.path() << ": unexpected tensor " << name << " for a LlamaForCausalLM with "
                            << c.n_layer << " layers");
       DL_CHECK(!hf.count(name), kOp, file.path() << ": " << name << " appears twice");
-      Tensor t = file.get(name);
+      Tensor t = hf_float_weight(kOp, file, name);
       DL_CHECK(t.shape() == it->second, kOp,
                file.path() << ": " << name << " has shape " << shape_str(t.shape()) << ", expected "
                            << shape_str(it->second) << " from config.json");

@@ -13,6 +13,7 @@
 
 #include "engine/autograd/autograd.h"
 #include "engine/core/checksum.h"
+#include "engine/core/json_limits.h"
 #include "engine/core/safetensors.h"
 #include "engine/optim/clip.h"
 #include "train/config.h"
@@ -38,16 +39,17 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return out;
   const std::regex pattern(R"(step_(\d+)\.safetensors)");
-  for (const auto& e : fs::directory_iterator(dir)) {
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
     std::smatch m;
     const std::string name = e.path().filename().string();
     if (!std::regex_match(name, m, pattern)) continue;
+    // Names driftless cannot have written are not checkpoints: a directory, a FIFO, or a
+    // step past 2^63 (step_<30 digits>) is left alone rather than read or refused.
+    if (!e.is_regular_file(ec)) continue;
     const std::string digits = m[1];
     int64_t step = 0;
     const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), step);
-    DL_CHECK(r.ec == std::errc() && r.ptr == digits.data() + digits.size(), "checkpoint",
-             e.path().string() << ": expected a step number below 2^63 in the name, got "
-                               << digits.size() << " digits; rename or remove the file");
+    if (r.ec != std::errc() || r.ptr != digits.data() + digits.size()) continue;
     out.emplace_back(step, e.path().string());
   }
   std::sort(out.begin(), out.end(), std::greater<>());
@@ -131,10 +133,28 @@ void verify(const SafetensorsFile& f) {
   auto it = f.metadata().find(kChecksumsKey);
   if (it != f.metadata().end()) {
     try {
+      DL_CHECK(!json_too_deep(it->second), "checkpoint",
+               f.path() << ": the stored checksums are nested too deep; the file is damaged");
       sums = nlohmann::json::parse(it->second);
     } catch (const nlohmann::json::exception&) {
       DL_FAIL("checkpoint", f.path() << ": the stored checksums are not JSON; the file is damaged");
     }
+  }
+  // The metadata (step, optimizer step, config) is covered by its own checksum. Files
+  // written before it existed have none and load as before; their step is still checked
+  // against the file's name by --resume.
+  if (sums.contains(kMetadataChecksumName))
+    DL_CHECK(
+        sums[kMetadataChecksumName] == safetensors_metadata_checksum(f.metadata(), kChecksumsKey),
+        "checkpoint",
+        f.path() << ": the metadata (step, optimizer step, config) does not match its "
+                    "checksum; the file is damaged or was edited");
+  if (f.metadata().count("optim_step")) {
+    const int64_t step = metadata_int(f, "step", metadata(f, "step"));
+    const int64_t optim_step = metadata_int(f, "optim_step", metadata(f, "optim_step"));
+    DL_CHECK(optim_step <= step + 1, "checkpoint",
+             f.path() << ": optim_step " << optim_step << " exceeds the " << step + 1
+                      << " steps of step " << step << "; the file is damaged");
   }
   for (const std::string& name : f.names()) {
     const SafetensorsFile::Entry& e = f.entry(name);

@@ -22,8 +22,8 @@ struct CheckpointInfo {
 };
 
 std::string checkpoint_path(const std::string& run_dir, int64_t step);
-// The checkpoints (step_<N>.safetensors) of a run directory, newest first; a name whose
-// step does not fit in 63 bits is an error naming the file.
+// The checkpoints (step_<N>.safetensors, regular files) of a run directory, newest first;
+// a name whose step does not fit in 63 bits, a directory or a FIFO so named is ignored.
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir);
 // The newest checkpoint of a run directory, or "" when there is none.
 std::string latest_checkpoint(const std::string& run_dir);

@@ -12,7 +12,9 @@
 #include <set>
 #include <sstream>
 
+#include "engine/core/checked_size.h"
 #include "engine/core/error.h"
+#include "engine/core/regular_file.h"
 #include "train/config_schema.h"
 
 namespace driftless::train {
@@ -20,6 +22,27 @@ namespace driftless::train {
 namespace {
 
 namespace fs = std::filesystem;
+
+// A score-modifier table is indexed by positions and heads; its entries (and, for learnable
+// tables, one copy a layer) are bounded before anything is allocated for them.
+constexpr int64_t kMaxParamEntries = int64_t(1) << 24;
+constexpr int64_t kMaxLearnableEntries = int64_t(1) << 28;  // summed over tables and layers
+// cu_seqlens and document offsets are int32: a global batch holds fewer tokens.
+constexpr int64_t kMaxBatchTokens = (int64_t(1) << 31) - 1;
+
+// A YAML document read from a regular file (a directory, a FIFO or a device is refused,
+// never read) with its duplicate keys refused.
+YAML::Node load_yaml_file(const std::string& path) {
+  const std::string text = read_regular_file(path, "config", size_t(64) << 20);
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    DL_FAIL("config", path << ": invalid YAML: " << e.what());
+  }
+  check_unique_keys(root, path);
+  return root;
+}
 
 // Deep merge: keys of `over` replace those of `base`; maps merge recursively.
 YAML::Node merge(const YAML::Node& base, const YAML::Node& over) {
@@ -45,12 +68,7 @@ YAML::Node load_with_includes(const YAML::Node& root, const fs::path& base_dir, 
   for (const auto& f : files) {
     fs::path p = base_dir / f;
     DL_CHECK(fs::exists(p), "config", "include: file " << p.string() << " does not exist");
-    YAML::Node sub;
-    try {
-      sub = YAML::LoadFile(p.string());
-    } catch (const YAML::Exception& e) {
-      DL_FAIL("config", p.string() << ": " << e.what());
-    }
+    const YAML::Node sub = load_yaml_file(p.string());
     merged = merge(merged, load_with_includes(sub, p.parent_path(), depth + 1));
   }
   YAML::Node own = YAML::Clone(root);
@@ -66,12 +84,18 @@ void apply_override(YAML::Node& root, const std::string& spec) {
   std::vector<std::string> parts;
   std::stringstream ss(path);
   for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+  DL_CHECK(!parts.empty() && path.back() != '.' &&
+               std::none_of(parts.begin(), parts.end(), [](const auto& p) { return p.empty(); }),
+           "config",
+           "override '" << spec << "': expected a key path like optimizer.lr, got '" << path
+                        << "' (an empty key)");
   YAML::Node parsed;
   try {
     parsed = YAML::Load(value);
   } catch (const YAML::Exception&) {
     parsed = YAML::Node(value);
   }
+  check_unique_keys(parsed, "override '" + spec + "'");
   // yaml-cpp node assignment aliases; walk with fresh handles.
   std::function<void(YAML::Node, size_t)> set = [&](YAML::Node node, size_t i) {
     if (i + 1 == parts.size()) {
@@ -84,6 +108,49 @@ void apply_override(YAML::Node& root, const std::string& spec) {
   set(root, 0);
 }
 
+// A score_mod_params shape: [], [heads] or [heads, n], each entry a positive integer (or
+// "heads"), the table at most kMaxParamEntries entries; checked before anything is allocated.
+std::vector<int64_t> read_param_shape(const YAML::Node& node, int64_t heads,
+                                      const std::string& where) {
+  DL_CHECK(node.IsSequence() && node.size() <= 2, "config",
+           where << ".shape must be a list: [], [heads] or [heads, n]");
+  std::vector<int64_t> shape;
+  for (size_t i = 0; i < node.size(); ++i) {
+    const std::string text = node[i].IsScalar() ? node[i].Scalar() : "a non-scalar";
+    int64_t d = 0;
+    if (text == "heads") {
+      d = heads;
+    } else {
+      const auto r = std::from_chars(text.data(), text.data() + text.size(), d);
+      DL_CHECK(r.ec == std::errc() && r.ptr == text.data() + text.size() && d > 0, "config",
+               where << ".shape[" << i << "]: expected a positive integer or heads, got " << text);
+    }
+    DL_CHECK(d <= kMaxParamEntries, "config",
+             where << ".shape[" << i << "]: expected at most " << kMaxParamEntries << ", got "
+                   << text);
+    shape.push_back(d);
+  }
+  const std::optional<int64_t> n = checked_product(shape);
+  DL_CHECK(n && *n <= kMaxParamEntries, "config",
+           where << ".shape: expected a table of at most " << kMaxParamEntries
+                 << " entries, got " << shape.size() << " dimensions "
+                 << (shape.size() == 2 ? std::to_string(shape[0]) + " x " + std::to_string(shape[1])
+                                       : std::string()));
+  return shape;
+}
+
+// A score_mod_params init value: a finite number.
+double finite_init(const YAML::Node& node, const std::string& where) {
+  double v = 0;
+  try {
+    v = node.as<double>();
+  } catch (const YAML::Exception&) {
+    DL_FAIL("config", where << ".init: expected a number, got " << node_excerpt(node));
+  }
+  DL_CHECK(std::isfinite(v), "config", where << ".init: expected a finite number, got " << v);
+  return v;
+}
+
 // model.score_mod / mask_mod / score_mod_params: the parameters read into
 // model.score_mod_decls and both expressions compiled (their errors name the column) at load.
 void resolve_score_mods(Config& c, std::vector<std::string>& errors) {
@@ -94,6 +161,7 @@ void resolve_score_mods(Config& c, std::vector<std::string>& errors) {
       errors.push_back("model.score_mod_params needs model.score_mod or model.mask_mod");
     return;
   }
+  int64_t learnable_entries = 0;
   try {
     for (const auto& [name, text] : m.score_mod_params) {
       // The name reaches the generated GPU code: an identifier only, checked before its use.
@@ -109,18 +177,22 @@ void resolve_score_mods(Config& c, std::vector<std::string>& errors) {
       }
       layers::expr::ParamDecl d;
       d.name = name;
-      if (n["shape"]) {
-        DL_CHECK(n["shape"].IsSequence(), "config", where << ".shape must be a list: [], [heads] or [heads, n]");
-        for (const auto& s : n["shape"])
-          d.shape.push_back(s.Scalar() == "heads" ? m.n_head : s.as<int64_t>());
-      }
+      if (n["shape"]) d.shape = read_param_shape(n["shape"], m.n_head, where);
       d.learnable = n["learnable"] && n["learnable"].as<bool>();
+      learnable_entries += d.learnable ? d.numel() * m.n_layer : 0;
+      DL_CHECK(learnable_entries <= kMaxLearnableEntries, "config",
+               where << ": the learnable tables hold " << learnable_entries
+                     << " entries over model.n_layer " << m.n_layer << " layers, expected at most "
+                     << kMaxLearnableEntries);
       const YAML::Node init = n["init"];
       DL_CHECK(init, "config", where << ".init is required: a number or " << d.numel() << " values");
       if (init.IsSequence()) {
-        for (const auto& x : init) d.init.push_back(x.as<double>());
+        DL_CHECK(int64_t(init.size()) == d.numel(), "config",
+                 where << ".init: expected one number or " << d.numel() << " values, got "
+                       << init.size());
+        for (const auto& x : init) d.init.push_back(finite_init(x, where));
       } else {
-        d.init.assign(size_t(d.numel()), init.as<double>());
+        d.init.assign(size_t(d.numel()), finite_init(init, where));
       }
       m.score_mod_decls.push_back(d);
     }
@@ -221,6 +293,11 @@ void cross_check(const Config& c, std::vector<std::string>& errors) {
                ") divisible by its size (" + P + ")");
     }
   }
+  const std::optional<int64_t> tokens = checked_mul(c.batch.sequences, S);
+  need(tokens && *tokens <= kMaxBatchTokens,
+       "batch.sequences (" + std::to_string(c.batch.sequences) + ") x batch.sequence_length (" +
+           std::to_string(S) + ") must be at most " + std::to_string(kMaxBatchTokens) +
+           " tokens in a global batch (document offsets are int32)");
   const int64_t split = c.distributed.data_parallel * c.schedule.breadth_first *
                         c.schedule.depth_first;
   need(c.batch.sequences % split == 0,
@@ -272,17 +349,13 @@ Config parse_config_text(const std::string& yaml, const std::vector<std::string>
   } catch (const YAML::Exception& e) {
     DL_FAIL("config", "invalid YAML: " << e.what());
   }
+  check_unique_keys(root, "the config");
   return parse_config_node(root, overrides, base_dir);
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   DL_CHECK(fs::exists(path), "config", "file " << path << " does not exist");
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::Exception& e) {
-    DL_FAIL("config", path << ": invalid YAML: " << e.what());
-  }
+  const YAML::Node root = load_yaml_file(path);
   try {
     return parse_config_node(root, overrides, fs::path(path).parent_path().string());
   } catch (const Error& e) {

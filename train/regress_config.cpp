@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "engine/core/error.h"
+#include "engine/core/regular_file.h"
 #include "train/regress.h"
 #include "train/schema.h"
 
@@ -109,10 +110,11 @@ RegressConfig load_regress_config(const std::string& path, const std::vector<std
   DL_CHECK(fs::exists(path), "regress", "config " << path << " does not exist");
   YAML::Node root;
   try {
-    root = YAML::LoadFile(path);
+    root = YAML::Load(read_regular_file(path, "regress", size_t(64) << 20));
   } catch (const YAML::Exception& e) {
     DL_FAIL("regress", path << ": invalid YAML: " << e.what());
   }
+  check_unique_keys(root, path);
   std::vector<std::string> errors;
   auto err = [&](const std::string& e) { errors.push_back(e); };
   RegressFile f;

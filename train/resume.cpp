@@ -17,6 +17,11 @@ std::string newest_intact_checkpoint(const std::string& run_dir, std::ostream& l
   for (size_t i = 0; i < all.size(); ++i) {
     try {
       verify_checkpoint(all[i].second);
+      // The name says which step the file holds; metadata saying another was edited.
+      const int64_t step = read_checkpoint_info(all[i].second).step;
+      DL_CHECK(step == all[i].first, "checkpoint",
+               all[i].second << ": its metadata says step " << step << ", its name step "
+                             << all[i].first << "; the file was edited or renamed");
     } catch (const Error& e) {
       log << "--resume: skipping a damaged checkpoint: " << e.what() << "\n";
       continue;

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "engine/core/error.h"
+
 namespace driftless::train {
 
 namespace {
@@ -42,6 +44,39 @@ std::string node_text(const YAML::Node& n) {
   e << YAML::Flow << n;
   return e.c_str();
 }
+
+void unique_keys(const YAML::Node& node, const std::string& path, const std::string& where) {
+  if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i)
+      unique_keys(node[i], path + "[" + std::to_string(i) + "]", where);
+    return;
+  }
+  if (!node.IsMap()) return;
+  std::map<std::string, int> line_of;
+  for (const auto& kv : node) {
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : node_text(kv.first);
+    const std::string at = path.empty() ? key : path + "." + key;
+    const int line = kv.first.Mark().line + 1;
+    const auto [it, fresh] = line_of.emplace(key, line);
+    DL_CHECK(fresh, "config",
+             where << ": " << at << " is given twice (lines " << it->second << " and " << line
+                   << "); YAML would keep one silently, remove the other");
+    unique_keys(kv.second, at, where);
+  }
+}
+
+}  // namespace
+
+void check_unique_keys(const YAML::Node& node, const std::string& where) {
+  unique_keys(node, "", where);
+}
+
+std::string node_excerpt(const YAML::Node& node) {
+  const std::string text = node_text(node);
+  return text.size() <= 120 ? text : text.substr(0, 120) + "...";
+}
+
+namespace {
 
 // Leaves of a mapping by dotted path; a known field's node is a leaf whatever its kind (a
 // list of records, a free mapping).

@@ -91,6 +91,11 @@ RecordList records(std::vector<R>& list, F fields) {
 // paths the node gave.
 std::set<std::string> read_schema(const YAML::Node& node, const SchemaWalk& walk,
                                   std::vector<std::string>& errors, const std::string& where = "");
+// Throws driftless::Error naming the key path and both lines when a mapping anywhere in
+// `node` gives a key twice (YAML would keep one silently); `where` names the document.
+void check_unique_keys(const YAML::Node& node, const std::string& where);
+// A node as short YAML text for messages (cut to 120 characters).
+std::string node_excerpt(const YAML::Node& node);
 // A field's value as a YAML node (numbers in their shortest round-trip text).
 YAML::Node field_node(FieldRef ref);
 // A Markdown table of every field: path, type, default, allowed values, help; a record

@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "engine/autograd/autograd.h"
+#include "engine/core/json_limits.h"
+#include "engine/core/regular_file.h"
 #include "engine/core/safetensors.h"
 
 namespace driftless::train {
@@ -113,11 +115,13 @@ void TensorLogger::save(const std::string& dir, int64_t step) const {
 
 std::vector<LoggedTensor> load_tensor_log(const std::string& dir, int64_t step) {
   const std::string base = tensor_log_path(dir, step);
-  std::ifstream in(base + ".json");
-  DL_CHECK(in.good(), "tensor_log", "no tensor log " << base << ".json");
+  DL_CHECK(std::filesystem::exists(base + ".json"), "tensor_log",
+           "no tensor log " << base << ".json");
+  const std::string text = read_regular_file(base + ".json", "tensor_log");
+  DL_CHECK(!json_too_deep(text), "tensor_log", base << ".json: nested too deep");
   nlohmann::json index;
   try {
-    in >> index;
+    index = nlohmann::json::parse(text);
   } catch (const std::exception& e) {
     DL_FAIL("tensor_log", base << ".json: " << e.what());
   }

@@ -1,4 +1,5 @@
-// mmap-based MappedFile (see mapped_file.h). Empty files are valid and map nothing.
+// mmap-based MappedFile (see mapped_file.h). Empty files are valid and map nothing; only
+// regular files are mapped (regular_file.h).
 #include "engine/core/mapped_file.h"
 
 #include <fcntl.h>
@@ -9,11 +10,12 @@
 #include <cerrno>
 #include <utility>
 
+#include "engine/core/regular_file.h"
+
 namespace driftless {
 
 MappedFile::MappedFile(const std::string& path, const char* component) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  DL_CHECK(fd >= 0, component, "expected a readable file, got " << path << ": " << strerror(errno));
+  const int fd = open_regular_file(path, component);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     ::close(fd);

@@ -17,7 +17,9 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "engine/core/checked_size.h"
 #include "engine/core/checksum.h"
+#include "engine/core/json_limits.h"
 
 namespace driftless {
 
@@ -81,7 +83,10 @@ class TempFile {
   TempFile& operator=(const TempFile&) = delete;
 
   void open(const std::string& final_path) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    // A leftover of a killed writer with our pid is replaced; a symbolic link or FIFO under
+    // the temporary name is removed, never followed or waited on.
+    ::unlink(path_.c_str());
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     DL_CHECK(
         fd_ >= 0, kOp,
         final_path << ": cannot create temporary file " << path_ << ": " << std::strerror(errno));
@@ -140,6 +145,17 @@ const char* safetensors_dtype_name(DType dtype) {
   return "?";
 }
 
+std::string safetensors_metadata_checksum(const std::map<std::string, std::string>& metadata,
+                                          const std::string& checksums_key) {
+  // Length-prefixed, so no two different maps serialize alike.
+  std::string text;
+  for (const auto& [k, v] : metadata) {
+    if (k == checksums_key) continue;
+    text += std::to_string(k.size()) + ":" + k + std::to_string(v.size()) + ":" + v;
+  }
+  return checksum_hex(checksum64(text.data(), text.size()));
+}
+
 // ---- writing ----
 
 void write_safetensors(const std::string& path,
@@ -171,7 +187,10 @@ void write_safetensors(const std::string& path,
       checksums[name] = checksum_hex(checksum64(h.nbytes() ? h.raw_data() : nullptr, h.nbytes()));
     host.push_back(std::move(h));
   }
-  if (!checksums_key.empty()) header["__metadata__"][checksums_key] = checksums.dump();
+  if (!checksums_key.empty()) {
+    checksums[kMetadataChecksumName] = safetensors_metadata_checksum(metadata, checksums_key);
+    header["__metadata__"][checksums_key] = checksums.dump();
+  }
   std::string text;
   try {
     text = header.dump();
@@ -255,6 +274,11 @@ SafetensorsFile read_safetensors(const std::string& path) {
   const uint64_t data_size = file_size - f.data_start_;
   const char* text = reinterpret_cast<const char*>(bytes + 8);
 
+  // A safetensors header nests 3 deep; a deeper one is refused before parsing, so no
+  // message that quotes part of it (dump()) recurses through hostile nesting.
+  if (const auto deep = json_too_deep(std::string_view(text, header_len)))
+    DL_FAIL(kOp, path << ": JSON header nested deeper than " << kMaxJsonDepth << " levels at byte "
+                      << 8 + *deep << "; not a safetensors file");
   OrderedJson header;
   try {
     header = OrderedJson::parse(text, text + header_len);
@@ -273,6 +297,8 @@ SafetensorsFile read_safetensors(const std::string& path) {
     return 8 + (pos == std::string_view::npos ? 0 : pos);
   };
 
+  auto quote = [](const OrderedJson& j) { return json_excerpt(j.dump()); };
+
   std::vector<std::string> order;  // header order, for stable ties
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
@@ -289,12 +315,13 @@ SafetensorsFile read_safetensors(const std::string& path) {
       }
       continue;
     }
-    const uint64_t at = where(name);
+    // Only messages search for the entry's offset: one search per tensor would be quadratic
+    // in a hostile header of many names.
     DL_CHECK(
         v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
         kOp,
-        path << ": tensor \"" << name << "\" at byte " << at
-             << ": expected an object with dtype, shape and data_offsets, got " << v.dump());
+        path << ": tensor \"" << name << "\" at byte " << where(name)
+             << ": expected an object with dtype, shape and data_offsets, got " << quote(v));
     SafetensorsFile::Entry e;
     const OrderedJson& dt = v["dtype"];
     e.stored = dt.is_string() ? dt.get<std::string>() : "";
@@ -304,43 +331,48 @@ SafetensorsFile read_safetensors(const std::string& path) {
     else if ((element_size = foreign_dtype_size(e.stored)) > 0)
       e.dtype = DType::f32;  // F16 widens to it; get() refuses the others
     DL_CHECK(element_size > 0, kOp,
-             path << ": tensor \"" << name << "\" at byte " << at << ": unknown dtype " << dt.dump()
+             path << ": tensor \"" << name << "\" at byte " << where(name) << ": unknown dtype "
+                  << quote(dt)
                   << " (expected F32, F64, BF16, I32, I64, F16, BOOL, U8, I8, I16, U16, U32, U64, "
                      "F8_E4M3 or F8_E5M2)");
     const OrderedJson& sh = v["shape"];
     DL_CHECK(sh.is_array(), kOp,
-             path << ": tensor \"" << name << "\" at byte " << at
-                  << ": shape must be an array, got " << sh.dump());
-    uint64_t numel = 1;
+             path << ": tensor \"" << name << "\" at byte " << where(name)
+                  << ": shape must be an array, got " << quote(sh));
     for (const auto& s : sh) {
       DL_CHECK(s.is_number_unsigned(), kOp,
-               path << ": tensor \"" << name << "\" at byte " << at
-                    << ": shape entries must be non-negative integers, got " << sh.dump());
-      uint64_t d = s.get<uint64_t>();
-      DL_CHECK(d <= (uint64_t(1) << 62) && (d == 0 || numel <= (uint64_t(1) << 62) / d), kOp,
-               path << ": tensor \"" << name << "\" at byte " << at << ": shape " << sh.dump()
-                    << " is too large");
-      numel *= d;
+               path << ": tensor \"" << name << "\" at byte " << where(name)
+                    << ": shape entries must be non-negative integers, got " << quote(sh));
+      const uint64_t d = s.get<uint64_t>();
+      DL_CHECK(d <= uint64_t(std::numeric_limits<int64_t>::max()), kOp,
+               path << ": tensor \"" << name << "\" at byte " << where(name) << ": shape "
+                    << quote(sh) << " is too large");
       e.shape.push_back(int64_t(d));
     }
+    // Elements times element size, overflow-checked: a wrapped product would match a small
+    // byte range ([8, 2, 2^57 + 1] F64 in 128 bytes).
+    const std::optional<int64_t> want_bytes = checked_product(e.shape, int64_t(element_size));
+    DL_CHECK(want_bytes, kOp,
+             path << ": tensor \"" << name << "\" at byte " << where(name) << ": " << e.stored
+                  << " shape " << quote(sh) << " needs more than 2^63 bytes");
     const OrderedJson& off = v["data_offsets"];
     DL_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() &&
                  off[1].is_number_unsigned(),
              kOp,
-             path << ": tensor \"" << name << "\" at byte " << at
-                  << ": data_offsets must be two non-negative integers, got " << off.dump());
+             path << ": tensor \"" << name << "\" at byte " << where(name)
+                  << ": data_offsets must be two non-negative integers, got " << quote(off));
     e.begin = off[0].get<uint64_t>();
     e.end = off[1].get<uint64_t>();
     DL_CHECK(e.begin <= e.end && e.end <= data_size, kOp,
-             path << ": tensor \"" << name << "\" at byte " << at << ": data_offsets [" << e.begin
-                  << ", " << e.end << "] out of bounds: file bytes [" << f.data_start_ + e.begin
-                  << ", " << f.data_start_ + e.end << ") of a " << file_size
-                  << "-byte file (data section " << data_size << " bytes from byte "
+             path << ": tensor \"" << name << "\" at byte " << where(name) << ": data_offsets ["
+                  << e.begin << ", " << e.end << "] out of bounds: file bytes ["
+                  << f.data_start_ + e.begin << ", " << f.data_start_ + e.end << ") of a "
+                  << file_size << "-byte file (data section " << data_size << " bytes from byte "
                   << f.data_start_ << ")");
-    const uint64_t want = numel * element_size;
+    const uint64_t want = uint64_t(*want_bytes);
     DL_CHECK(e.end - e.begin == want, kOp,
-             path << ": tensor \"" << name << "\" at byte " << at << ": " << dt.get<std::string>()
-                  << " shape " << sh.dump() << " needs " << want << " bytes, data_offsets ["
+             path << ": tensor \"" << name << "\" at byte " << where(name) << ": " << e.stored
+                  << " shape " << quote(sh) << " needs " << want << " bytes, data_offsets ["
                   << e.begin << ", " << e.end << "] hold " << e.end - e.begin);
     f.entries_.emplace(name, std::move(e));
     order.push_back(name);

@@ -24,11 +24,18 @@ const char* safetensors_dtype_name(DType dtype);
 // `path + ".tmp.<pid>"`, fsync'ed and renamed over `path`, so a reader never sees a
 // partial file; on failure the temporary is removed and Error is thrown. A non-empty
 // checksums_key adds metadata[checksums_key]: a JSON object of each tensor's checksum64
-// (hex) of its stored bytes.
+// (hex) of its stored bytes, and under kMetadataChecksumName the checksum of the other
+// metadata (safetensors_metadata_checksum), so an edited value is found like damaged data.
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {},
                        const std::string& checksums_key = "");
+
+// The entry of the checksums object that covers the metadata (no tensor has this name).
+constexpr const char* kMetadataChecksumName = "__metadata__";
+// checksum64 (hex) of every metadata entry but checksums_key, in key order.
+std::string safetensors_metadata_checksum(const std::map<std::string, std::string>& metadata,
+                                          const std::string& checksums_key);
 
 // An open, memory-mapped safetensors file. The header is validated when opening (every
 // tensor's dtype, shape and byte range), so get() cannot read out of bounds. Move-only.

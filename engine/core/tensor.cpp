@@ -7,6 +7,7 @@
 #include <optional>
 #include <sstream>
 
+#include "engine/core/checked_size.h"
 #include "engine/core/device_ops.h"
 #include "engine/core/random.h"
 
@@ -47,6 +48,9 @@ int64_t normalize_dim(int64_t dim, int64_t rank, const char* op) {
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t s : shape)
     DL_CHECK(s >= 0, "empty", "negative size in shape " << shape_str(shape));
+  DL_CHECK(checked_product(shape, int64_t(dtype_size(dtype))), "empty",
+           "expected a shape whose bytes fit in 63 bits, got " << shape_str(shape) << " of "
+                                                               << dtype_name(dtype));
   auto impl = std::make_shared<TensorImpl>();
   Allocator& alloc = device == Device::cpu ? allocator_for(Device::cpu) : cuda::allocator();
   impl->storage = std::make_shared<Storage>(alloc, size_t(shape_numel(shape)) * dtype_size(dtype));

@@ -3,6 +3,7 @@
 #include "data/dataset.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -135,12 +136,23 @@ TEST(Memmap, BadSidecarMetadataNamesTheFile) {
   auto prefix = write_memmap(dir + "/ds", TokenType::u16, {{1, 2, 256}});
   std::ofstream(prefix + ".json") << R"({"vocab_size": "257"})";
   expect_error([&] { open_dataset(prefix); },
-               {prefix + ".json", "integer vocab_size and end_of_text"});
+               {prefix + ".json", "expected an integer vocab_size, got \"257\""});
+  // Not truncated to 257.
+  std::ofstream(prefix + ".json") << R"({"vocab_size": 257.9})";
+  expect_error([&] { open_dataset(prefix); },
+               {prefix + ".json", "expected an integer vocab_size, got 257.9"});
+  std::ofstream(prefix + ".json") << R"({"vocab_size": 257, "end_of_text": 1.5})";
+  expect_error([&] { open_dataset(prefix); }, {prefix + ".json", "integer end_of_text"});
+  std::ofstream(prefix + ".json") << std::string(100000, '[');
+  expect_error([&] { open_dataset(prefix); }, {prefix + ".json", "deeper than 64 levels"});
   std::ofstream(prefix + ".json") << R"({"vocab_size": 1000000000000})";
   expect_error([&] { open_dataset(prefix); }, {prefix + ".json", "2 <= vocab_size < 2^31"});
   std::filesystem::remove(prefix + ".json");
   std::filesystem::create_directory(prefix + ".json");
   expect_error([&] { open_dataset(prefix); }, {prefix + ".json", "got a directory"});
+  std::filesystem::remove(prefix + ".json");
+  ASSERT_EQ(::mkfifo((prefix + ".json").c_str(), 0600), 0);  // refused, not waited on
+  expect_error([&] { open_dataset(prefix); }, {prefix + ".json", "another kind of file"});
 }
 
 TEST(LlmcShards, DocumentsSplitAfterEndOfText) {

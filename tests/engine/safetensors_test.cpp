@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 #include "tests/test_paths.h"
 
@@ -245,6 +246,49 @@ TEST(Safetensors, CorruptFilesThrow) {
   write_bytes(dir + "/ok.safetensors", raw_file(ok, eight));
   EXPECT_EQ(read_safetensors(dir + "/ok.safetensors").get("x").numel(), 2);
   EXPECT_THROW(read_safetensors(dir + "/does_not_exist.safetensors"), Error);
+}
+
+// Hostile headers: nesting deep enough to overflow a recursive walk (dump() in an error
+// message) is refused by its offset before parsing; an element count whose byte size wraps
+// 64 bits ([8, 2, 2^57 + 1] F64 "in" 128 bytes) is refused, not matched to 128 bytes.
+TEST(Safetensors, HostileHeadersAreRefusedWithoutRecursionOrWrapping) {
+  const std::string dir = testing::scratch_dir();
+  const int depth = 200000;
+  const std::string deep = "{\"x\":" + std::string(depth, '[') + std::string(depth, ']') + "}";
+  write_bytes(dir + "/deep.safetensors", raw_file(deep, {}));
+  try {
+    read_safetensors(dir + "/deep.safetensors");
+    ADD_FAILURE() << "a deeply nested header must be refused";
+  } catch (const Error& e) {
+    // Level 65 (the 64th bracket after "{\"x\":") opens at header character 68, file byte 76.
+    EXPECT_NE(std::string(e.what()).find("nested deeper than 64 levels at byte 76"),
+              std::string::npos)
+        << e.what();
+  }
+  const std::string wrap =
+      "{\"x\":{\"dtype\":\"F64\",\"shape\":[8,2,144115188075855873],\"data_offsets\":[0,"
+      "128]}}";
+  write_bytes(dir + "/wrap.safetensors", raw_file(wrap, Bytes(128)));
+  try {
+    read_safetensors(dir + "/wrap.safetensors");
+    ADD_FAILURE() << "a shape whose bytes wrap 64 bits must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs more than 2^63 bytes"), std::string::npos)
+        << e.what();
+  }
+}
+
+// The checksums a checkpoint asks for cover the metadata too, under their own name.
+TEST(Safetensors, ChecksumsCoverTheMetadata) {
+  const std::string path = testing::scratch_dir() + "/sums.safetensors";
+  const std::map<std::string, std::string> meta = {{"step", "5"}, {"config", "x"}};
+  write_safetensors(path, {{"w", Tensor::zeros({2})}}, meta, "checksums");
+  const auto sums = nlohmann::json::parse(read_safetensors(path).metadata().at("checksums"));
+  EXPECT_EQ(sums.at(kMetadataChecksumName), safetensors_metadata_checksum(meta, "checksums"));
+  auto edited = meta;
+  edited["step"] = "2";
+  EXPECT_NE(safetensors_metadata_checksum(edited, "checksums"),
+            safetensors_metadata_checksum(meta, "checksums"));
 }
 
 TEST(Safetensors, AtomicWriteLeavesNoTemporary) {

@@ -3,6 +3,7 @@
 #include "layers/hf_gpt2.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -293,6 +294,58 @@ TEST(HfGpt2, ConfigAskingForMoreThanTheWeightsHoldIsRefusedBeforeAllocating) {
                    "the "),
             std::string::npos)
       << e;
+}
+
+// Careless or hostile directories: an integer weight is not read as float bits, counts are
+// not truncated, a dropout no run accepts is refused at import, nesting and FIFOs are
+// refused by name, never a crash or a hang.
+TEST(HfGpt2, HostileDirectoriesAreRefusedByName) {
+  const std::string dir = testing::scratch_dir() + "/hf";
+  Gpt model(tiny());
+  model.init(5);
+  save_hf_gpt2(model, dir);
+  const auto good = exported_tensors(dir);
+  const nlohmann::json config = read_json(dir + "/config.json");
+
+  auto as_i32 = good;
+  for (auto& [n, t] : as_i32)
+    if (n == "transformer.h.0.ln_1.weight") t = Tensor::zeros({16}, DType::i32);
+  write_safetensors(dir + "/model.safetensors", as_i32, {{"format", "pt"}});
+  EXPECT_NE(error_of([&] {
+              load_hf_gpt2(dir);
+            }).find("transformer.h.0.ln_1.weight is stored as I32; expected a float weight"),
+            std::string::npos)
+      << error_of([&] { load_hf_gpt2(dir); });
+  write_safetensors(dir + "/model.safetensors", good, {{"format", "pt"}});
+
+  auto refused = [&](const char* key, nlohmann::json value, const std::string& expect) {
+    nlohmann::json j = config;
+    j[key] = value;
+    write_json(dir + "/config.json", j);
+    const std::string e = error_of([&] { load_hf_gpt2(dir); });
+    EXPECT_NE(e.find(expect), std::string::npos) << key << ": " << e;
+  };
+  refused("n_layer", 1.7, "config.json: n_layer must be an integer, got 1.7");
+  refused("n_embd", 16.5, "config.json: n_embd must be an integer, got 16.5");
+  refused("resid_pdrop", 5, "config.json: resid_pdrop must be in [0, 1), got 5");
+  write_json(dir + "/config.json", config);
+  EXPECT_EQ(error_of([&] { load_hf_gpt2(dir); }), "");
+
+  std::ofstream(dir + "/config.json") << "{\"n_layer\": " << std::string(100000, '[');
+  EXPECT_NE(error_of([&] { load_hf_gpt2(dir); }).find("JSON nested deeper than 64 levels"),
+            std::string::npos);
+  write_json(dir + "/config.json", config);
+
+  // A shard that is a FIFO: open() would wait for a writer forever.
+  std::filesystem::remove(dir + "/model.safetensors");
+  nlohmann::json index = {{"weight_map", nlohmann::json::object()}};
+  for (const auto& e : good) index["weight_map"][e.first] = "model-00001-of-00001.safetensors";
+  write_json(dir + "/model.safetensors.index.json", index);
+  ASSERT_EQ(::mkfifo((dir + "/model-00001-of-00001.safetensors").c_str(), 0600), 0);
+  EXPECT_NE(
+      error_of([&] { load_hf_gpt2(dir); }).find(dir + "/model-00001-of-00001.safetensors (a FIFO)"),
+      std::string::npos)
+      << error_of([&] { load_hf_gpt2(dir); });
 }
 
 // save_pretrained with max_shard_size: model.safetensors.index.json names the shards; the

@@ -136,6 +136,10 @@ TEST(HfLlama, RefusesWhatOurModelCannotRun) {
   EXPECT_NE(refused("num_key_value_heads", 3).find("num_key_value_heads 3"), std::string::npos);
   EXPECT_NE(refused("hidden_size", "big").find("hidden_size has the wrong type"),
             std::string::npos);
+  // Counts are not truncated: 1.7 layers is an error, Python's 2.0 is 2.
+  EXPECT_NE(refused("num_hidden_layers", 1.7).find("num_hidden_layers must be an integer, got 1.7"),
+            std::string::npos);
+  EXPECT_EQ(refused("num_hidden_layers", 2.0), "");
   const std::string scaled = refused("rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}});
   EXPECT_NE(scaled.find("rope_scaling.rope_type \"llama3\""), std::string::npos) << scaled;
   EXPECT_NE(refused("rope_parameters", {{"rope_type", "yarn"}, {"rope_theta", 1e4}}).find("yarn"),
