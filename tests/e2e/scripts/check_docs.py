@@ -9,6 +9,8 @@ against the code.
   with its subcommand);
 - README.md stays short (at most 200 lines) and shows the two commands `make demo` and
   `make test`;
+- every test binary run in a shell block (`build/tests/test_data --gtest_filter='Sampler*'`)
+  is one of tests/CMakeLists.txt's, and, where it is built, its filter selects a test;
 - docs/configs.md's config reference is what `driftless config --reference` prints, and
   docs/regression.md's regression config reference what `driftless regress --reference`
   prints.
@@ -138,6 +140,36 @@ def check_commands(root, binary, errors):
         errors.append("README.md and docs/ show no `driftless <command>` in a shell block")
 
 
+TEST_BINARY = re.compile(r"(?:^|\s)(?:\S*/)?tests/(test_[a-z0-9_]+)(?:\s+--gtest_filter=(\S+))?")
+
+
+def check_test_commands(root, binary, errors):
+    """A test binary a page runs exists, and its --gtest_filter selects at least one test."""
+    declared = set(re.findall(r"dl_test_binary\((test_\w+)",
+                              (root / "tests" / "CMakeLists.txt").read_text()))
+    build = pathlib.Path(binary).resolve().parent.parent  # BUILD/apps/driftless
+    for page in pages(root):
+        rel = page.relative_to(root)
+        for is_code, lang, lines in split_blocks(page.read_text()):
+            if not is_code or lang not in ("sh", "bash", "shell", "console"):
+                continue
+            for line in lines:
+                for name, pattern in TEST_BINARY.findall(line.split("#", 1)[0]):
+                    if name not in declared:
+                        errors.append(f"{rel}: `tests/{name}` is not a test binary of "
+                                      "tests/CMakeLists.txt")
+                        continue
+                    exe = build / "tests" / name
+                    if not pattern or not exe.exists():
+                        continue
+                    r = subprocess.run([str(exe), "--gtest_list_tests",
+                                        "--gtest_filter=" + pattern.strip("'\"")],
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                    if r.returncode != 0 or not re.search(r"^  \S", r.stdout, re.M):
+                        errors.append(f"{rel}: `tests/{name} --gtest_filter={pattern}` selects "
+                                      "no test")
+
+
 def check_readme(root, errors):
     text = (root / "README.md").read_text()
     lines = text.count("\n")
@@ -179,6 +211,7 @@ def main():
     errors = []
     check_links(root, errors)
     check_commands(root, binary, errors)
+    check_test_commands(root, binary, errors)
     check_readme(root, errors)
     check_config_reference(root, binary, errors, "--update-config-reference" in sys.argv)
     for e in errors:
