@@ -62,11 +62,15 @@ void Gpt::init(uint64_t seed) {
       case ParameterInit::Kind::values:
         value.copy_(Tensor::from_vector(init.values).reshape(value.shape()));
         break;
-      case ParameterInit::Kind::ones: value.fill_(1.0); break;
-      case ParameterInit::Kind::zeros: value.fill_(0.0); break;
+      case ParameterInit::Kind::ones:
+        value.fill_(1.0);
+        break;
+      case ParameterInit::Kind::zeros:
+        value.fill_(0.0);
+        break;
       case ParameterInit::Kind::normal:
-        value.copy_(Tensor::randn(value.shape(), random::derive(seed, index), DType::f32, 0.0,
-                                  init.std));
+        value.copy_(
+            Tensor::randn(value.shape(), random::derive(seed, index), DType::f32, 0.0, init.std));
         break;
     }
   }
@@ -253,8 +257,8 @@ Tensor Gpt::loss(const std::vector<PartInput>& slice, double loss_scale, const F
     }
   }
   // Head and cross-entropy in one chunked node: the (T, V) logits never exist whole.
-  return lm_loss(x, p(family_->head_name()), Tensor::from_vector(labels),
-                 Tensor::from_vector(mask), loss_scale, 0, o.recompute_loss);
+  return lm_loss(x, p(family_->head_name()), Tensor::from_vector(labels), Tensor::from_vector(mask),
+                 loss_scale, 0, o.recompute_loss);
 }
 
 }  // namespace driftless::layers

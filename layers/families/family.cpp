@@ -32,8 +32,10 @@ void ParameterDeclarer::values(const std::string& name, const Shape& shape,
 
 std::unique_ptr<Family> make_family(const GptConfig& config) {
   switch (config.architecture) {
-    case Architecture::gpt2: return make_gpt2(config);
-    case Architecture::llama: return make_llama(config);
+    case Architecture::gpt2:
+      return make_gpt2(config);
+    case Architecture::llama:
+      return make_llama(config);
   }
   DL_FAIL("gpt", "unknown model.architecture " << int(config.architecture));
 }

@@ -35,12 +35,10 @@ class Llama final : public Family {
     if (!c_.tie_word_embeddings) d.matrix("lm_head.weight", {c_.vocab_size, C});
   }
 
-  std::string layer_prefix(int64_t l) const override {
-    return "layers." + std::to_string(l) + ".";
-  }
+  std::string layer_prefix(int64_t l) const override { return "layers." + std::to_string(l) + "."; }
   const BlockNames& names() const override {
-    static const BlockNames names{"input_layernorm", "self_attn", "post_attention_layernorm",
-                                  "mlp", "norm"};
+    static const BlockNames names{"input_layernorm", "self_attn", "post_attention_layernorm", "mlp",
+                                  "norm"};
     return names;
   }
   std::string embedding_name() const override { return "embed_tokens.weight"; }
