@@ -13,3 +13,8 @@ set_tests_properties(docs_readme PROPERTIES LABELS docs TIMEOUT 120)
 add_test(NAME make_test_skips_installed_deps
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/scripts/make_deps_check.sh ${PROJECT_SOURCE_DIR})
 set_tests_properties(make_test_skips_installed_deps PROPERTIES LABELS docs TIMEOUT 60)
+# Every environment variable is read through engine/core/env.h (scripts/check_getenv.py).
+add_test(NAME one_place_reads_the_environment
+         COMMAND /usr/bin/env python3 ${CMAKE_CURRENT_LIST_DIR}/scripts/check_getenv.py
+                 ${PROJECT_SOURCE_DIR})
+set_tests_properties(one_place_reads_the_environment PROPERTIES LABELS docs TIMEOUT 60)
