@@ -11,12 +11,16 @@ against the code.
   `make test`;
 - every test binary run in a shell block (`build/tests/test_data --gtest_filter='Sampler*'`)
   is one of tests/CMakeLists.txt's, and, where it is built, its filter selects a test;
+- every key of `driftless batch`'s JSON (the names a user reads) is a term of ARCHITECTURE.md's
+  glossary, written as `key`;
+- no page cites the history of the work (a session or an issue number) instead of what holds;
 - docs/configs.md's config reference is what `driftless config --reference` prints, and
   docs/regression.md's regression config reference what `driftless regress --reference`
   prints.
 
 Usage: check_docs.py SOURCE_DIR DRIFTLESS_BINARY [--update-config-reference]
 """
+import json
 import pathlib
 import re
 import subprocess
@@ -170,6 +174,47 @@ def check_test_commands(root, binary, errors):
                                       "no test")
 
 
+def json_keys(value, keys):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            keys.add(k)
+            json_keys(v, keys)
+    elif isinstance(value, list):
+        for v in value:
+            json_keys(v, keys)
+    return keys
+
+
+def check_glossary(root, binary, errors):
+    """The keys `driftless batch` prints (a context-parallel a2a rank: every field) are
+    glossary terms."""
+    text = (root / "ARCHITECTURE.md").read_text()
+    if "\n## Glossary\n" not in text:
+        errors.append("ARCHITECTURE.md has no ## Glossary section")
+        return
+    glossary = text.split("\n## Glossary\n", 1)[1].split("\n## ", 1)[0]
+    r = subprocess.run([binary, "batch", "-c", str(root / "configs/runs/regress_tiny.yaml"),
+                        "--set", "distributed.context_parallel.size=2", "--set",
+                        "distributed.context_parallel.kind=a2a", "--rank", "0", "--compact"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode != 0:
+        errors.append(f"driftless batch failed: {r.stdout.strip()[:300]}")
+        return
+    for key in sorted(json_keys(json.loads(r.stdout), set())):
+        if f"`{key}`" not in glossary:
+            errors.append(f"`driftless batch` prints `{key}`, which ARCHITECTURE.md's glossary "
+                          "does not define")
+
+
+def check_history(root, errors):
+    """Pages state what holds; BENCHMARKS.md keeps the history of measurements."""
+    for page in pages(root):
+        for n, line in enumerate(page.read_text().splitlines(), 1):
+            if re.search(r"\bsession \d+|\(issue \d+\)", line):
+                errors.append(f"{page.relative_to(root)}:{n}: cites a session or an issue "
+                              "(name the BENCHMARKS.md entry by its subject instead)")
+
+
 def check_readme(root, errors):
     text = (root / "README.md").read_text()
     lines = text.count("\n")
@@ -212,6 +257,8 @@ def main():
     check_links(root, errors)
     check_commands(root, binary, errors)
     check_test_commands(root, binary, errors)
+    check_glossary(root, binary, errors)
+    check_history(root, errors)
     check_readme(root, errors)
     check_config_reference(root, binary, errors, "--update-config-reference" in sys.argv)
     for e in errors:
