@@ -35,7 +35,6 @@ class TwinComm final : public parallel::Communicator {
   void broadcast(const Tensor&, int) override {}
   void barrier() override {}
   void all_to_all(const Tensor&, const Tensor&) override {}
-  void send_recv(const Tensor&, int, const Tensor&, int) override {}
 
  private:
   int rank_;
