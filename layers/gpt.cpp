@@ -50,8 +50,6 @@ Gpt::Gpt(const GptConfig& c, Device device, DType compute) : config_(c), device_
   }
 }
 
-Gpt::~Gpt() = default;
-
 void Gpt::init(uint64_t seed) {
   autograd::NoGradGuard no_grad;
   const std::vector<Parameter>& params = slab_.parameters();

@@ -46,7 +46,6 @@ class Gpt {
  public:
   // compute: f32, or bf16 (bf16 activations and K/V, f32 master weights, f32 gradients).
   explicit Gpt(const GptConfig& config, Device device = Device::cpu, DType compute = DType::f32);
-  ~Gpt();
   const GptConfig& config() const { return config_; }
   ParameterSlab& slab() { return slab_; }
   const ParameterSlab& slab() const { return slab_; }
