@@ -237,5 +237,4 @@ void MpiCommunicator::all_to_all(const Tensor& out, const Tensor& in) {
   wait(op, req, {out, in});
 }
 
-
 }  // namespace driftless::parallel
