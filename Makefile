@@ -1,5 +1,6 @@
 # The two commands of the README: `make demo` (the main job) and `make test` (every test).
-# Both install missing Debian packages, configure and build first.
+# Both install missing Debian packages (once: a stamp in the build folder, remade when
+# scripts/install_deps.sh changes; `make deps` checks again), configure and build first.
 BUILD ?= build
 BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
@@ -13,10 +14,17 @@ endif
 
 all: build
 
+DEPS_STAMP := $(BUILD)/.deps-installed
+
 deps:
 	@bash scripts/install_deps.sh
+	@mkdir -p $(BUILD) && touch $(DEPS_STAMP)
 
-configure: deps
+$(DEPS_STAMP): scripts/install_deps.sh
+	@bash scripts/install_deps.sh
+	@mkdir -p $(BUILD) && touch $@
+
+configure: $(DEPS_STAMP)
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS) >/dev/null
 
 build: configure

@@ -11,6 +11,7 @@
 #include "apps/command.h"
 #include "apps/distributed_run.h"
 #include "engine/core/env.h"
+#include "train/test_faults.h"
 
 namespace driftless::apps {
 namespace {
@@ -34,29 +35,11 @@ struct TrainArgs {
 };
 
 // Test-only fault injection (regression must catch these): DRIFTLESS_TEST_FAULT is a
-// comma list of layer=N, cu_seqlens_k, drop_kv_grad, skip_kv_reduce_scatter,
-// reverse_micro_sequences, shift_positions. Unset: none (the trainer builds no fault route).
-std::optional<layers::TestFaults> faults_from_env() {
+// comma list (train/test_faults.h). Unset: none (the trainer gets no hooks).
+std::optional<train::TestFaults> faults_from_env() {
   const std::string env = env_value("DRIFTLESS_TEST_FAULT");
   if (env.empty()) return std::nullopt;
-  layers::TestFaults f;
-  std::stringstream ss(env);
-  for (std::string item; std::getline(ss, item, ',');) {
-    if (item.rfind("layer=", 0) == 0)
-      f.layer = std::stoll(item.substr(6));
-    else if (item == "cu_seqlens_k")
-      f.cu_seqlens_k_from_begin = true;
-    else if (item == "drop_kv_grad")
-      f.drop_kv_grad_slice = true;
-    else if (item == "skip_kv_reduce_scatter")
-      f.skip_kv_reduce_scatter = true;
-    else if (item == "reverse_micro_sequences")
-      f.reverse_micro_sequences = true;
-    else if (item == "shift_positions")
-      f.shift_positions = true;
-    else
-      DL_FAIL("train", "unknown DRIFTLESS_TEST_FAULT item '" << item << "'");
-  }
+  train::TestFaults f = train::TestFaults::parse(env);
   std::cerr << "driftless: TEST FAULT INJECTED (" << env << ")\n";
   return f;
 }
@@ -69,8 +52,8 @@ int run_train(const TrainArgs& a) {
     options.allow_changes = a.allow_changes;
     options.stop = &g_stop;
     options.progress = !a.quiet;
-    const std::optional<layers::TestFaults> faults = faults_from_env();
-    options.faults = faults ? &*faults : nullptr;
+    const std::optional<train::TestFaults> faults = faults_from_env();
+    options.hooks = faults ? &*faults : nullptr;
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
     train::Trainer trainer(config, options);

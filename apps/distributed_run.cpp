@@ -33,7 +33,7 @@ int run_distributed(const train::Config& config,
         device);
     auto exchange = parallel::make_kv_exchange(groups.sdp());
     // The hybrid's all-to-all inside its group and ring across the groups.
-    std::unique_ptr<layers::KvExchange> cp_group, cp_ring;
+    std::unique_ptr<KvExchange> cp_group, cp_ring;
     if (hybrid) {
       cp_group = parallel::make_kv_exchange(*groups.cp_group());
       cp_ring = parallel::make_kv_exchange(*groups.cp_ring());

@@ -1,8 +1,7 @@
-// The model: GPT-2 (token + learned position embeddings, positions from the length model
-// restarting per document; pre-LN blocks; GELU MLP; final LN; head tied to the token
-// embedding; HF GPT-2 names without "transformer.") or Llama (architecture llama,
-// llama_block.cpp: rotary positions from the same in-document index, RMSNorm, SwiGLU, no
-// biases; HF Llama names without "model."). Attention is projection, attention route
+// The model: one decoder for every family (ARCHITECTURE.md "The model: one decoder, a block
+// per family"): embeddings, a stack of pre-norm blocks, a final norm and the LM head, with
+// recompute and dropout streams; the family (layers/families/) supplies its parameters, their
+// init and the pieces of its block. Attention is projection, attention route
 // (layers/attention/routes/route.h: where K/V come from; the model knows no parallel
 // scheme), projection. Parameters live in one ParameterSlab, weights stored (out, in).
 #pragma once
@@ -13,6 +12,7 @@
 #include "data/model_input.h"
 #include "engine/ops/ops.h"
 #include "layers/attention/routes/route.h"
+#include "layers/families/family.h"
 #include "layers/gpt_config.h"
 #include "layers/parameters.h"
 #include "layers/recompute.h"
@@ -50,9 +50,10 @@ class Gpt {
   ParameterSlab& slab() { return slab_; }
   const ParameterSlab& slab() const { return slab_; }
   int64_t num_parameters() const { return slab_.numel(); }
-  // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2 n_layer)),
-  // zero biases, unit layer-norm gains; Llama (HF's): every matrix N(0, 0.02), unit norm
-  // gains. Seeded per parameter: same on every machine.
+  // Every parameter as its family declared it (GPT-2: N(0, 0.02), residual projections
+  // N(0, 0.02/sqrt(2 n_layer)), zero biases, unit gains; Llama, HF's: every matrix
+  // N(0, 0.02), unit gains), expression parameters at their configured values. Seeded per
+  // parameter: same on every machine.
   void init(uint64_t seed);
   DType compute_dtype() const { return slab_.compute_dtype(); }
 
@@ -71,37 +72,25 @@ class Gpt {
  private:
   Tensor hidden(const std::vector<PartInput>& slice, const ForwardOptions& options,
                 std::vector<PartRows>& rows);
-  Tensor block(int64_t layer, const Tensor& x, const std::vector<PartInput>& slice,
-               const ForwardOptions& options, const std::vector<PartRows>& rows);
-  // ---- llama_block.cpp ----
-  void declare_llama();
-  // The attention branch of a llama block: QKV projection, rotary positions, route, output
-  // projection (+ residual when defined, as self_attention).
-  Tensor llama_attention(int64_t layer, const Tensor& h, const Tensor& positions,
-                         const std::vector<PartInput>& slice, const ForwardOptions& options,
-                         const std::vector<PartRows>& rows, const Tensor& residual);
-  // positions (T) i32: each row's index in its document (ModelInput::position_index).
-  Tensor llama_block(int64_t layer, const Tensor& x, const Tensor& positions,
-                     const std::vector<PartInput>& slice, const ForwardOptions& options,
-                     const std::vector<PartRows>& rows);
+  // One block: norm, attention branch, residual, norm, MLP, residual (dropout on each
+  // branch). positions: the family's block_positions (rotary positions), or undefined.
+  Tensor block(int64_t layer, const Tensor& x, const Tensor& positions,
+               const std::vector<PartInput>& slice, const ForwardOptions& options,
+               const std::vector<PartRows>& rows);
   // The route's call of a layer: qkv (T, (H + 2 H_kv) D) -> (T, H D), tapped as
   // `prefix`.core.
   Tensor route_attention(int64_t layer, const Tensor& qkv, const std::vector<PartInput>& slice,
                          const ForwardOptions& options, const std::vector<PartRows>& rows,
                          const std::string& prefix);
-  // The token embedding, and the LM head's weight (the embedding when tied).
-  const Tensor& embedding_weight() const;
-  // "h.{l}." (gpt2) or "layers.{l}." (llama), and layer l's parameters in slab order (the
-  // inputs of a recomputed block's checkpoint node).
-  std::string layer_prefix(int64_t layer) const;
+  // Layer l's parameters in slab order (the inputs of a recomputed block's checkpoint node).
   std::vector<Tensor> layer_parameters(int64_t layer) const;
-  const Tensor& head_weight() const;
+  LayerWeights weights(int64_t layer) const { return {slab_, family_->layer_prefix(layer)}; }
   // The attention branch of a block: projection, route, projection. With `residual`
   // defined, residual + the branch, the sum in the output projection's node (linear's
   // residual).
-  Tensor self_attention(int64_t layer, const Tensor& x, const std::vector<PartInput>& slice,
-                        const ForwardOptions& options, const std::vector<PartRows>& rows,
-                        const Tensor& residual = Tensor());
+  Tensor attention(int64_t layer, const Tensor& x, const Tensor& positions,
+                   const std::vector<PartInput>& slice, const ForwardOptions& options,
+                   const std::vector<PartRows>& rows, const Tensor& residual = Tensor());
   // The modifier of layer `layer`'s attention calls (softcap, ALiBi slopes of heads
   // [h0, h0 + n), or the model's expressions with the layer's learnable parameters).
   ScoreModSpec score_mod(int64_t layer, int64_t h0, int64_t n) const;
@@ -109,16 +98,16 @@ class Gpt {
   // and all of layer l's (the extra inputs of a recomputed attention branch).
   std::string score_mod_param_name(int64_t layer, const std::string& name) const;
   std::vector<Tensor> score_mod_parameters(int64_t layer) const;
-  // The declaration of a slab parameter made by score_mod_param_name, or null.
-  const expr::ParamDecl* score_mod_decl(const std::string& slab_name) const;
   // The leaves of layer l's attention branch (its projections and score_mod parameters): the
   // extra inputs of its checkpoint under training.recompute attention.
   std::vector<Tensor> attention_parameters(int64_t layer) const;
   const Tensor& p(const std::string& name) const { return slab_[name]; }
 
   GptConfig config_;
+  std::unique_ptr<Family> family_;
   Device device_;
   ParameterSlab slab_;
+  std::vector<ParameterInit> inits_;  // per slab parameter, as declared
   Tensor alibi_slopes_;
 };
 

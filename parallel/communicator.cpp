@@ -68,28 +68,6 @@ void Communicator::check_all_to_all(const char* op, const Tensor& out, const Ten
   DL_CHECK(!overlap(out, in), op, "out and in overlap; all_to_all needs separate buffers");
 }
 
-void Communicator::check_send_recv(const char* op, const Tensor& send, int dst, const Tensor& recv,
-                                   int src) const {
-  check_tensor(op, send);
-  check_tensor(op, recv);
-  DL_CHECK(send.dtype() == recv.dtype(), op,
-           "dtypes differ: send " << dtype_name(send.dtype()) << " and recv "
-                                  << dtype_name(recv.dtype()));
-  DL_CHECK(dst >= 0 && dst < size(), op,
-           "dst " << dst << " out of range for " << size() << " ranks");
-  DL_CHECK(src >= 0 && src < size(), op,
-           "src " << src << " out of range for " << size() << " ranks");
-  DL_CHECK((dst == rank()) == (src == rank()), op,
-           "dst " << dst << " and src " << src << " on rank " << rank()
-                  << ": a rank that sends to itself must receive from itself, and only then");
-  DL_CHECK(dst != rank() || send.numel() == recv.numel(), op,
-           "send " << shape_str(send.shape()) << " (" << send.numel() << " elements) and recv "
-                   << shape_str(recv.shape()) << " (" << recv.numel()
-                   << " elements) must hold the same number of elements when rank " << rank()
-                   << " exchanges with itself");
-  DL_CHECK(!overlap(send, recv), op, "send and recv overlap; send_recv needs separate buffers");
-}
-
 Tensor Communicator::own_chunk(const Tensor& buffer) const {
   DL_CHECK(buffer.defined() && buffer.dim() >= 1, "own_chunk", "needs a tensor with dim 0");
   DL_CHECK(buffer.size(0) % size() == 0, "own_chunk",
@@ -111,12 +89,6 @@ std::unique_ptr<Work> Communicator::all_reduce_async(const Tensor& t) {
 
 std::unique_ptr<Work> Communicator::reduce_async(const Tensor& t, int root) {
   reduce(t, root);
-  return std::make_unique<CompletedWork>();
-}
-
-std::unique_ptr<Work> Communicator::send_recv_async(const Tensor& send, int dst, const Tensor& recv,
-                                                    int src) {
-  send_recv(send, dst, recv, src);
   return std::make_unique<CompletedWork>();
 }
 
@@ -160,10 +132,6 @@ class SingleProcessCommunicator final : public Communicator {
   void all_to_all(const Tensor& out, const Tensor& in) override {
     check_all_to_all("all_to_all", out, in);
     copy_flat(out, in);
-  }
-  void send_recv(const Tensor& send, int dst, const Tensor& recv, int src) override {
-    check_send_recv("send_recv", send, dst, recv, src);
-    copy_flat(recv, send);
   }
 
  private:

@@ -67,15 +67,6 @@ class Communicator {
   // in (P·n), out (P·n), same dtype: chunk p of in goes to rank p, chunk p of out comes
   // from rank p (Ulysses: tokens ↔ heads). out and in must not overlap.
   virtual void all_to_all(const Tensor& out, const Tensor& in) = 0;
-  // Sends `send` to rank dst and receives `recv` from rank src in one exchange (a ring step:
-  // dst = rank + 1, src = rank − 1, mod P); dst == src == rank() copies. Same dtype on
-  // every rank; send's numel on this rank equals recv's numel on rank dst.
-  virtual void send_recv(const Tensor& send, int dst, const Tensor& recv, int src) = 0;
-  // send_recv that may overlap with work issued after it: NCCL runs it on the side stream,
-  // ordered after everything already issued on the compute stream; the caller neither
-  // writes send nor reads recv until wait(). Other backends finish it before returning.
-  virtual std::unique_ptr<Work> send_recv_async(const Tensor& send, int dst, const Tensor& recv,
-                                                int src);
   // all_to_all, stream-ordered like all_gather_in_place_ordered (the host does not wait for
   // it; kernels issued after it see its result).
   virtual void all_to_all_ordered(const Tensor& out, const Tensor& in) { all_to_all(out, in); }
@@ -107,10 +98,6 @@ class Communicator {
   void check_root(const char* op, int root) const;
   // all_to_all: same dtype, equal numel dividing over size(), no overlap.
   void check_all_to_all(const char* op, const Tensor& out, const Tensor& in) const;
-  // send_recv: same dtype, ranks in range, no overlap; dst == rank() exactly when src ==
-  // rank() (a rank that sends to itself receives from itself), and then equal numel.
-  void check_send_recv(const char* op, const Tensor& send, int dst, const Tensor& recv,
-                       int src) const;
 
   CommOptions options_;
 };

@@ -57,7 +57,7 @@ void CommKvExchange::reduce_scatter_packed(const Tensor& packed) {
   sdp_.reduce_scatter_in_place_ordered(packed);
 }
 
-std::unique_ptr<layers::KvExchange> make_kv_exchange(Communicator& sdp) {
+std::unique_ptr<KvExchange> make_kv_exchange(Communicator& sdp) {
   return std::make_unique<CommKvExchange>(sdp);
 }
 

@@ -1,15 +1,15 @@
 // The SDP K/V exchange (ARCHITECTURE.md "Data flow": K/V all-gathered straight into the buffer
-// slice, K/V gradients reduce-scattered) as layers::KvExchange over the sdp communicator.
-// Depends on the interface header layers/attention/kv_exchange.h only (no link, no buffers).
+// slice, K/V gradients reduce-scattered) as KvExchange over the sdp communicator.
+// Depends on the interface header engine/core/kv_exchange.h only (no link, no buffers).
 #pragma once
 #include <memory>
 
-#include "layers/attention/kv_exchange.h"
+#include "engine/core/kv_exchange.h"
 #include "parallel/communicator.h"
 
 namespace driftless::parallel {
 
-class CommKvExchange final : public layers::KvExchange {
+class CommKvExchange final : public KvExchange {
  public:
   // sdp: the ranks sharing a sequence; it must outlive this exchange.
   explicit CommKvExchange(Communicator& sdp) : sdp_(sdp) {}
@@ -36,6 +36,6 @@ class CommKvExchange final : public layers::KvExchange {
 };
 
 // For callers that should not name the class (the trainer wires this into GptModel).
-std::unique_ptr<layers::KvExchange> make_kv_exchange(Communicator& sdp);
+std::unique_ptr<KvExchange> make_kv_exchange(Communicator& sdp);
 
 }  // namespace driftless::parallel

@@ -237,31 +237,4 @@ void MpiCommunicator::all_to_all(const Tensor& out, const Tensor& in) {
   wait(op, req, {out, in});
 }
 
-void MpiCommunicator::send_recv(const Tensor& send, int dst, const Tensor& recv, int src) {
-  const char* op = "send_recv";
-  check_usable(op);
-  check_send_recv(op, send, dst, recv, src);
-  if (dst == rank_) {
-    recv.view({recv.numel()}).copy_(send.view({send.numel()}));
-    return;
-  }
-  // One tag: this communicator is a private duplicate, and MPI keeps the order of messages
-  // between two ranks, so successive exchanges match in the order they were issued.
-  constexpr int kTag = 29;
-  const MPI_Datatype type = mpi_datatype(send.dtype());
-  const int send_count = checked_count(op, send.numel());
-  const int recv_count = checked_count(op, recv.numel());
-  MPI_Request reqs[2];
-  mpi_check(MPI_Irecv(recv.raw_data(), recv_count, type, src, kTag, comm_.get(), &reqs[0]), op,
-            "MPI_Irecv");
-  const int sent = MPI_Isend(send.raw_data(), send_count, type, dst, kTag, comm_.get(), &reqs[1]);
-  if (sent != MPI_SUCCESS) {
-    // The receive is posted: park its buffer, as after a timeout, before reporting.
-    broken_ = true;
-    abandoned_.push_back(recv);
-    mpi_check(sent, op, "MPI_Isend");
-  }
-  wait(op, reqs, 2, {send, recv});
-}
-
 }  // namespace driftless::parallel

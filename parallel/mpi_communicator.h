@@ -54,9 +54,6 @@ class MpiCommunicator final : public Communicator {
   void broadcast(const Tensor& t, int root) override;
   void barrier() override;
   void all_to_all(const Tensor& out, const Tensor& in) override;
-  // MPI_Isend to dst and MPI_Irecv from src, waited for together; a local copy when both
-  // are this rank. send_recv_async is the default (completes before returning).
-  void send_recv(const Tensor& send, int dst, const Tensor& recv, int src) override;
 
  private:
   void check_usable(const char* op) const;

@@ -3,8 +3,7 @@
 // stream and ncclCommGetAsyncError until the deadline, and on error or timeout aborts the
 // NCCL communicator (ncclCommAbort) before throwing. all_reduce_async runs on a side stream
 // that waits for an event recorded on the compute stream, so gradient buckets reduce while
-// the backward goes on; its Work polls an event the same way (send_recv_async, the ring step
-// of context parallelism, runs there too). all_to_all and send_recv are grouped
+// the backward goes on; its Work polls an event the same way. all_to_all is grouped
 // ncclSend/ncclRecv pairs, blocking like the collectives. The stream-ordered in-place
 // collectives (the SDP K/V exchange) are enqueued on the compute stream without a wait; the
 // next one, or any waiting call, checks them. Sums: NCCL's ring/tree order is fixed for a
@@ -176,22 +175,6 @@ class NcclCommunicator final : public Communicator {
     enqueue_all_to_all("all_to_all_ordered", out, in);
     record_ordered();
   }
-  void send_recv(const Tensor& send, int dst, const Tensor& recv, int src) override {
-    const char* op = "send_recv";
-    check_usable(op);
-    check_send_recv(op, send, dst, recv, src);
-    enqueue_send_recv(op, send, dst, recv, src, stream());
-    wait(op);
-  }
-  std::unique_ptr<Work> send_recv_async(const Tensor& send, int dst, const Tensor& recv,
-                                        int src) override {
-    const char* op = "send_recv_async";
-    check_usable(op);
-    check_send_recv(op, send, dst, recv, src);
-    cudaStream_t side = side_stream();
-    enqueue_send_recv(op, send, dst, recv, src, side);
-    return finish_async(side, {send, recv});
-  }
 
  private:
   static cudaStream_t stream() { return cudaStreamLegacy; }
@@ -244,22 +227,6 @@ class NcclCommunicator final : public Communicator {
     const ncclResult_t ended = ncclGroupEnd();
     if (issued != ncclSuccess) fail(op, "ncclSend/ncclRecv", issued);
     if (ended != ncclSuccess) fail(op, "ncclGroupEnd()", ended);
-  }
-
-  void enqueue_send_recv(const char* op, const Tensor& send, int dst, const Tensor& recv, int src,
-                         cudaStream_t s) {
-    if (dst == rank_) {  // and src == rank_ (check_send_recv)
-      DL_CUDA_CHECK(cudaMemcpyAsync(recv.raw_data(), send.raw_data(), send.nbytes(),
-                                    cudaMemcpyDeviceToDevice, s));
-      return;
-    }
-    const ncclDataType_t type = nccl_datatype(send.dtype());
-    grouped(op, [&] {
-      ncclResult_t st = ncclSend(send.raw_data(), size_t(send.numel()), type, dst, comm_, s);
-      if (st == ncclSuccess)
-        st = ncclRecv(recv.raw_data(), size_t(recv.numel()), type, src, comm_, s);
-      return st;
-    });
   }
 
   // At most one stream-ordered collective in flight: the previous one must have completed
@@ -380,7 +347,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   MpiCommunicator bootstrap_;
-  std::unique_ptr<cuda::Stream> side_;    // all_reduce_async, reduce_async, send_recv_async
+  std::unique_ptr<cuda::Stream> side_;    // all_reduce_async, reduce_async
   std::unique_ptr<cuda::Event> ordered_;  // the stream-ordered collective in flight
   ncclComm_t comm_ = nullptr;
   int rank_ = 0, size_ = 1;

@@ -37,8 +37,8 @@ World::World(WorldOptions options) : options_(options) {
   MpiComm owned(local);
   mpi_check(MPI_Comm_rank(local, &local_rank_), "world", "MPI_Comm_rank");
   mpi_check(MPI_Comm_size(local, &local_size_), "world", "MPI_Comm_size");
-  local_rank_ = choose_local_rank(std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"),
-                                  std::getenv("SLURM_LOCALID"), local_rank_);
+  local_rank_ = choose_local_rank(env_value("OMPI_COMM_WORLD_LOCAL_RANK").c_str(),
+                                  env_value("SLURM_LOCALID").c_str(), local_rank_);
 }
 
 int choose_local_rank(const char* ompi_local_rank, const char* slurm_local_id, int shared_rank) {

@@ -5,9 +5,10 @@
 // reports each parameter as soon as its gradient is final; a bucket whose parameters are
 // all final starts its all-reduce at once (NCCL: on a side stream, overlapping the rest of
 // the backward; MPI/single: inline). finish() starts what is left and waits for all.
-// With ZeRO-1 (shard > 0) a bucket is not all-reduced but reduced to the ranks owning its
-// elements (rank r owns [r shard, (r+1) shard)), which is a reduce-scatter cut into buckets:
-// afterwards each rank's own shard of the slab holds the sum over the data group.
+// For a sharded optimizer (shard > 0; slab_optimizer.h) a bucket is not all-reduced but
+// reduced to the ranks owning its elements (rank r owns [r shard, (r+1) shard)), which is a
+// reduce-scatter cut into buckets: afterwards each rank's own shard of the slab holds the sum
+// over the data group.
 #pragma once
 #include <memory>
 #include <unordered_map>
@@ -21,7 +22,8 @@ namespace driftless::train {
 
 class GradientBuckets {
  public:
-  // bucket_bytes <= 0: one bucket over the whole slab. shard > 0: ZeRO-1 ownership.
+  // bucket_bytes <= 0: one bucket over the whole slab. shard > 0: a sharded optimizer's
+  // ownership.
   GradientBuckets(const layers::ParameterSlab& slab, parallel::Communicator& comm,
                   double bucket_bytes, int64_t shard = 0);
   // Clears readiness; call before the step's last backward pass.

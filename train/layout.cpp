@@ -96,31 +96,26 @@ std::vector<data::ModelInput> attended_inputs(const data::PackedSequence& sequen
   return out;
 }
 
-std::unique_ptr<layers::AttentionRoute> attention_route(
-    const Layout& l, layers::KvExchange* exchange, bool full_kv_exchange,
-    const layers::TestFaults* faults, layers::KvExchange* cp_group, layers::KvExchange* cp_ring) {
-  auto make = [&](layers::KvExchange* ex, bool buffers) -> std::unique_ptr<layers::AttentionRoute> {
-    switch (l.cp_kind) {
-      case ContextParallel::hybrid:
-        DL_CHECK((cp_group && cp_ring) || l.context_parallel == 1, "layout",
-                 "hybrid context parallelism needs the group and ring exchanges");
-        return std::make_unique<layers::HybridRoute>(cp_group, cp_ring);
-      case ContextParallel::ring:
-        return std::make_unique<layers::RingRoute>(ex);
-      case ContextParallel::a2a:
-        return std::make_unique<layers::AllToAllRoute>(ex);
-      case ContextParallel::none:
-        break;
-    }
-    // Whole sequences whose K/V nobody else reads: no buffer (bf16 K/V and f32 gradients
-    // would be 1.8 GB for GPT-2 124M at 16 x 1024), the same bits.
-    if (!buffers && l.micro_sequences == 1 && l.sequence_ranks() == 1)
-      return std::make_unique<layers::LocalRoute>();
-    return std::make_unique<layers::BufferRoute>(ex, full_kv_exchange);
-  };
-  if (!faults) return make(exchange, false);
-  return std::make_unique<layers::FaultRoute>(
-      *faults, exchange, [&](layers::KvExchange* ex) { return make(ex, true); });
+std::unique_ptr<layers::AttentionRoute> attention_route(const Layout& l, KvExchange* exchange,
+                                                        bool full_kv_exchange, KvExchange* cp_group,
+                                                        KvExchange* cp_ring, bool keep_buffers) {
+  switch (l.cp_kind) {
+    case ContextParallel::hybrid:
+      DL_CHECK((cp_group && cp_ring) || l.context_parallel == 1, "layout",
+               "hybrid context parallelism needs the group and ring exchanges");
+      return std::make_unique<layers::HybridRoute>(cp_group, cp_ring);
+    case ContextParallel::ring:
+      return std::make_unique<layers::RingRoute>(exchange);
+    case ContextParallel::a2a:
+      return std::make_unique<layers::AllToAllRoute>(exchange);
+    case ContextParallel::none:
+      break;
+  }
+  // Whole sequences whose K/V nobody else reads: no buffer (bf16 K/V and f32 gradients
+  // would be 1.8 GB for GPT-2 124M at 16 x 1024), the same bits.
+  if (!keep_buffers && l.micro_sequences == 1 && l.sequence_ranks() == 1)
+    return std::make_unique<layers::LocalRoute>();
+  return std::make_unique<layers::BufferRoute>(exchange, full_kv_exchange);
 }
 
 std::vector<std::vector<std::vector<int64_t>>> micro_batches(const Layout& l, int64_t B) {

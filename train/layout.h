@@ -59,13 +59,13 @@ std::vector<data::ModelInput> attended_inputs(const data::PackedSequence& sequen
 // buffers over `exchange` (the ranks sharing a sequence; full_kv_exchange: whole chunks);
 // context parallelism takes the ring, the all-to-all or the hybrid (over cp_group, the G ranks
 // of this rank's all-to-all group, and cp_ring, the ranks at its place in the other groups).
-// faults (tests only) wrap the route and keep the K/V buffers, where they live.
-std::unique_ptr<layers::AttentionRoute> attention_route(const Layout& layout,
-                                                        layers::KvExchange* exchange,
+// keep_buffers: the buffer route even where the layout needs no K/V buffer (a route wrapped
+// by train::StepHooks, which may reach into the buffers' K/V path).
+std::unique_ptr<layers::AttentionRoute> attention_route(const Layout& layout, KvExchange* exchange,
                                                         bool full_kv_exchange,
-                                                        const layers::TestFaults* faults = nullptr,
-                                                        layers::KvExchange* cp_group = nullptr,
-                                                        layers::KvExchange* cp_ring = nullptr);
+                                                        KvExchange* cp_group = nullptr,
+                                                        KvExchange* cp_ring = nullptr,
+                                                        bool keep_buffers = false);
 
 // groups[g][mb] = global sequence indices of micro-batch mb of depth-first group g on this
 // rank. Throws when the batch does not divide.

@@ -13,19 +13,41 @@ std::vector<layers::PartInput> PlannedForward::slice() const {
   return s;
 }
 
+namespace {
+
+StepPlan plan_evaluation(const Layout& layout, const data::GlobalBatch& batch, int32_t pad) {
+  StepPlan plan;
+  if (layout.sdp_rank() != 0) return plan;  // whole sequences, one rank per sequence
+  Layout whole = layout;
+  whole.micro_sequences = 1;
+  whole.depth_first = whole.breadth_first = 1;
+  PlannedGroup& g = plan.groups.emplace_back();
+  const auto groups = micro_batches(whole, int64_t(batch.sequences.size()));
+  for (int64_t s : groups[0][0]) {
+    PlannedForward f;
+    f.inputs.push_back({data::make_model_input(batch.sequences[size_t(s)], {0, 1, 0, 1}, pad), 0, s,
+                        std::nullopt});
+    g.forward.push_back(std::move(f));
+  }
+  return plan;
+}
+
+}  // namespace
+
 StepPlan plan_step(const Layout& layout, const data::GlobalBatch& batch,
                    const PlanOptions& options) {
+  if (options.evaluation) return plan_evaluation(layout, batch, options.pad_documents_to);
   const int64_t m = layout.micro_sequences;
   const int32_t pad = options.pad_documents_to;
   StepPlan plan;
+  plan.recompute_loss = layout.micro_sequences > 1 || layout.breadth_first > 1;
   for (const auto& group : micro_batches(layout, int64_t(batch.sequences.size()))) {
     PlannedGroup& g = plan.groups.emplace_back();
     // forward index of (micro-batch, micro-sequence)
     std::vector<std::vector<int64_t>> index(group.size(), std::vector<int64_t>(size_t(m)));
     int64_t slot = 0;
     for (size_t mb = 0; mb < group.size(); ++mb) {
-      for (int64_t step_i = 0; step_i < m; ++step_i) {
-        const int64_t i = options.reverse_micro_sequences ? m - 1 - step_i : step_i;
+      for (int64_t i = 0; i < m; ++i) {
         PlannedForward f;
         f.micro_batch = int64_t(mb);
         f.micro_sequence = i;
@@ -39,8 +61,6 @@ StepPlan plan_step(const Layout& layout, const data::GlobalBatch& batch,
           for (size_t k = 0; k < mine.size(); ++k) {
             std::optional<data::ModelInput> w;
             if (!whole.empty()) w = whole[std::min(k, whole.size() - 1)];
-            if (options.shift_positions && mine[k].query_begin > 0)
-              for (int32_t& p : mine[k].position_index) ++p;
             f.inputs.push_back({std::move(mine[k]), slot + int64_t(j), s, w});
           }
         }
@@ -62,7 +82,7 @@ nlohmann::json to_json(const StepPlan& plan) {
     for (const PlannedForward& f : g.forward) {
       nlohmann::json inputs = nlohmann::json::array();
       for (const PlannedInput& p : f.inputs) {
-        nlohmann::json in = {{"batch_sequence", p.global_sequence},
+        nlohmann::json in = {{"global_sequence", p.global_sequence},
                              {"slot", p.slot},
                              {"input", data::to_json(p.input)}};
         if (p.whole) in["whole"] = data::to_json(*p.whole);
@@ -74,7 +94,7 @@ nlohmann::json to_json(const StepPlan& plan) {
     }
     groups.push_back({{"forward", forward}, {"backward", g.backward}});
   }
-  return {{"depth_first_groups", groups}};
+  return {{"depth_first_groups", groups}, {"recompute_loss", plan.recompute_loss}};
 }
 
 }  // namespace driftless::train

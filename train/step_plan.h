@@ -1,8 +1,9 @@
 // The step plan: the forward and backward order of one training step as data
 // (ARCHITECTURE.md "Data flow of one training step"). plan_step cuts this rank's share of
 // the global batch by the layout (depth-first groups of breadth-first micro-batches,
-// micro-sequences, the slices of the ranks sharing a sequence); Trainer::train_step walks
-// it and `driftless batch` prints it.
+// micro-sequences, the slices of the ranks sharing a sequence), or into the whole sequences
+// of an evaluation; Trainer::train_step and Trainer::evaluate walk it and `driftless batch`
+// prints it.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
@@ -45,14 +46,17 @@ struct PlannedGroup {
 
 struct StepPlan {
   std::vector<PlannedGroup> groups;
+  // Several forwards run before their backwards (micro-sequences or breadth-first
+  // micro-batches): the loss recomputes its logits in the backward instead of holding a dW
+  // per forward (ForwardOptions::recompute_loss).
+  bool recompute_loss = false;
 };
 
 struct PlanOptions {
   int32_t pad_documents_to = 0;  // data.pad_documents_to
-  // Test fault (TestFaults): micro-sequences run forward last to first.
-  bool reverse_micro_sequences = false;
-  // Test fault (TestFaults): parts with query_begin > 0 get position_index + 1.
-  bool shift_positions = false;
+  // An evaluation: whole sequences, one forward each and no backward, on the first rank of
+  // each sequence's ranks (the others get an empty plan); the local route, no K/V buffer.
+  bool evaluation = false;
 };
 
 // This rank's (layout.rank) plan of the step of `batch`. Backward: micro-batches and

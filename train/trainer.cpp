@@ -81,11 +81,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
                          << ") x the ranks sharing a sequence (sequence_data_parallel "
                          << layout_.sequence_data_parallel << " x context_parallel.size "
                          << layout_.context_parallel << ")");
-  DL_CHECK(layout_.cp_kind == ContextParallel::none || !options.faults ||
-               !options.faults->any_route_fault(),
-           "train",
-           "DRIFTLESS_TEST_FAULT cu_seqlens_k, drop_kv_grad and skip_kv_reduce_scatter live in "
-           "the SDP K/V path; context parallelism has none of them (use sequence_data_parallel)");
+  if (options.hooks) options.hooks->check(layout_);
   DL_CHECK(layout_.sequence_ranks() == 1 || options.sdp_exchange, "train",
            "sequence_data_parallel or context_parallel.size > 1 needs an exchange between the "
            "ranks of a sequence (run under mpirun)");
@@ -111,36 +107,18 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   model_->init(uint64_t(config.training.seed));
   if (!config.training.init_from.empty() && !options.resume)
     init_from_checkpoint(config.training.init_from, *model_);
-  route_ = attention_route(layout_, options.sdp_exchange,
-                           config.distributed.kv_exchange == KvExchangeMode::full, options.faults,
-                           options.cp_group_exchange, options.cp_ring_exchange);
+  const RouteMaker make_route = [&](KvExchange* exchange, bool keep_buffers) {
+    return attention_route(layout_, exchange,
+                           config.distributed.kv_exchange == KvExchangeMode::full,
+                           options.cp_group_exchange, options.cp_ring_exchange, keep_buffers);
+  };
+  route_ = options.hooks ? options.hooks->route(make_route, options.sdp_exchange)
+                         : make_route(options.sdp_exchange, false);
   const int64_t slots = config.batch.sequences / layout_.data_parallel / layout_.depth_first;
   model_->prepare_route(*route_, slots, config.batch.sequence_length);
 
-  std::vector<optim::ParamRange> ranges;
-  for (const auto& p : model_->slab().parameters())
-    ranges.push_back({p.name, p.begin, p.end, p.weight_decay});
-  optim::AdamWConfig ac;
-  ac.beta1 = config.optimizer.beta1;
-  ac.beta2 = config.optimizer.beta2;
-  ac.eps = config.optimizer.eps;
-  ac.weight_decay = config.optimizer.weight_decay;
-  const int64_t N = model_->slab().numel();
-  if (config.distributed.zero_stage == 1 && world > 1) {
-    // ZeRO-1: rank r owns slab elements [r n, min((r+1) n, N)) of the optimizer state.
-    const int64_t n = (N + world - 1) / world, r = options.data_group->rank();
-    zero_buffer_ = Tensor::zeros({world * n}, DType::f32, device_);
-    optimizer_ = std::make_unique<optim::AdamW>(ac, ranges, N, std::min(r * n, N),
-                                                std::min((r + 1) * n, N), device_);
-    // Gradient buckets reduced to their owners during the backward: a bucketed reduce-scatter.
-    buckets_ = std::make_unique<GradientBuckets>(model_->slab(), *options.data_group,
-                                                 config.distributed.bucket_mb * (1 << 20), n);
-  } else {
-    optimizer_ = std::make_unique<optim::AdamW>(ac, ranges, N, device_);
-    if (world > 1)
-      buckets_ = std::make_unique<GradientBuckets>(model_->slab(), *options.data_group,
-                                                   config.distributed.bucket_mb * (1 << 20));
-  }
+  optimizer_ = std::make_unique<SlabOptimizer>(model_->slab(), SlabOptimizerOptions::of(config),
+                                               options.data_group, control());
   if (device_ == Device::cuda) {
     peak_flops_ = config.precision.peak_tflops * 1e12;
     if (peak_flops_ == 0) peak_flops_ = cuda_peak_flops(config.precision.compute);
@@ -160,7 +138,7 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   }
   if (options.resume) {
     const std::string ckpt = checkpoint_to_resume();
-    CheckpointInfo info = load_checkpoint(ckpt, *model_, optimizer_.get());
+    CheckpointInfo info = load_checkpoint(ckpt, *model_, &optimizer_->adamw());
     next_step_ = info.step + 1;
     log() << "resumed from " << ckpt << " (step " << info.step << ")\n";
   }
@@ -197,22 +175,6 @@ int Trainer::agreed_stop() const {
   return int(all_ranks_max(*control(), mine));
 }
 
-std::string Trainer::first_non_finite_gradient() const {
-  const auto& params = model_->slab().parameters();
-  // This rank's reduced gradients: the whole slab, or its ZeRO-1 shard.
-  const int64_t b = zero1() ? optimizer_->shard_begin() : 0;
-  const int64_t e = zero1() ? optimizer_->shard_end() : model_->slab().numel();
-  int64_t first = int64_t(params.size());
-  for (size_t i = 0; i < params.size() && first == int64_t(params.size()); ++i) {
-    const int64_t lo = std::max(b, params[i].begin), hi = std::min(e, params[i].end);
-    if (lo < hi &&
-        !std::isfinite(optim::grad_norm_squared(model_->slab().grads().narrow(0, lo, hi - lo))))
-      first = int64_t(i);
-  }
-  if (zero1()) first = -all_ranks_max(*control(), -first);
-  return first < int64_t(params.size()) ? params[size_t(first)].name : "";
-}
-
 std::ostream& Trainer::log() const {
   return options_.log ? *options_.log : std::cerr;
 }
@@ -241,13 +203,12 @@ double Trainer::run_plan(const StepPlan& plan, const layers::ForwardOptions& fo,
     // The step's very last backward pass completes the parameter gradients: its leaf hook
     // starts the bucketed data-parallel reduction while the backward goes on.
     const bool last_group = &group == &plan.groups.back();
-    if (last_group && buckets_) buckets_->start_step();
+    if (last_group) optimizer_->start_step();
     for (size_t n = 0; n < group.backward.size(); ++n) {
       const Tensor& loss = losses[size_t(group.backward[n])];
       loss_parts.push_back(loss.detach());
       const bool last = last_group && n + 1 == group.backward.size();
-      autograd::backward(loss, Tensor(),
-                         last && buckets_ ? buckets_->hook() : autograd::LeafDoneHook());
+      autograd::backward(loss, Tensor(), last ? optimizer_->hook() : autograd::LeafDoneHook());
     }
   }
   if (issue_seconds)
@@ -259,20 +220,9 @@ double Trainer::run_plan(const StepPlan& plan, const layers::ForwardOptions& fo,
 
 StepStats Trainer::reduce_and_update(int64_t step, double loss_sum, const data::GlobalBatch& batch,
                                      TensorLogger* logger) {
-  const Tensor& grads = model_->slab().grads();
-  // Gradients to update with: the whole reduced slab, or this rank's ZeRO-1 shard of it.
-  Tensor update_grads;
-  double norm_sq = 0;
-  if (zero1()) {
-    buckets_->finish();  // this rank's shard of the slab holds the sums now
-    update_grads = grads.narrow(0, optimizer_->shard_begin(),
-                                optimizer_->shard_end() - optimizer_->shard_begin());
-    norm_sq = all_reduce_scalar(optim::grad_norm_squared(update_grads));
-  } else {
-    if (buckets_) buckets_->finish();  // all-reduced over the data group
-    update_grads = grads;
-    norm_sq = optim::grad_norm_squared(grads);
-  }
+  // The gradients this rank updates with, summed over the data group.
+  const Tensor update_grads = optimizer_->reduced_grads();
+  const double norm_sq = optimizer_->grad_norm_squared(update_grads);
 
   StepStats st;
   st.step = step;
@@ -291,23 +241,14 @@ StepStats Trainer::reduce_and_update(int64_t step, double loss_sum, const data::
   }
   st.lr = optim::learning_rate(schedule_, step);
   if (logger) {
-    if (zero1()) all_gather_slab(grads, update_grads);  // whole gradients for the log
+    optimizer_->gather_grads(update_grads);  // whole gradients for the log
     for (const auto& p : model_->slab().parameters())
       logger->write_whole("param_grad/" + p.name, "param_grad", p.grad);
   }
   if (std::isfinite(st.grad_norm) && std::isfinite(st.loss)) {
-    const Tensor& params = model_->slab().params();
-    // Without ZeRO-1 the optimizer also writes the bf16 compute copy in its pass; with it,
-    // the other ranks' shards arrive in f32 and the copy is made after the gather.
-    const Tensor& compute = model_->slab().compute();
-    const bool fused_sync = compute.defined() && compute.dtype() == DType::bf16 && !zero1();
-    optimizer_->step(params, update_grads, st.lr, clip, fused_sync ? compute : Tensor());
-    if (zero1())
-      all_gather_slab(params, params.narrow(0, optimizer_->shard_begin(),
-                                            optimizer_->shard_end() - optimizer_->shard_begin()));
-    if (!fused_sync) model_->slab().sync_compute();
+    optimizer_->step(update_grads, st.lr, clip);
   } else {
-    st.non_finite = first_non_finite_gradient();
+    st.non_finite = optimizer_->first_non_finite_gradient();
   }
   if (logger) {
     for (const auto& p : model_->slab().parameters())
@@ -340,16 +281,14 @@ StepStats Trainer::train_step(int64_t step) {
   fo.route = route_.get();
   fo.training = true;
   fo.dropout_seed = random::derive(uint64_t(config_.training.seed), uint64_t(step));
-  // Several forwards before their backwards: the loss must not hold a dW per forward.
-  fo.recompute_loss = layout_.micro_sequences > 1 || layout_.breadth_first > 1;
   fo.deterministic = config_.training.deterministic;
   fo.recompute = config_.training.recompute;
 
   PlanOptions po;
   po.pad_documents_to = int32_t(config_.data.pad_documents_to);
-  po.reverse_micro_sequences = options_.faults && options_.faults->reverse_micro_sequences;
-  po.shift_positions = options_.faults && options_.faults->shift_positions;
-  const StepPlan plan = plan_step(layout_, batch, po);
+  StepPlan plan = plan_step(layout_, batch, po);
+  if (options_.hooks) options_.hooks->rewrite(plan);
+  fo.recompute_loss = plan.recompute_loss;
   const auto t1 = std::chrono::steady_clock::now();
   double issue_seconds = 0;
   const double loss_sum = run_plan(plan, fo, loss_scale, &issue_seconds);
@@ -367,43 +306,26 @@ double Trainer::evaluate() {
   // Without a validation set, evaluate on training batches far beyond the run's steps.
   const int64_t offset = val_sampler_ ? 0 : int64_t(1) << 40;
   double loss = 0, tokens = 0;
-  Layout whole = layout_;
-  whole.micro_sequences = 1;
-  whole.depth_first = whole.breadth_first = 1;
-  const std::vector<int64_t> mine = micro_batches(whole, config_.batch.sequences)[0][0];
+  PlanOptions po;
+  po.pad_documents_to = int32_t(config_.data.pad_documents_to);
+  po.evaluation = true;
   for (int64_t k = 0; k < config_.training.eval_batches; ++k) {
     const data::GlobalBatch batch = sampler.batch(offset + k);
     tokens += double(batch.loss_tokens);
-    if (layout_.sdp_rank() != 0) continue;  // whole sequences, one rank per sequence
-    for (int64_t s : mine) {
-      data::ModelInput in = data::make_model_input(batch.sequences[size_t(s)], {0, 1, 0, 1},
-                                                   int32_t(config_.data.pad_documents_to));
-      layers::ForwardOptions fo;
-      fo.training = false;  // whole sequences, no exchange: the local route, no buffer
-      loss += model_->loss({{&in, 0, s}}, 1.0, fo).item();
-    }
+    const StepPlan plan = plan_step(layout_, batch, po);
+    for (const PlannedGroup& group : plan.groups)
+      for (const PlannedForward& f : group.forward) {
+        layers::ForwardOptions fo;
+        fo.training = false;  // whole sequences, no exchange: the local route, no buffer
+        fo.recompute_loss = plan.recompute_loss;
+        loss += model_->loss(f.slice(), 1.0, fo).item();
+      }
   }
   return all_reduce_scalar(loss) / std::max(tokens, 1.0);
 }
 
-void Trainer::all_gather_slab(const Tensor& slab, const Tensor& own_shard) {
-  const int64_t N = slab.numel();
-  const int64_t b = optimizer_->shard_begin(), e = optimizer_->shard_end();
-  if (!own_shard.shares_storage(zero_buffer_) || own_shard.offset() != b)
-    zero_buffer_.narrow(0, b, e - b).copy_(own_shard);
-  options_.data_group->all_gather_in_place(zero_buffer_);
-  slab.copy_(zero_buffer_.narrow(0, 0, N));
-}
-
 std::string Trainer::save(int64_t step) {
-  OptimizerSnapshot snap = OptimizerSnapshot::of(*optimizer_);
-  if (zero1()) {  // every rank takes part in gathering the sharded moments
-    const int64_t N = model_->slab().numel();
-    Tensor m = Tensor::zeros({N}), v = Tensor::zeros({N});
-    all_gather_slab(m, snap.m);
-    all_gather_slab(v, snap.v);
-    snap = {m, v, snap.step, 0, N};
-  }
+  const OptimizerSnapshot snap = optimizer_->snapshot();  // a collective when sharded
   const std::string path = checkpoint_path(config_.run.output_dir, step);
   if (is_root()) {
     save_checkpoint(path, *model_, &snap, {step, config_to_yaml(config_)});

@@ -12,15 +12,14 @@
 
 #include "data/dataset.h"
 #include "data/sampler.h"
-#include "engine/optim/adamw.h"
 #include "engine/optim/schedule.h"
-#include "layers/attention/routes/fault_route.h"
 #include "layers/gpt.h"
 #include "parallel/communicator.h"
 #include "train/config.h"
-#include "train/grad_buckets.h"
 #include "train/layout.h"
 #include "train/run_directory.h"
+#include "train/slab_optimizer.h"
+#include "train/step_hooks.h"
 #include "train/step_plan.h"
 #include "train/tensor_log.h"
 
@@ -37,11 +36,12 @@ struct TrainerOptions {
   // All ranks on host tensors (MPI): agreement on the config and the stop step, cheap next
   // to NCCL's device round trips. nullptr: data_group.
   parallel::Communicator* control = nullptr;
-  layers::KvExchange* sdp_exchange = nullptr;  // ranks sharing a sequence
+  KvExchange* sdp_exchange = nullptr;  // ranks sharing a sequence
   // Hybrid context parallelism: this rank's all-to-all group, and the ring across the groups.
-  layers::KvExchange* cp_group_exchange = nullptr;
-  layers::KvExchange* cp_ring_exchange = nullptr;
-  const layers::TestFaults* faults = nullptr;  // test-only fault injection (nullptr: none)
+  KvExchange* cp_group_exchange = nullptr;
+  KvExchange* cp_ring_exchange = nullptr;
+  // Changes to the route and to every step's plan applied from outside (nullptr: none).
+  const StepHooks* hooks = nullptr;
   // A signal number (SIGINT, SIGTERM) set by a handler on any rank: every rank finishes the
   // step, they agree on it, write one checkpoint and stop (status 128 + the signal).
   const std::atomic<int>* stop = nullptr;
@@ -98,22 +98,16 @@ class Trainer {
   }
   // The stop signal the ranks agree on (the largest any rank saw; 0: none).
   int agreed_stop() const;
-  // The first parameter whose gradient holds a NaN or an infinity, agreed over the ranks.
-  std::string first_non_finite_gradient() const;
   // --resume: the newest checkpoint that verifies (saying which it skipped), agreed over
   // the ranks, with its config checked against this run's.
   std::string checkpoint_to_resume();
-  bool zero1() const { return zero_buffer_.defined(); }
-  // ZeRO-1: all-gather a slab (params or grads) from every rank's shard of it.
-  void all_gather_slab(const Tensor& slab, const Tensor& own_shard);
   // The forwards and backwards of the step's plan; returns the sum of its losses (read
   // after the last backward: no host sync inside the step).
   // issue_seconds (or null): set to the host time spent issuing the forwards and backwards.
   double run_plan(const StepPlan& plan, const layers::ForwardOptions& fo, double loss_scale,
                   double* issue_seconds = nullptr);
-  // The gradients reduced over the data group, their norm and clipping, the AdamW update
-  // (ZeRO-1: of this rank's shard, then the parameters gathered), and the tensor logs of
-  // gradients and parameters.
+  // The gradients reduced over the data group, their norm and clipping, the optimizer's
+  // update, and the tensor logs of gradients and parameters.
   StepStats reduce_and_update(int64_t step, double loss_sum, const data::GlobalBatch& batch,
                               TensorLogger* logger);
   std::ostream& log() const;
@@ -129,13 +123,11 @@ class Trainer {
   std::unique_ptr<data::Dataset> train_data_, val_data_;
   std::unique_ptr<data::Sampler> sampler_, val_sampler_;
   std::unique_ptr<layers::Gpt> model_;
-  std::unique_ptr<optim::AdamW> optimizer_;
+  std::unique_ptr<SlabOptimizer> optimizer_;  // with the gradient reduction
   optim::LrSchedule schedule_;
   int64_t next_step_ = 0;
   std::unique_ptr<layers::AttentionRoute> route_;  // the layout's (attention_route)
-  Tensor zero_buffer_;                        // ZeRO-1: (P * n) padded slab for the collectives
-  std::unique_ptr<GradientBuckets> buckets_;  // with more than one rank (all-reduce or ZeRO-1)
-  double peak_flops_ = 0;                     // per GPU, for MFU; 0: unknown
+  double peak_flops_ = 0;                          // per GPU, for MFU; 0: unknown
 };
 
 }  // namespace driftless::train

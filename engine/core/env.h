@@ -1,6 +1,7 @@
-// The environment switches of driftless: every variable it reads is DRIFTLESS_<NAME>
-// (docs/building.md lists them), and this is the one place that reads them. Set and empty
-// count as unset.
+// The environment of driftless: every switch of its own is DRIFTLESS_<NAME> (docs/building.md
+// lists them); besides them it reads only what launchers and toolkits set (the MPI or Slurm
+// local rank, HOME, XDG_CACHE_HOME, CUDA_HOME). This is the one place that reads any of them
+// (tests/e2e/scripts/check_getenv.py). Set and empty count as unset.
 #pragma once
 #include <string>
 

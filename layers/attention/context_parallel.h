@@ -12,9 +12,6 @@ namespace driftless::layers {
 // hybrid: all-to-all inside groups of G consecutive ranks, the ring across the P / G groups.
 enum class ContextParallel { none, ring, a2a, hybrid };
 
-// "ring", "a2a" or "hybrid" (distributed.context_parallel.kind) with size > 1; none otherwise.
-ContextParallel context_parallel_kind(const std::string& kind, int64_t size);
-
 // The ring's load-balanced causal split: of a micro-sequence's 2P chunks, rank r holds
 // chunks r and 2P-1-r (the one place this pairing is written).
 inline std::array<int64_t, 2> ring_chunks(int64_t rank, int64_t P) {

@@ -48,12 +48,12 @@ Tensor span(const Tensor& buf, const KvRows& s, const KvExchange& ex) {
 // into a packed (P, tail, 2, H_kv, D) tensor of the buffer's gradient dtype (zeros where
 // this rank read nothing); the rest of the chunk is g as computed. The same sums, in the same
 // order and dtype, as accumulating into the zeroed buffer and reduce-scattering its tails.
-std::vector<Tensor> whole_chunk_grads(const KvRows& s, KvExchange& ex, DType grad_dtype,
-                                      DType dt, const std::vector<Tensor>& g, bool reduce) {
+std::vector<Tensor> whole_chunk_grads(const KvRows& s, KvExchange& ex, DType grad_dtype, DType dt,
+                                      const std::vector<Tensor>& g) {
   const int64_t P = ex.ranks(), r = ex.rank(), c = s.q1 - s.q0, fdb = s.first_document_begin;
   const int64_t tail = s.exchange_rows < 0 || s.exchange_rows > c ? c : s.exchange_rows;
   Tensor packed;
-  if (reduce && tail > 0) {
+  if (tail > 0) {
     const Shape& row = g[0].shape();  // (T, H_kv, D)
     packed = Tensor::zeros({P, tail, 2, row[1], row[2]}, grad_dtype, g[0].device());
     for (int64_t p = 0; p <= r; ++p) {  // causal: nothing reads a later chunk
@@ -78,9 +78,8 @@ std::vector<Tensor> whole_chunk_grads(const KvRows& s, KvExchange& ex, DType gra
 
 std::pair<Tensor, Tensor> kv_write_read(KvBuffer& buffer, const KvRows& slice,
                                         const Tensor& k_local, const Tensor& v_local,
-                                        KvExchange* exchange, const KvFaults* faults) {
-  static KvExchange single_rank;
-  KvExchange& ex = exchange ? *exchange : single_rank;
+                                        KvExchange* exchange) {
+  KvExchange& ex = exchange_or_single(exchange);
   const Tensor& kv = buffer.kv();
   DL_CHECK(kv.defined(), "kv_buffer", "buffer not allocated (call ensure first)");
   DL_CHECK(slice.sequences >= 1 && slice.sequence >= 0 &&
@@ -109,8 +108,6 @@ std::pair<Tensor, Tensor> kv_write_read(KvBuffer& buffer, const KvRows& slice,
   Tensor k_ext = rows(kv, slice, slice.first_document_begin, slice.q1, 0).detach();
   Tensor v_ext = rows(kv, slice, slice.first_document_begin, slice.q1, 1).detach();
   autograd::Context ctx;
-  const bool drop = faults && faults->drop_grad_slice;
-  const bool skip_rs = faults && faults->skip_reduce_scatter;
   // One rank, and the slice is its whole run from row 0 (no micro-sequences): no other
   // slice of the step reads or writes these rows, so the gradient buffer would hold exactly
   // this backward's gradient. It is returned as is, skipping the buffer's add and the
@@ -124,31 +121,24 @@ std::pair<Tensor, Tensor> kv_write_read(KvBuffer& buffer, const KvRows& slice,
                            slice.q0 == ex.rank() * chunk;
   auto outs = autograd::record(
       "kv_buffer", {k_local, v_local}, {k_ext, v_ext}, std::move(ctx),
-      [&buffer, slice, &ex, drop, skip_rs, sole, whole_chunk](
+      [&buffer, slice, &ex, sole, whole_chunk](
           autograd::Context&, const std::vector<Tensor>& g) -> std::vector<Tensor> {
         autograd::NoGradGuard no_grad;
         const DType dt = buffer.kv().dtype();
-        if (sole && !drop) return {g[0].to(dt).contiguous(), g[1].to(dt).contiguous()};
-        if (whole_chunk && !drop)
-          return whole_chunk_grads(slice, ex, buffer.grad_dtype(), dt, g, !skip_rs);
+        if (sole) return {g[0].to(dt).contiguous(), g[1].to(dt).contiguous()};
+        if (whole_chunk) return whole_chunk_grads(slice, ex, buffer.grad_dtype(), dt, g);
         const Tensor& grad = buffer.grad_to_accumulate();
         for (int64_t c = 0; c < 2; ++c)  // accumulate in the gradient buffer's dtype
           rows(grad, slice, slice.first_document_begin, slice.q1, c)
               .add_(g[size_t(c)].to(grad.dtype()));
         // Every later micro-sequence has run its backward: the slice is complete.
-        if (ex.ranks() > 1 && !skip_rs)
-          ex.reduce_scatter(span(grad, slice, ex), slice.exchange_rows);
+        if (ex.ranks() > 1) ex.reduce_scatter(span(grad, slice, ex), slice.exchange_rows);
         // A fresh copy in the K/V dtype (the buffer slice is reused by the next step).
         auto out = [&](int64_t c) {
           Tensor r = rows(grad, slice, slice.q0, slice.q1, c);
           return dt == grad.dtype() ? r.clone() : r.to(dt).contiguous();
         };
-        Tensor dk = out(0), dv = out(1);
-        if (drop) {
-          dk.zero_();
-          dv.zero_();
-        }
-        return {dk, dv};
+        return {out(0), out(1)};
       });
   return {outs[0], outs[1]};
 }

@@ -9,16 +9,10 @@
 #include <functional>
 #include <memory>
 
+#include "engine/core/kv_exchange.h"
 #include "engine/core/tensor.h"
-#include "layers/attention/kv_exchange.h"
 
 namespace driftless::layers {
-
-// Test-only fault switches: regression must catch real bugs (configs/regress/demo_fault.yaml).
-struct KvFaults {
-  bool drop_grad_slice = false;      // return a zero K/V gradient instead of the slice
-  bool skip_reduce_scatter = false;  // SDP: use the local partial sum, not the ranks' sum
-};
 
 class KvBuffer {
  public:
@@ -72,7 +66,6 @@ struct KvRows {
 // implementing the gradient rule above.
 std::pair<Tensor, Tensor> kv_write_read(KvBuffer& buffer, const KvRows& slice,
                                         const Tensor& k_local, const Tensor& v_local,
-                                        KvExchange* exchange = nullptr,
-                                        const KvFaults* faults = nullptr);
+                                        KvExchange* exchange = nullptr);
 
 }  // namespace driftless::layers

@@ -38,3 +38,8 @@ foreach(layout sdp2 dp2_zero1)
   set_tests_properties(e2e_train_resume_dropout_${layout} PROPERTIES LABELS "e2e;mpi" TIMEOUT 300
                        ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
 endforeach()
+# `driftless batch` takes the run config and --set as train does (scripts/batch_check.py).
+add_test(NAME e2e_batch_from_config
+         COMMAND /usr/bin/env python3 ${CMAKE_CURRENT_LIST_DIR}/scripts/batch_check.py
+                 $<TARGET_FILE:driftless> ${PROJECT_SOURCE_DIR})
+set_tests_properties(e2e_batch_from_config PROPERTIES LABELS e2e TIMEOUT 120)

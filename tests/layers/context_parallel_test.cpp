@@ -368,8 +368,6 @@ std::string error_of(const std::function<void()>& f) {
 
 // Inputs the ring or a2a cannot take are refused, naming what is wrong.
 TEST(ContextParallel, BadInputsAreClearErrors) {
-  EXPECT_NE(error_of([] { (void)context_parallel_kind("zigzag", 2); }).find("ring, a2a or hybrid"),
-            std::string::npos);
   // a2a needs the heads to divide over the ranks.
   KvExchange one;
   Tensor qkv = Tensor::zeros({6, (3 + 2 * 3) * 4});

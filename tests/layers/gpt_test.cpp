@@ -148,13 +148,13 @@ TEST(Gpt, DroppedKvGradientSliceIsCaught) {
   model.init(3);
   auto seqs = std::vector<data::PackedSequence>{packed({5, 0, 11, 3, 13}, 37, 4)};
   auto simple = gradients(model, seqs, 1);
-  TestFaults f;
+  RouteFaults f;
   f.layer = 1;
   f.drop_kv_grad_slice = true;
   FaultRoute faulty(f, nullptr, [](KvExchange* ex) { return std::make_unique<BufferRoute>(ex); });
   EXPECT_GT(rms_rel(gradients(model, seqs, 4, &faulty), simple), 1e-3);
   // The fault is in layer 1 only: the route it wraps gives the plain gradients elsewhere.
-  TestFaults none;
+  RouteFaults none;
   FaultRoute clean(none, nullptr, [](KvExchange* ex) { return std::make_unique<BufferRoute>(ex); });
   EXPECT_EQ(gradients(model, seqs, 4, &clean), gradients(model, seqs, 4));
 }

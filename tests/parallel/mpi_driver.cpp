@@ -1,5 +1,5 @@
 // test_parallel_mpi: every collective of the MPI Communicator (the context-parallel
-// all_to_all and send_recv included), the process groups and the SDP K/V exchange (with its
+// all_to_all included), the process groups and the SDP K/V exchange (with its
 // refusal of a span that does not divide over the ranks) on P ranks (run by CTest as
 // `mpirun -np 2 ...` and `-np 4`), plus the fault modes `--fault throw` and `--fault hang`
 // that must end the whole job non-zero with the failing rank's message. A failed check
@@ -145,7 +145,7 @@ void test_collectives(Communicator& comm, DType dtype) {
   comm.barrier();
 }
 
-// Context parallelism: all_to_all, and send_recv / send_recv_async around a ring. Values
+// Context parallelism: all_to_all. Values
 // are small integers (exact in bf16) that encode where each element came from.
 Tensor from_values(const std::vector<double>& v, DType dtype, const Shape& shape) {
   return Tensor::from_vector<double>(v, shape).to(g_device, dtype);
@@ -175,72 +175,6 @@ void test_context_parallel(Communicator& comm, DType dtype) {
     Tensor ordered = Tensor::full({P * n}, -99, dtype, g_device);
     comm.all_to_all_ordered(ordered, in);
     expect_values("all_to_all_ordered", ordered.clone(), want);
-  }
-  // send_recv around the ring (to R + 1, from R − 1), each rank sending a different count:
-  // rank r sends 5 + r elements holding (r, i), so rank R receives 5 + (R − 1 mod P).
-  const int next = (R + 1) % P, prev = (R + P - 1) % P;
-  auto ring_values = [](int src, int64_t n) {
-    std::vector<double> v;
-    for (int64_t i = 0; i < n; ++i) v.push_back(double(src * 16 + i) - 30);
-    return v;
-  };
-  {
-    Tensor send = from_values(ring_values(R, 5 + R), dtype, {5 + R});
-    Tensor recv = Tensor::full({5 + prev}, -99, dtype, g_device);
-    comm.send_recv(send, next, recv, prev);
-    expect_values("send_recv ring", recv, ring_values(prev, 5 + prev));
-    expect_values("send_recv left send alone", send, ring_values(R, 5 + R));
-  }
-  // send_recv_async the other way round, with compute-stream work issued before wait().
-  {
-    Tensor send = from_values(ring_values(R, 7), dtype, {7});
-    Tensor recv = Tensor::full({7}, -99, dtype, g_device);
-    auto work = comm.send_recv_async(send, prev, recv, next);
-    Tensor busy = Tensor::full({1 << 16}, 1.0, DType::f32, g_device);
-    busy.fill_(2.0);
-    work->wait();
-    expect_values("send_recv_async ring", recv, ring_values(next, 7));
-    // Two exchanges in flight between the same ranks are matched in the order issued.
-    Tensor recv_a = Tensor::full({7}, -99, dtype, g_device);
-    Tensor recv_b = Tensor::full({7}, -99, dtype, g_device);
-    Tensor send_b = from_values(ring_values(R + P, 7), dtype, {7});
-    auto first = comm.send_recv_async(send, next, recv_a, prev);
-    auto second = comm.send_recv_async(send_b, next, recv_b, prev);
-    second->wait();
-    first->wait();
-    expect_values("send_recv_async first of two", recv_a, ring_values(prev, 7));
-    expect_values("send_recv_async second of two", recv_b, ring_values(prev + P, 7));
-    // wait_ordered: the compute stream, not the host, waits; a large exchange read by a copy
-    // issued right after it must see every element.
-    const int64_t big = 1 << 18;
-    std::vector<double> mine(static_cast<size_t>(big)), theirs(static_cast<size_t>(big));
-    for (int64_t i = 0; i < big; ++i) {
-      mine[size_t(i)] = double((R * 7 + i) % 97);
-      theirs[size_t(i)] = double((prev * 7 + i) % 97);
-    }
-    Tensor send_big = from_values(mine, dtype, {big});
-    Tensor recv_big = Tensor::full({big}, -99, dtype, g_device);
-    auto work_big = comm.send_recv_async(send_big, next, recv_big, prev);
-    work_big->wait_ordered();
-    expect_values("send_recv_async + wait_ordered", recv_big.clone(), theirs);
-  }
-  // With itself: a copy (both the blocking and the async form).
-  {
-    Tensor send = from_values(ring_values(R, 4), dtype, {2, 2});
-    Tensor recv = Tensor::full({4}, -99, dtype, g_device);
-    comm.send_recv(send, R, recv, R);
-    expect_values("send_recv with itself", recv, ring_values(R, 4));
-    Tensor recv_async = Tensor::full({4}, -99, dtype, g_device);
-    comm.send_recv_async(send, R, recv_async, R)->wait();
-    expect_values("send_recv_async with itself", recv_async, ring_values(R, 4));
-  }
-  // Pairs (0 ↔ 1, 2 ↔ 3, ...): dst == src.
-  if (P % 2 == 0) {
-    const int peer = R ^ 1;
-    Tensor send = from_values(ring_values(R, 6), dtype, {6});
-    Tensor recv = Tensor::full({6}, -99, dtype, g_device);
-    comm.send_recv(send, peer, recv, peer);
-    expect_values("send_recv pairs", recv, ring_values(peer, 6));
   }
 }
 
@@ -283,23 +217,6 @@ void test_errors(Communicator& comm) {
   }
   CHECK(threw || P == 1,
         "all_to_all of " << P + 1 << " elements on " << P << " ranks did not throw");
-  threw = false;
-  try {
-    comm.send_recv(Tensor::zeros({2}, DType::f32, g_device), P,
-                   Tensor::zeros({2}, DType::f32, g_device), 0);
-  } catch (const Error& e) {
-    threw = std::string(e.what()).find("dst " + std::to_string(P) + " out of range") !=
-            std::string::npos;
-  }
-  CHECK(threw, "send_recv to a rank out of range did not throw");
-  threw = false;
-  try {
-    comm.send_recv_async(Tensor::zeros({2}, DType::f32, g_device), comm.rank(),
-                         Tensor::zeros({2}, DType::bf16, g_device), comm.rank());
-  } catch (const Error& e) {
-    threw = std::string(e.what()).find("dtypes differ") != std::string::npos;
-  }
-  CHECK(threw, "send_recv_async with different dtypes did not throw");
 }
 
 void test_timeout(const World& world, Communicator& world_comm) {
@@ -329,28 +246,6 @@ void test_timeout(const World& world, Communicator& world_comm) {
   world_comm.barrier();
   // The others now complete rank 0's abandoned barrier, so no request is left dangling.
   if (world.rank() != 0) lonely->barrier();
-  world_comm.barrier();
-
-  // The same for send_recv: rank 0 exchanges with rank 1, which joins only afterwards.
-  auto late = MpiCommunicator::duplicate(MPI_COMM_WORLD, CommOptions{0.3});
-  Tensor send = Tensor::full({3}, world.rank(), DType::f32), recv = Tensor::zeros({3});
-  if (world.rank() == 0) {
-    std::string message;
-    try {
-      late->send_recv(send, 1, recv, 1);
-    } catch (const Error& e) {
-      message = e.what();
-    }
-    CHECK(message.find("[send_recv] collective send_recv timed out after 0.3 s on rank 0") !=
-              std::string::npos,
-          "send_recv timeout message was '" << message << "'");
-  }
-  world_comm.barrier();
-  if (world.rank() == 1) {
-    late->set_timeout_s(30);
-    late->send_recv(send, 0, recv, 0);  // completes rank 0's abandoned exchange
-    CHECK(recv.to_vector<float>() == std::vector<float>(3, 0.0f), "late send_recv");
-  }
   world_comm.barrier();
 }
 

@@ -33,7 +33,6 @@ class RecordingComm final : public parallel::Communicator {
   void broadcast(const Tensor&, int) override {}
   void barrier() override {}
   void all_to_all(const Tensor&, const Tensor&) override {}
-  void send_recv(const Tensor&, int, const Tensor&, int) override {}
   std::vector<std::pair<int64_t, int64_t>> reduced;  // (offset, numel)
   std::vector<int> roots;                            // of reduce calls
   std::vector<std::string> log;

@@ -12,6 +12,7 @@
 #include "layers/attention/routes/fault_route.h"
 #include "layers/attention/routes/local_route.h"
 #include "layers/attention/routes/ring_route.h"
+#include "train/test_faults.h"
 
 namespace driftless::train {
 namespace {
@@ -65,23 +66,28 @@ bool is_a(const std::unique_ptr<layers::AttentionRoute>& r) {
 
 // The one place a layout picks its attention route.
 TEST(Layout, AttentionRouteFollowsTheLayout) {
-  auto route = [](int64_t sdp, int64_t m, ContextParallel kind,
-                  const layers::TestFaults* faults = nullptr) {
+  auto route = [](int64_t sdp, int64_t m, ContextParallel kind, bool keep_buffers = false) {
     Layout l;
     l.sequence_data_parallel = kind == ContextParallel::none ? sdp : 1;
     l.context_parallel = kind == ContextParallel::none ? 1 : sdp;
     l.cp_kind = kind;
     l.micro_sequences = m;
-    return attention_route(l, nullptr, false, faults);
+    return attention_route(l, nullptr, false, nullptr, nullptr, keep_buffers);
   };
   EXPECT_TRUE(is_a<layers::LocalRoute>(route(1, 1, ContextParallel::none)));
   EXPECT_TRUE(is_a<layers::BufferRoute>(route(1, 2, ContextParallel::none)));
   EXPECT_TRUE(is_a<layers::BufferRoute>(route(2, 1, ContextParallel::none)));
   EXPECT_TRUE(is_a<layers::RingRoute>(route(2, 1, ContextParallel::ring)));
   EXPECT_TRUE(is_a<layers::AllToAllRoute>(route(2, 2, ContextParallel::a2a)));
-  // Test faults wrap the route, which keeps its K/V buffers even for whole sequences.
-  const layers::TestFaults faults;
-  EXPECT_TRUE(is_a<layers::FaultRoute>(route(1, 1, ContextParallel::none, &faults)));
+  // A route that hooks wrap keeps its K/V buffers even for whole sequences.
+  EXPECT_TRUE(is_a<layers::BufferRoute>(route(1, 1, ContextParallel::none, true)));
+  // Test faults wrap the route the layout makes.
+  const TestFaults faults;
+  const RouteMaker make = [&](KvExchange* ex, bool keep) {
+    Layout l;
+    return attention_route(l, ex, false, nullptr, nullptr, keep);
+  };
+  EXPECT_TRUE(is_a<layers::FaultRoute>(faults.route(make, nullptr)));
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <map>
 #include <set>
 
+#include "train/test_faults.h"
+
 namespace driftless::train {
 namespace {
 
@@ -75,17 +77,69 @@ TEST(StepPlan, DataRanksTakeTheirBlockOfSequences) {
   EXPECT_EQ(sequences, (std::vector<int64_t>{4, 5, 6, 7}));
 }
 
-TEST(StepPlan, ReversedMicroSequencesFaultRunsForwardLastToFirst) {
+TEST(StepPlan, LossRecomputedWhenSeveralForwardsPrecedeTheirBackwards) {
+  EXPECT_FALSE(plan_step(layout(1, 1, 1), batch_of(4)).recompute_loss);
+  EXPECT_FALSE(plan_step(layout(2, 1, 1), batch_of(4)).recompute_loss);  // one forward a group
+  EXPECT_TRUE(plan_step(layout(1, 1, 2), batch_of(4)).recompute_loss);
+  EXPECT_TRUE(plan_step(layout(1, 2, 1), batch_of(4)).recompute_loss);
+}
+
+TEST(StepPlan, EvaluationRunsWholeSequencesOnTheFirstRankOfEach) {
   PlanOptions o;
-  o.reverse_micro_sequences = true;
-  const StepPlan plan = plan_step(layout(1, 1, 4), batch_of(2), o);
+  o.evaluation = true;
+  Layout sdp = layout(2, 2, 3, 2, 2);  // data rank 1, sdp rank 0 of 2
+  sdp.sequence_data_parallel = 2;
+  const StepPlan plan = plan_step(sdp, batch_of(8), o);
+  EXPECT_FALSE(plan.recompute_loss);
+  ASSERT_EQ(plan.groups.size(), 1u);
   const PlannedGroup& g = plan.groups[0];
-  std::vector<int64_t> order;
-  for (const auto& f : g.forward) order.push_back(f.micro_sequence);
-  EXPECT_EQ(order, (std::vector<int64_t>{3, 2, 1, 0}));
-  // The backward still goes from the last micro-sequence to the first.
-  for (size_t n = 0; n < g.backward.size(); ++n)
-    EXPECT_EQ(g.forward[size_t(g.backward[n])].micro_sequence, int64_t(3 - n));
+  EXPECT_TRUE(g.backward.empty());
+  std::vector<int64_t> sequences;
+  for (const PlannedForward& f : g.forward) {
+    ASSERT_EQ(f.inputs.size(), 1u);  // one whole sequence per forward, in slot 0
+    const PlannedInput& in = f.inputs[0];
+    EXPECT_EQ(in.slot, 0);
+    EXPECT_EQ(in.input.query_begin, 0);
+    EXPECT_EQ(in.input.query_end, 48);
+    EXPECT_EQ(in.input.first_document_begin, 0);
+    sequences.push_back(in.global_sequence);
+  }
+  EXPECT_EQ(sequences, (std::vector<int64_t>{4, 5, 6, 7}));  // data rank 1's half
+  sdp.rank = 3;  // sdp rank 1: the sequences are rank 2's
+  EXPECT_TRUE(plan_step(sdp, batch_of(8), o).groups.empty());
+}
+
+TEST(StepPlan, ReversedMicroSequencesFaultRunsForwardLastToFirst) {
+  TestFaults faults = TestFaults::parse("reverse_micro_sequences");
+  StepPlan plan = plan_step(layout(1, 2, 4), batch_of(4));
+  faults.rewrite(plan);
+  const PlannedGroup& g = plan.groups[0];
+  std::vector<int64_t> order, batches;
+  for (const auto& f : g.forward) {
+    order.push_back(f.micro_sequence);
+    batches.push_back(f.micro_batch);
+  }
+  EXPECT_EQ(order, (std::vector<int64_t>{3, 2, 1, 0, 3, 2, 1, 0}));
+  EXPECT_EQ(batches, (std::vector<int64_t>{0, 0, 0, 0, 1, 1, 1, 1}));
+  // The backward still goes from the last micro-batch and micro-sequence to the first.
+  for (size_t n = 0; n < g.backward.size(); ++n) {
+    const PlannedForward& f = g.forward[size_t(g.backward[n])];
+    EXPECT_EQ(f.micro_batch, n < 4 ? 1 : 0);
+    EXPECT_EQ(f.micro_sequence, int64_t(3 - n % 4));
+  }
+}
+
+TEST(StepPlan, ShiftedPositionsFaultMovesEveryPartButTheFirst) {
+  const StepPlan clean = plan_step(layout(1, 1, 2), batch_of(1));
+  StepPlan plan = clean;
+  TestFaults::parse("shift_positions").rewrite(plan);
+  const auto& f0 = plan.groups[0].forward[0].inputs[0].input;
+  const auto& f1 = plan.groups[0].forward[1].inputs[0].input;
+  EXPECT_EQ(f0.position_index, clean.groups[0].forward[0].inputs[0].input.position_index);
+  std::vector<int32_t> shifted = clean.groups[0].forward[1].inputs[0].input.position_index;
+  for (int32_t& p : shifted) ++p;
+  EXPECT_EQ(f1.position_index, shifted);
+  EXPECT_THROW(TestFaults::parse("layer=1,nonsense"), Error);
 }
 
 TEST(StepPlan, RingListsTwoChunksPerSequenceAndA2aTheWholeMicroSequence) {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/core/env.h"
 #include "engine/core/error.h"
 #include "layers/attention/jit/kernel_headers.h"
 
@@ -50,8 +51,7 @@ std::string layout_asserts(const ModLayout& l) {
 }
 
 std::string cuda_include_dir() {
-  const char* home = std::getenv("CUDA_HOME");
-  if (home != nullptr && *home != '\0') return std::string(home) + "/include";
+  if (const std::string home = env_value("CUDA_HOME"); !home.empty()) return home + "/include";
 #ifdef DL_CUDA_INCLUDE_DIR
   return DL_CUDA_INCLUDE_DIR;
 #else

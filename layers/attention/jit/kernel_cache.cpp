@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "engine/core/env.h"
 #include "layers/attention/jit/disk_store.h"
 
 namespace driftless::layers::jit {
@@ -173,10 +174,7 @@ const KernelCacheOptions& KernelCache::options() const {
 }
 
 std::string default_cache_dir() {
-  auto env = [](const char* name) {
-    const char* v = std::getenv(name);
-    return std::string(v ? v : "");
-  };
+  auto env = [](const char* name) { return env_value(name); };
   if (std::string d = env("DRIFTLESS_KERNEL_CACHE"); !d.empty()) return d;
   if (std::string d = env("XDG_CACHE_HOME"); !d.empty()) return d + "/driftless/kernels";
   if (std::string d = env("HOME"); !d.empty()) return d + "/.cache/driftless/kernels";

@@ -134,25 +134,11 @@ Tensor heads_to_tokens(const Tensor& y, int64_t n, KvExchange& ex) {
                      [g, n, e](const Tensor& dx) { return to_heads(dx, g, n, *e); });
 }
 
-KvExchange& AllToAllRoute::exchange() const {
-  static KvExchange single_rank;
-  return exchange_ ? *exchange_ : single_rank;
-}
-
-void AllToAllRoute::prepare(const AttentionShape& shape, int64_t slots, int64_t sequence_length,
-                            DType dtype, Device device) {
+int64_t AllToAllRoute::buffer_kv_heads(const AttentionShape& shape) const {
   const int64_t P = exchange().ranks();
   DL_CHECK(shape.kv_heads % P == 0, "all-to-all route",
            "n_kv_head " << shape.kv_heads << " does not divide into " << P << " head groups");
-  prepare_buffers(buffers_, shape, shape.kv_heads / P, slots, sequence_length, dtype, device);
-}
-
-void AllToAllRoute::zero_grads() {
-  zero_buffer_grads(buffers_);
-}
-
-int64_t AllToAllRoute::buffer_bytes() const {
-  return buffers_bytes(buffers_);
+  return shape.kv_heads / P;
 }
 
 Tensor AllToAllRoute::attend(const RouteCall& call, const Tensor& qkv) {
@@ -160,7 +146,7 @@ Tensor AllToAllRoute::attend(const RouteCall& call, const Tensor& qkv) {
   const std::vector<PartInput>& slice = *call.slice;
   const int64_t H = call.shape.heads, Hkv = call.shape.kv_heads, D = call.shape.head_dim;
   const int64_t P = ex.ranks(), n = int64_t(slice.size()), Hp = H / P, Hkvp = Hkv / P;
-  KvBuffer& buffer = buffer_of(buffers_, call.layer);
+  KvBuffer& buffer = this->buffer(call.layer);
   // This rank's heads over every row of the micro-sequence.
   Tensor heads = tokens_to_heads(qkv, n, H, Hkv, ex);  // (n L, (Hp + 2 Hkvp) D)
   const int64_t L = heads.size(0) / n;

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "layers/attention/kv_buffer.h"
-#include "layers/attention/routes/route.h"
+#include "layers/attention/routes/buffered_route.h"
 
 namespace driftless::layers {
 
@@ -18,20 +18,16 @@ Tensor tokens_to_heads(const Tensor& qkv, int64_t sequences, int64_t heads, int6
 // y (n L, H D / P) -> (T, H D): the attention output back to this rank's rows, all heads.
 Tensor heads_to_tokens(const Tensor& y, int64_t sequences, KvExchange& ex);
 
-class AllToAllRoute : public AttentionRoute {
+class AllToAllRoute : public BufferedRoute {
  public:
   explicit AllToAllRoute(KvExchange* exchange = nullptr) : exchange_(exchange) {}
   Tensor attend(const RouteCall& call, const Tensor& qkv) override;
-  // Buffers of H_kv / P heads; throws unless the ranks divide H_kv.
-  void prepare(const AttentionShape& shape, int64_t slots, int64_t sequence_length, DType dtype,
-               Device device) override;
-  void zero_grads() override;
-  int64_t buffer_bytes() const override;
 
  private:
-  KvExchange& exchange() const;
+  // Buffers of H_kv / P heads; throws unless the ranks divide H_kv.
+  int64_t buffer_kv_heads(const AttentionShape& shape) const override;
+  KvExchange& exchange() const { return exchange_or_single(exchange_); }
   KvExchange* exchange_;  // nullptr: this rank alone
-  std::vector<KvBuffer> buffers_;
 };
 
 }  // namespace driftless::layers

@@ -24,43 +24,6 @@ bool whole_sequences(const std::vector<PartInput>& slice, int64_t s) {
 
 }  // namespace
 
-void prepare_buffers(std::vector<KvBuffer>& buffers, const AttentionShape& shape, int64_t kv_heads,
-                     int64_t slots, int64_t sequence_length, DType dtype, Device device) {
-  buffers.resize(size_t(shape.layers));
-  for (auto& b : buffers)
-    b.ensure(slots, sequence_length, kv_heads, shape.head_dim, dtype, device, DType::f32);
-}
-
-KvBuffer& buffer_of(std::vector<KvBuffer>& buffers, int64_t layer) {
-  DL_CHECK(layer >= 0 && layer < int64_t(buffers.size()) && buffers[size_t(layer)].kv().defined(),
-           "attention route",
-           "no K/V buffer for layer " << layer << " (prepare the route with the model first)");
-  return buffers[size_t(layer)];
-}
-
-void BufferRoute::prepare(const AttentionShape& shape, int64_t slots, int64_t sequence_length,
-                          DType dtype, Device device) {
-  prepare_buffers(buffers_, shape, shape.kv_heads, slots, sequence_length, dtype, device);
-}
-
-void BufferRoute::zero_grads() {
-  zero_buffer_grads(buffers_);
-}
-
-int64_t BufferRoute::buffer_bytes() const {
-  return buffers_bytes(buffers_);
-}
-
-void zero_buffer_grads(std::vector<KvBuffer>& buffers) {
-  for (auto& b : buffers) b.zero_grad();
-}
-
-int64_t buffers_bytes(const std::vector<KvBuffer>& buffers) {
-  int64_t n = 0;
-  for (const auto& b : buffers) n += b.bytes();
-  return n;
-}
-
 Tensor BufferRoute::attend(const RouteCall& call, const Tensor& qkv) {
   const AttentionShape& a = call.shape;
   const std::vector<PartInput>& slice = *call.slice;
@@ -78,7 +41,7 @@ Tensor BufferRoute::attend(const RouteCall& call, const Tensor& qkv) {
   AttentionSpec spec = merge_specs(specs, k_rows);
   spec.deterministic = call.deterministic;
   spec.window_left = call.window_left;
-  KvBuffer& buffer = buffer_of(buffers_, call.layer);
+  KvBuffer& buffer = this->buffer(call.layer);
   Tensor k_all, v_all;  // (sum of K extents, H_kv, D)
   const bool one_rank = !exchange_ || exchange_->ranks() == 1;
   if (one_rank && whole_sequences(slice, buffer.kv().size(1))) {

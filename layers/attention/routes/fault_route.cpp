@@ -11,7 +11,7 @@ namespace driftless::layers {
 // gradient sums stay this rank's partial ones.
 class FaultRoute::Exchange : public KvExchange {
  public:
-  explicit Exchange(KvExchange* real) : real_(real ? real : &single_) {}
+  explicit Exchange(KvExchange* real) : real_(&exchange_or_single(real)) {}
   int64_t ranks() const override { return real_->ranks(); }
   int64_t rank() const override { return real_->rank(); }
   void all_gather(const Tensor& span, int64_t rows) override { real_->all_gather(span, rows); }
@@ -25,12 +25,11 @@ class FaultRoute::Exchange : public KvExchange {
   bool skip = false;
 
  private:
-  KvExchange single_;
   KvExchange* real_;
 };
 
 FaultRoute::FaultRoute(
-    const TestFaults& faults, KvExchange* exchange,
+    const RouteFaults& faults, KvExchange* exchange,
     const std::function<std::unique_ptr<AttentionRoute>(KvExchange*)>& make_inner)
     : faults_(faults), exchange_(std::make_unique<Exchange>(exchange)) {
   inner_ = make_inner(exchange ? exchange_.get() : nullptr);

@@ -1,6 +1,6 @@
-// Test faults that regression must catch (tests/e2e/regress/faults.yaml,
-// configs/regress/demo_fault.yaml), planted by a route that wraps the real one: only
-// `driftless train` under DRIFTLESS_TEST_FAULT and the tests build it.
+// The route half of the test faults that regression must catch (train/test_faults.h,
+// tests/e2e/regress/faults.yaml, configs/regress/demo_fault.yaml), planted by a route that
+// wraps the real one: only `driftless train` under DRIFTLESS_TEST_FAULT and the tests build it.
 #pragma once
 #include <functional>
 #include <memory>
@@ -10,16 +10,12 @@
 
 namespace driftless::layers {
 
-struct TestFaults {
-  int64_t layer = -1;                    // which layer the route faults are in (-1: none)
+struct RouteFaults {
+  int64_t layer = -1;                    // which layer the faults are in (-1: none)
   bool cu_seqlens_k_from_begin = false;  // cu_seqlens_k in absolute positions (micro-seq >= 1)
   bool drop_kv_grad_slice = false;       // the K/V projection gets no gradient
   bool skip_kv_reduce_scatter = false;   // SDP: K/V gradients are not summed over the ranks
-  bool reverse_micro_sequences = false;  // micro-sequences run forward in the wrong order (plan)
-  // Every part but a sequence's first (query_begin > 0: a later micro-sequence or rank) gets
-  // positions one too high (plan): the off-by-one of a position continued across a boundary.
-  bool shift_positions = false;
-  bool any_route_fault() const {
+  bool any() const {
     return layer >= 0 && (cu_seqlens_k_from_begin || drop_kv_grad_slice || skip_kv_reduce_scatter);
   }
 };
@@ -28,7 +24,7 @@ class FaultRoute : public AttentionRoute {
  public:
   // make_inner builds the route to wrap over the exchange it is given (this route's own,
   // which forwards to `exchange` and drops the faulted layer's gradient sums).
-  FaultRoute(const TestFaults& faults, KvExchange* exchange,
+  FaultRoute(const RouteFaults& faults, KvExchange* exchange,
              const std::function<std::unique_ptr<AttentionRoute>(KvExchange*)>& make_inner);
   ~FaultRoute() override;
   Tensor attend(const RouteCall& call, const Tensor& qkv) override;
@@ -41,7 +37,7 @@ class FaultRoute : public AttentionRoute {
 
  private:
   class Exchange;
-  TestFaults faults_;
+  RouteFaults faults_;
   std::unique_ptr<Exchange> exchange_;
   std::unique_ptr<AttentionRoute> inner_;
 };

@@ -14,30 +14,11 @@ namespace {
 constexpr const char* kOp = "hybrid route";
 }  // namespace
 
-KvExchange& HybridRoute::group() const {
-  static KvExchange single_rank;
-  return group_ ? *group_ : single_rank;
-}
-
-KvExchange& HybridRoute::ring() const {
-  static KvExchange single_rank;
-  return ring_ ? *ring_ : single_rank;
-}
-
-void HybridRoute::prepare(const AttentionShape& shape, int64_t slots, int64_t sequence_length,
-                          DType dtype, Device device) {
+int64_t HybridRoute::buffer_kv_heads(const AttentionShape& shape) const {
   const int64_t G = group().ranks();
   DL_CHECK(shape.kv_heads % G == 0, kOp,
            "n_kv_head " << shape.kv_heads << " does not divide into groups of " << G << " ranks");
-  prepare_buffers(buffers_, shape, shape.kv_heads / G, slots, sequence_length, dtype, device);
-}
-
-void HybridRoute::zero_grads() {
-  zero_buffer_grads(buffers_);
-}
-
-int64_t HybridRoute::buffer_bytes() const {
-  return buffers_bytes(buffers_);
+  return shape.kv_heads / G;
 }
 
 Tensor HybridRoute::attend(const RouteCall& call, const Tensor& qkv) {
@@ -70,10 +51,9 @@ Tensor HybridRoute::attend(const RouteCall& call, const Tensor& qkv) {
   base.score_mod = call.score_mod(gx.rank() * Hg, Hg);
   base.deterministic = call.deterministic;
   base.window_left = call.window_left;
-  Tensor y =
-      ring_attention(ops::reshape(parts[0], {T, Hg, D}), ops::reshape(parts[1], {T, Hkvg, D}),
-                     ops::reshape(parts[2], {T, Hkvg, D}), seqs, buffer_of(buffers_, call.layer),
-                     ring(), base);  // (T, Hg, D)
+  Tensor y = ring_attention(
+      ops::reshape(parts[0], {T, Hg, D}), ops::reshape(parts[1], {T, Hkvg, D}),
+      ops::reshape(parts[2], {T, Hkvg, D}), seqs, buffer(call.layer), ring(), base);  // (T, Hg, D)
   return heads_to_tokens(ops::reshape(y, {T, Hg * D}), chunks, gx);
 }
 

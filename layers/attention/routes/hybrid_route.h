@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "layers/attention/kv_buffer.h"
-#include "layers/attention/routes/route.h"
+#include "layers/attention/routes/buffered_route.h"
 
 namespace driftless::layers {
 
@@ -13,22 +13,18 @@ namespace driftless::layers {
 // ranks with the same position in their groups (rank = position / G). The slice lists two
 // entries per sequence sharing a slot: this rank's pieces of the group's ring chunks, each
 // with PartInput::whole = that ring chunk (SequencePart {i, m, chunk, 2 P / G}).
-class HybridRoute : public AttentionRoute {
+class HybridRoute : public BufferedRoute {
  public:
   HybridRoute(KvExchange* group, KvExchange* ring) : group_(group), ring_(ring) {}
   Tensor attend(const RouteCall& call, const Tensor& qkv) override;
-  // Buffers of H_kv / G heads (the ring's over the group's heads); throws unless G divides H_kv.
-  void prepare(const AttentionShape& shape, int64_t slots, int64_t sequence_length, DType dtype,
-               Device device) override;
-  void zero_grads() override;
-  int64_t buffer_bytes() const override;
 
  private:
-  KvExchange& group() const;
-  KvExchange& ring() const;
+  // Buffers of H_kv / G heads (the ring's over the group's heads); throws unless G divides H_kv.
+  int64_t buffer_kv_heads(const AttentionShape& shape) const override;
+  KvExchange& group() const { return exchange_or_single(group_); }
+  KvExchange& ring() const { return exchange_or_single(ring_); }
   KvExchange* group_;  // nullptr: this rank alone
   KvExchange* ring_;
-  std::vector<KvBuffer> buffers_;
 };
 
 }  // namespace driftless::layers

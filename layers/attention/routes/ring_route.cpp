@@ -243,22 +243,8 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
       });
 }
 
-void RingRoute::prepare(const AttentionShape& shape, int64_t slots, int64_t sequence_length,
-                        DType dtype, Device device) {
-  prepare_buffers(buffers_, shape, shape.kv_heads, slots, sequence_length, dtype, device);
-}
-
-void RingRoute::zero_grads() {
-  zero_buffer_grads(buffers_);
-}
-
-int64_t RingRoute::buffer_bytes() const {
-  return buffers_bytes(buffers_);
-}
-
 Tensor RingRoute::attend(const RouteCall& call, const Tensor& qkv) {
-  static KvExchange single_rank;
-  KvExchange& ex = exchange_ ? *exchange_ : single_rank;
+  KvExchange& ex = exchange_or_single(exchange_);
   const AttentionShape& a = call.shape;
   const std::vector<PartInput>& slice = *call.slice;
   DL_CHECK(slice.size() % 2 == 0, "ring route", "the slice must list two chunks per sequence");
@@ -273,7 +259,7 @@ Tensor RingRoute::attend(const RouteCall& call, const Tensor& qkv) {
   base.score_mod = call.score_mod(0, a.heads);
   base.deterministic = call.deterministic;
   base.window_left = call.window_left;
-  Tensor y = ring_attention(p.q, p.k, p.v, seqs, buffer_of(buffers_, call.layer), ex, base);
+  Tensor y = ring_attention(p.q, p.k, p.v, seqs, buffer(call.layer), ex, base);
   return ops::reshape(y, {qkv.size(0), a.heads * a.head_dim});
 }
 

@@ -7,7 +7,7 @@
 #include "data/model_input.h"
 #include "layers/attention/context_parallel.h"
 #include "layers/attention/kv_buffer.h"
-#include "layers/attention/routes/route.h"
+#include "layers/attention/routes/buffered_route.h"
 #include "layers/attention/spec.h"
 
 namespace driftless::layers {
@@ -35,18 +35,13 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                       const std::vector<RingSequence>& sequences, KvBuffer& buffer, KvExchange& ex,
                       const AttentionSpec& base);
 
-class RingRoute : public AttentionRoute {
+class RingRoute : public BufferedRoute {
  public:
   explicit RingRoute(KvExchange* exchange = nullptr) : exchange_(exchange) {}
   Tensor attend(const RouteCall& call, const Tensor& qkv) override;
-  void prepare(const AttentionShape& shape, int64_t slots, int64_t sequence_length, DType dtype,
-               Device device) override;
-  void zero_grads() override;
-  int64_t buffer_bytes() const override;
 
  private:
   KvExchange* exchange_;  // nullptr: this rank alone
-  std::vector<KvBuffer> buffers_;
 };
 
 }  // namespace driftless::layers

@@ -9,12 +9,18 @@ against the code.
   with its subcommand);
 - README.md stays short (at most 200 lines) and shows the two commands `make demo` and
   `make test`;
+- every test binary run in a shell block (`build/tests/test_data --gtest_filter='Sampler*'`)
+  is one of tests/CMakeLists.txt's, and, where it is built, its filter selects a test;
+- every key of `driftless batch`'s JSON (the names a user reads) is a term of ARCHITECTURE.md's
+  glossary, written as `key`;
+- no page cites the history of the work (a session or an issue number) instead of what holds;
 - docs/configs.md's config reference is what `driftless config --reference` prints, and
   docs/regression.md's regression config reference what `driftless regress --reference`
   prints.
 
 Usage: check_docs.py SOURCE_DIR DRIFTLESS_BINARY [--update-config-reference]
 """
+import json
 import pathlib
 import re
 import subprocess
@@ -138,6 +144,77 @@ def check_commands(root, binary, errors):
         errors.append("README.md and docs/ show no `driftless <command>` in a shell block")
 
 
+TEST_BINARY = re.compile(r"(?:^|\s)(?:\S*/)?tests/(test_[a-z0-9_]+)(?:\s+--gtest_filter=(\S+))?")
+
+
+def check_test_commands(root, binary, errors):
+    """A test binary a page runs exists, and its --gtest_filter selects at least one test."""
+    declared = set(re.findall(r"dl_test_binary\((test_\w+)",
+                              (root / "tests" / "CMakeLists.txt").read_text()))
+    build = pathlib.Path(binary).resolve().parent.parent  # BUILD/apps/driftless
+    for page in pages(root):
+        rel = page.relative_to(root)
+        for is_code, lang, lines in split_blocks(page.read_text()):
+            if not is_code or lang not in ("sh", "bash", "shell", "console"):
+                continue
+            for line in lines:
+                for name, pattern in TEST_BINARY.findall(line.split("#", 1)[0]):
+                    if name not in declared:
+                        errors.append(f"{rel}: `tests/{name}` is not a test binary of "
+                                      "tests/CMakeLists.txt")
+                        continue
+                    exe = build / "tests" / name
+                    if not pattern or not exe.exists():
+                        continue
+                    r = subprocess.run([str(exe), "--gtest_list_tests",
+                                        "--gtest_filter=" + pattern.strip("'\"")],
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                    if r.returncode != 0 or not re.search(r"^  \S", r.stdout, re.M):
+                        errors.append(f"{rel}: `tests/{name} --gtest_filter={pattern}` selects "
+                                      "no test")
+
+
+def json_keys(value, keys):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            keys.add(k)
+            json_keys(v, keys)
+    elif isinstance(value, list):
+        for v in value:
+            json_keys(v, keys)
+    return keys
+
+
+def check_glossary(root, binary, errors):
+    """The keys `driftless batch` prints (a context-parallel a2a rank: every field) are
+    glossary terms."""
+    text = (root / "ARCHITECTURE.md").read_text()
+    if "\n## Glossary\n" not in text:
+        errors.append("ARCHITECTURE.md has no ## Glossary section")
+        return
+    glossary = text.split("\n## Glossary\n", 1)[1].split("\n## ", 1)[0]
+    r = subprocess.run([binary, "batch", "-c", str(root / "configs/runs/regress_tiny.yaml"),
+                        "--set", "distributed.context_parallel.size=2", "--set",
+                        "distributed.context_parallel.kind=a2a", "--rank", "0", "--compact"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode != 0:
+        errors.append(f"driftless batch failed: {r.stdout.strip()[:300]}")
+        return
+    for key in sorted(json_keys(json.loads(r.stdout), set())):
+        if f"`{key}`" not in glossary:
+            errors.append(f"`driftless batch` prints `{key}`, which ARCHITECTURE.md's glossary "
+                          "does not define")
+
+
+def check_history(root, errors):
+    """Pages state what holds; BENCHMARKS.md keeps the history of measurements."""
+    for page in pages(root):
+        for n, line in enumerate(page.read_text().splitlines(), 1):
+            if re.search(r"\bsession \d+|\(issue \d+\)", line):
+                errors.append(f"{page.relative_to(root)}:{n}: cites a session or an issue "
+                              "(name the BENCHMARKS.md entry by its subject instead)")
+
+
 def check_readme(root, errors):
     text = (root / "README.md").read_text()
     lines = text.count("\n")
@@ -179,6 +256,9 @@ def main():
     errors = []
     check_links(root, errors)
     check_commands(root, binary, errors)
+    check_test_commands(root, binary, errors)
+    check_glossary(root, binary, errors)
+    check_history(root, errors)
     check_readme(root, errors)
     check_config_reference(root, binary, errors, "--update-config-reference" in sys.argv)
     for e in errors:

@@ -12,6 +12,7 @@
 
 #include "engine/core/cuda/check.h"
 #include "engine/core/cuda/launch.cuh"
+#include "engine/core/env.h"
 #include "layers/attention/cuda/fast/fast_common.cuh"
 #include "layers/attention/cuda/fast/forward_kernel.cuh"
 #include "layers/attention/cuda/fast/sm90/fwd_sm90.h"
@@ -70,8 +71,7 @@ void fill_f32(float* x, int64_t n, float value) {
 bool use_wgmma() {
   static const bool on = [] {
 #ifdef DRIFTLESS_SM90A
-    const char* env = std::getenv("DRIFTLESS_ATTN_WGMMA");
-    if (env != nullptr && std::string(env) == "0") return false;
+    if (env_value("DRIFTLESS_ATTN_WGMMA") == "0") return false;
     int dev = 0, major = 0, minor = 0;
     DL_CUDA_CHECK(cudaGetDevice(&dev));
     DL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));

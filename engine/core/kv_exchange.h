@@ -1,12 +1,13 @@
 // The K/V exchange interface (ARCHITECTURE.md "K/V buffers"): how the ranks sharing a
 // sequence move K/V rows and their gradients. Header-only with inline defaults (the
-// single-rank exchange), so parallel/ implements it without linking layers/ and without
-// depending on the buffers that use it.
+// single-rank exchange), below both floors that meet in it: layers/ (the K/V buffers and routes
+// call it) and parallel/ (implements it over a communicator) each include it downward, and
+// neither sees the other.
 #pragma once
 
 #include "engine/core/tensor.h"
 
-namespace driftless::layers {
+namespace driftless {
 
 // How K/V are exchanged between the P ranks sharing a sequence (SDP; context parallelism
 // uses its all_gather, routes/ring_route.h, and its all_to_all, all_to_all_route.h). A
@@ -38,4 +39,11 @@ class KvExchange {
   }
 };
 
-}  // namespace driftless::layers
+// `exchange`, or the one single-rank exchange when it is null (a route or buffer without
+// other ranks).
+inline KvExchange& exchange_or_single(KvExchange* exchange) {
+  static KvExchange single_rank;
+  return exchange ? *exchange : single_rank;
+}
+
+}  // namespace driftless
