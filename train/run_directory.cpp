@@ -14,7 +14,9 @@
 #include <ostream>
 #include <regex>
 #include <sstream>
+#include <string>
 
+#include "engine/core/env.h"
 #include "engine/core/error.h"
 #include "train/checkpoint.h"
 
@@ -61,8 +63,7 @@ void refuse_system_directory(const std::string& dir) {
     DL_CHECK(r.rfind(tree, 0) != 0, "train",
              "run.output_dir " << dir << " resolves to " << r << ", inside the system tree " << tree
                                << "; choose a directory of its own");
-  const char* home = std::getenv("HOME");
-  if (home && *home) {
+  if (const std::string home = env_value("HOME"); !home.empty()) {
     const fs::path h = fs::weakly_canonical(home, ec);
     DL_CHECK(ec || h != real, "train",
              "run.output_dir " << dir << " is the home directory " << r
