@@ -1,7 +1,8 @@
 // `driftless batch`: prints each rank's step plan as JSON: the forwards in order with the
 // ModelInput of every sequence, and the backward order (train/step_plan.h, the plan the
 // trainer walks: how a user sees what the model sees). Flags are named after the run-config
-// keys they will read from `--config` (data.path, batch.sequence_length, ...).
+// keys they will read from `--config` (data.path, batch.sequence_length, ...). With `--export`
+// it writes the global batches of a run's steps to a file instead (train/batch_export.h).
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -10,6 +11,7 @@
 #include "data/random_dataset.h"
 #include "data/sampler.h"
 #include "engine/core/error.h"
+#include "train/batch_export.h"
 #include "train/config.h"
 #include "train/layout.h"
 #include "train/step_plan.h"
@@ -36,7 +38,22 @@ struct BatchOptions {
   std::string config;
   std::vector<std::string> overrides;  // --set key.path=value
   bool compact = false;
+  std::string export_path;  // --export FILE: the run's batches instead of one step's plan
+  train::BatchExport export_what;
 };
+
+int run_export(const BatchOptions& o) {
+  DL_CHECK(!o.config.empty(), "batch", "expected --config with --export (the run's data and batch)");
+  const train::Config c = train::load_config(o.config, o.overrides);
+  train::BatchExport what = o.export_what;
+  what.first_step = o.step;
+  train::export_batches(c, what, o.export_path);
+  std::cout << "batch: steps " << what.first_step << " .. " << what.first_step + what.steps - 1
+            << " (" << c.batch.sequences << " x " << c.batch.sequence_length << " tokens each)";
+  if (what.validation_batches > 0) std::cout << " and " << what.validation_batches << " validation batches";
+  std::cout << " written to " << o.export_path << "\n";
+  return 0;
+}
 
 // Fills the options a flag did not set from the run config (flags win over the file).
 void apply_config(BatchOptions& o, const CLI::App& sub) {
@@ -204,8 +221,18 @@ Registrar reg(
                       "data.long_documents: split or truncate")
            ->capture_default_str();
        sub.add_flag("--compact", o->compact, "One-line JSON");
+       sub.add_option("--export", o->export_path,
+                      "Write the global batches of --steps steps from --step (and "
+                      "--validation-batches of validation) to FILE.safetensors instead of "
+                      "printing a plan; needs --config");
+       sub.add_option("--steps", o->export_what.steps, "With --export: how many steps")
+           ->capture_default_str();
+       sub.add_option("--validation-batches", o->export_what.validation_batches,
+                      "With --export: validation batches, as training.eval_batches evaluates")
+           ->capture_default_str();
        CLI::App* app = &sub;  // owned by the parent app, outlives the run
        return std::function<int()>([o, app] {
+         if (!o->export_path.empty()) return run_export(*o);
          if (!o->config.empty()) apply_config(*o, *app);
          o->random_config.seed = o->sampler.seed;
          return run_batch(*o);

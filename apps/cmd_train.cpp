@@ -35,7 +35,7 @@ struct TrainArgs {
 
 // Test-only fault injection (regression must catch these): DRIFTLESS_TEST_FAULT is a
 // comma list of layer=N, cu_seqlens_k, drop_kv_grad, skip_kv_reduce_scatter,
-// reverse_micro_sequences, shift_positions. Unset: none (the trainer builds no fault route).
+// reverse_micro_sequences, shift_positions, decay_norm_gains. Unset: none (the trainer builds no fault route).
 std::optional<layers::TestFaults> faults_from_env() {
   const std::string env = env_value("DRIFTLESS_TEST_FAULT");
   if (env.empty()) return std::nullopt;
@@ -54,6 +54,8 @@ std::optional<layers::TestFaults> faults_from_env() {
       f.reverse_micro_sequences = true;
     else if (item == "shift_positions")
       f.shift_positions = true;
+    else if (item == "decay_norm_gains")
+      f.decay_norm_gains = true;
     else
       DL_FAIL("train", "unknown DRIFTLESS_TEST_FAULT item '" << item << "'");
   }

@@ -32,6 +32,15 @@ namespace driftless::train {
 
 namespace fs = std::filesystem;
 
+namespace {
+// A layer-norm or RMSNorm gain: the models' only one-dimensional ".weight" parameters.
+bool is_norm_gain(const std::string& name, int64_t dim) {
+  const std::string suffix = ".weight";
+  return dim == 1 && name.size() >= suffix.size() &&
+         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+}  // namespace
+
 std::unique_ptr<data::Dataset> open_training_data(const Config& c, bool validation) {
   const DataConfig& d = c.data;
   if (d.format == DataFormat::random) {
@@ -118,8 +127,10 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   model_->prepare_route(*route_, slots, config.batch.sequence_length);
 
   std::vector<optim::ParamRange> ranges;
+  const bool decay_gains = options.faults && options.faults->decay_norm_gains;  // a test fault
   for (const auto& p : model_->slab().parameters())
-    ranges.push_back({p.name, p.begin, p.end, p.weight_decay});
+    ranges.push_back({p.name, p.begin, p.end,
+                      p.weight_decay || (decay_gains && is_norm_gain(p.name, p.value.dim()))});
   optim::AdamWConfig ac;
   ac.beta1 = config.optimizer.beta1;
   ac.beta2 = config.optimizer.beta2;

@@ -19,6 +19,9 @@ struct TestFaults {
   // Every part but a sequence's first (query_begin > 0: a later micro-sequence or rank) gets
   // positions one too high (plan): the off-by-one of a position continued across a boundary.
   bool shift_positions = false;
+  // AdamW decays the norm gains too (trainer): a wrong weight-decay group, which only the
+  // parameters after the update show.
+  bool decay_norm_gains = false;
   bool any_route_fault() const {
     return layer >= 0 && (cu_seqlens_k_from_begin || drop_kv_grad_slice || skip_kv_reduce_scatter);
   }
