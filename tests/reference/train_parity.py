@@ -20,7 +20,8 @@ matrices and embeddings only, nanoGPT's warm-up + cosine, torch.nn.utils.clip_gr
 
 Tensor logs (--log-steps) use driftless's names: forward outputs and the gradients flowing into
 embed, h.L.{ln_1, attn.qkv, attn.core, attn, ln_2, mlp, out}, ln_f; param_grad/NAME (after
-clipping) and param/NAME (after the update), in driftless's execution order.
+clipping) and param/NAME (after the update), each name followed by @KIND, in driftless's
+execution order.
 """
 import argparse
 import json
@@ -123,8 +124,7 @@ class Taps:
         self.tensors = []  # (name, kind, float32 cpu tensor)
 
     def add(self, name, kind, value):
-        self.tensors.append((f"{name}@{kind}" if kind in ("forward", "backward") else name,
-                             kind, value.detach().to(torch.float32).cpu().clone()))
+        self.tensors.append((f"{name}@{kind}", kind, value.detach().to(torch.float32).cpu().clone()))
 
     def __call__(self, x, name):
         if not self.active:
@@ -432,12 +432,12 @@ def main():
             norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))
         step_tensors = []
         if logging and "param_grad" in kinds:
-            step_tensors += [(f"param_grad/{k}", "param_grad", p.grad.detach().float().cpu().clone())
+            step_tensors += [(f"param_grad/{k}@param_grad", "param_grad", p.grad.detach().float().cpu().clone())
                              for k, p in named]
         adamw.step()
         if logging:
             if "param" in kinds:
-                step_tensors += [(f"param/{k}", "param", p.detach().float().cpu().clone())
+                step_tensors += [(f"param/{k}@param", "param", p.detach().float().cpu().clone())
                                  for k, p in named]
             taps = model.taps
             taps.tensors = [x for x in taps.tensors if x[1] in kinds]
