@@ -205,13 +205,14 @@ class Gpt2(nn.Module):
             x = block(x, mask, taps, l)
         x = taps(self.ln_f(x), "ln_f")
         logits = x @ self.wte.weight.t()  # (B, S, V), tied head
-        return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(),
+        # In f32 at least (bf16 logits under autocast; float64 stays float64).
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)),
                                labels.reshape(-1), ignore_index=-1, reduction="sum")
 
 
 def unpack_documents(counts, lengths, S):
-    """Per sequence: positions inside each document piece and the block-diagonal causal mask
-    (a piece's tokens see the earlier tokens of the same piece only)."""
+    """Per sequence: each token's position inside its document piece and the piece's index."""
     B = counts.shape[0]
     positions = torch.empty(B, S, dtype=torch.long)
     docs = torch.empty(B, S, dtype=torch.long)
@@ -224,9 +225,14 @@ def unpack_documents(counts, lengths, S):
         starts = torch.cumsum(n, 0) - n
         docs[b] = ids
         positions[b] = torch.arange(S) - starts[ids]
-    i = torch.arange(S)
-    mask = (docs[:, :, None] == docs[:, None, :]) & (i[None, None, :] <= i[:, None])
-    return positions, mask[:, None], at  # mask (B, 1, S, S)
+    return positions, docs
+
+
+def document_mask(docs):
+    """The block-diagonal causal mask (B, 1, S, S): a token sees the earlier tokens of its own
+    document piece only; made on the device of `docs`."""
+    i = torch.arange(docs.shape[1], device=docs.device)
+    return ((docs[:, :, None] == docs[:, None, :]) & (i[None, None, :] <= i[:, None]))[:, None]
 
 
 class Batches:
@@ -247,10 +253,10 @@ class Batches:
         B, S = self.tokens.shape[1:]
         c = self.counts[k]
         lengths = self.lengths[self.starts[k * B] : self.starts[(k + 1) * B]]
-        positions, mask, _ = unpack_documents(c, lengths, S)
+        positions, docs = unpack_documents(c, lengths, S)
         d = self.device
         return (torch.from_numpy(self.tokens[k].astype(np.int64)).to(d), positions.to(d),
-                mask.to(d), torch.from_numpy(self.labels[k].astype(np.int64)).to(d),
+                document_mask(docs.to(d)), torch.from_numpy(self.labels[k].astype(np.int64)).to(d),
                 int(self.loss_tokens[k]))
 
     def check_against(self, prefix):
@@ -391,10 +397,14 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     metrics = open(os.path.join(args.out, "metrics.jsonl"), "a" if args.resume else "w")
     pending = []  # (step, lr, loss, norm) with device scalars, flushed in groups
+    start, done = time.time(), first
     tokens_per_step = B * S
 
     def flush():
-        for step, lr, loss, norm, rate in pending:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        rate = (done - first) * tokens_per_step / max(time.time() - start, 1e-9)
+        for step, lr, loss, norm in pending:
             metrics.write(json.dumps({"step": step, "loss": loss.item(), "lr": lr,
                                       "grad_norm": norm.item(), "tokens": tokens_per_step,
                                       "tokens_per_second": rate}) + "\n")
@@ -413,7 +423,6 @@ def main():
     print(f"train_parity: {args.precision} on {device}, {steps} steps of {B} x {S} tokens",
           flush=True)
     start = time.time()
-    done = first
     for step in range(first, steps):
         logging = step in log_steps
         model.taps.active = logging and bool(kinds & {"forward", "backward"})
@@ -445,16 +454,12 @@ def main():
                              ordered_log(taps, model, step_tensors))
             model.taps.active = False
         done = step + 1
-        pending.append((step, lr, loss.detach(), norm.detach(), 0.0))
+        pending.append((step, lr, loss.detach(), norm.detach()))
         last = step + 1 == total_steps
         if val is not None and eval_interval > 0 and ((step + 1) % eval_interval == 0 or last):
             flush()
             metrics.write(json.dumps({"step": step, "val_loss": evaluate()}) + "\n")
-        if len(pending) >= 50 or step + 1 == steps:
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            rate = (done - first) * tokens_per_step / max(time.time() - start, 1e-9)
-            pending[:] = [p[:4] + (rate,) for p in pending]
+        if len(pending) >= 50:
             flush()
         if args.deadline and time.time() > args.deadline and step + 1 < steps:
             print(f"train_parity: deadline reached after {done} steps", flush=True)
@@ -462,10 +467,10 @@ def main():
     flush()
     metrics.close()
     elapsed = time.time() - start
-    if args.state and done < steps:
+    if args.state and done < total_steps:
         torch.save({"model": model.state_dict(), "optimizer": adamw.state_dict(), "step": done},
                    args.state)
-        print(f"train_parity: stopped at step {done} of {steps}; state in {args.state} "
+        print(f"train_parity: stopped at step {done} of {total_steps}; state in {args.state} "
               f"(--resume continues)", flush=True)
     summary = {"precision": args.precision, "device": str(device), "steps": done,
                "first_step": first, "of": steps,
