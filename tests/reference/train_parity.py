@@ -78,7 +78,13 @@ def read_config(path):
     try:
         import yaml
 
-        return yaml.safe_load(text)
+        # YAML 1.1 reads 1e-05 (no dot) as a string: numbers are taken as parse_scalar does.
+        def numbers(x):
+            if isinstance(x, dict):
+                return {k: numbers(v) for k, v in x.items()}
+            return parse_scalar(x) if isinstance(x, str) else x
+
+        return numbers(yaml.safe_load(text))
     except ImportError:
         pass
     root, stack = {}, [(-1, None)]
