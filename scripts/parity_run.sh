@@ -14,14 +14,15 @@
 #
 #   scripts/parity_run.sh                       # GPU: everything, within BUDGET (470 s)
 #   PARTS=fp32 scripts/parity_run.sh            # GPU: continue the fp32 band, verdict again
-#   SMOKE=1 BUILD=build scripts/parity_run.sh   # CPU: 2-layer model, 30 steps, same plumbing
+#   SMOKE=1 BUILD=build scripts/parity_run.sh   # CPU: 2-layer model, 20 steps, same plumbing
 #
 # Environment: BUILD (default build-gpu; apps/driftless must be built), PARITY_DIR (work
 # folder, default $BUILD/parity: checkpoints, batches, run directories), RESULTS (where the
 # small results are copied at the end: tables, plots, logs, metrics; default none), CONFIG
-# (default configs/runs/parity_124m.yaml), SET (more `--set key=value` for both sides), STEPS,
-# BUDGET (seconds), PARTS (default "curve report"), REPORT_SEQS (sequences of the report's
-# step, default 2), PYTHON (default python3, with torch). Data: scripts/prepare_parity_data.sh.
+# (default configs/runs/parity_124m.yaml), SET (more `--set key=value` for both sides),
+# STEPS, WINDOW (steps in a window of the verdict, default 100; 10 with SMOKE), BUDGET
+# (seconds), PARTS (default "curve report"), REPORT_SEQS (sequences of the report's step,
+# default 2), PYTHON (default python3, with torch). Data: scripts/prepare_parity_data.sh.
 # Exit status: parity_compare.py's (0 pass, 1 fail, 2 pass so far with the band incomplete).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,9 +42,10 @@ device=cuda
 if [ -n "${SMOKE:-}" ]; then
   device=cpu
   sets+=(--set model.n_layer=2 --set model.n_head=4 --set model.n_embd=64
-         --set model.n_positions=256 --set batch.sequences=4 --set batch.sequence_length=128
-         --set training.steps=30 --set training.eval_interval=10 --set training.eval_batches=1
+         --set model.n_positions=256 --set batch.sequences=2 --set batch.sequence_length=64
+         --set training.steps=20 --set training.eval_interval=10 --set training.eval_batches=1
          --set optimizer.warmup_steps=5 --set precision.device=cpu --set precision.compute=f32)
+  window=${WINDOW:-10}
 fi
 [ -n "${STEPS:-}" ] && sets+=(--set "training.steps=$STEPS")
 for s in ${SET:-}; do sets+=(--set "$s"); done
@@ -121,7 +123,7 @@ fi
 status=0
 if [ -f "$work/torch_fp32/metrics.jsonl" ]; then
   "$python" $ref/parity_compare.py "$work/driftless" "$work/torch_bf16" "$work/torch_fp32" \
-    --json "$work/parity.json" >"$work/parity.md" || status=$?
+    --window "${window:-${WINDOW:-100}}" --json "$work/parity.json" >"$work/parity.md" || status=$?
   cat "$work/parity.md"
   # torch bf16 first: the difference chart shows driftless - torch bf16 and the band,
   # torch fp32 - torch bf16, side by side.

@@ -108,8 +108,12 @@ def table(r):
         if not w["band_measured"] and w["band"] is not None:
             band += " (held)"
         ratio = "-" if w["ratio"] is None else f"{w['ratio']:.2f}"
-        verdict = ("pass" if w["pass"] else "FAIL") if w["band_measured"] else \
-            ("within held band" if w["pass"] else "beyond held band")
+        if w["band_measured"]:
+            verdict = "pass" if w["pass"] else "FAIL"
+        elif w["band"] is None:
+            verdict = "no band yet"
+        else:
+            verdict = "within held band" if w["pass"] else "beyond held band"
         lines.append(f"| {w['steps'][0]}-{w['steps'][1]} | {w['distance']:.4f} | {band} | "
                      f"{ratio} | {verdict} |")
     t = r["tail_mean"]
