@@ -6,14 +6,16 @@
 # plot of the curves (`driftless plot`) and the tensor-by-tensor drift report at step 0
 # (`driftless report` against torch bf16, each tensor's band its torch bf16-vs-fp32 distance).
 #
-# Time: driftless and torch bf16 run side by side on the GPU; the fp32 run, the slowest
-# (non-tensor-core fp32: about 6 x 124M x 16384 x 2000 = 2.4e16 FLOP, some 8 minutes on an
-# H200 alone), runs last and stops at the deadline BUDGET seconds after the start, leaving its
-# model and optimizer in PARITY_DIR; `PARTS=fp32` in a later invocation continues it to the
-# end and gives the verdict again over the whole band.
+# Time: the fp32 run is the slowest by far (fp32 units, not tensor cores: about
+# 6 x 124M x 16384 x 2000 = 2.4e16 FLOP plus attention, 10 minutes or more on an H200 alone,
+# against about a minute for driftless and three for torch bf16 eager with a document mask).
+# All three start together on the one GPU, so the fp32 run also takes what the others leave
+# idle; it stops at the deadline, BUDGET seconds after the start, keeping its model and
+# optimizer in PARITY_DIR, and `PARTS=fp32` in a later invocation continues it (the verdict
+# is given again each time, over the windows the band has reached).
 #
-#   scripts/parity_run.sh                       # GPU: everything, within BUDGET (470 s)
-#   PARTS=fp32 scripts/parity_run.sh            # GPU: continue the fp32 band, verdict again
+#   scripts/parity_run.sh                       # GPU: the three curves and the verdict
+#   PARTS="fp32 report" scripts/parity_run.sh   # GPU: continue the band; the drift report
 #   SMOKE=1 BUILD=build scripts/parity_run.sh   # CPU: 2-layer model, 20 steps, same plumbing
 #
 # Environment: BUILD (default build-gpu; apps/driftless must be built), PARITY_DIR (work
@@ -21,8 +23,9 @@
 # small results are copied at the end: tables, plots, logs, metrics; default none), CONFIG
 # (default configs/runs/parity_124m.yaml), SET (more `--set key=value` for both sides),
 # STEPS, WINDOW (steps in a window of the verdict, default 100; 10 with SMOKE), BUDGET
-# (seconds), PARTS (default "curve report"), REPORT_SEQS (sequences of the report's step,
-# default 2), PYTHON (default python3, with torch). Data: scripts/prepare_parity_data.sh.
+# (seconds, default 470), PARTS (curve, fp32, report; default curve), REPORT_SEQS (sequences
+# of the report's step, default 2), PYTHON (default python3, with torch). Data:
+# scripts/prepare_parity_data.sh.
 # Exit status: parity_compare.py's (0 pass, 1 fail, 2 pass so far with the band incomplete).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +35,7 @@ dl="$build/apps/driftless"
 work=${PARITY_DIR:-$build/parity}
 python=${PYTHON:-python3}
 budget=${BUDGET:-470}
-parts=${PARTS:-curve report}
+parts=${PARTS:-curve}
 ref=tests/reference
 [ -x "$dl" ] || { echo "parity_run: no $dl (build it first)" >&2; exit 1; }
 mkdir -p "$work"
@@ -54,35 +57,49 @@ for s in ${SET:-}; do sets+=(--set "$s"); done
 get() { awk -v sec="$1:" -v key="$2:" '/^[^ ]/{s=$1} s==sec && $1==key {print $2}' "$work/run.yaml"; }
 elapsed() { echo $(( $(date +%s) - t0 )); }
 
-if [[ $parts == *curve* || $parts == *report* ]]; then
+if [[ $parts == *curve* || ! -f "$work/init_checkpoint" ]]; then
   "$dl" config -c "${CONFIG:-configs/runs/parity_124m.yaml}" "${sets[@]}" >"$work/run.yaml"
-  steps=$(get training steps)
-  data=$(get data path)
-  echo "== parity: $(get batch sequences) x $(get batch sequence_length) tokens, $steps steps," \
-       "data $data, work folder $work"
   # Step-0 weights: one step at learning rate 0 leaves the seeded initialisation as it is.
   rm -rf "$work/init"
   "$dl" train -c "$work/run.yaml" --set optimizer.lr=0 --set optimizer.min_lr=0 \
     --set optimizer.warmup_steps=0 --set training.steps=1 --set training.eval_interval=0 \
     --set "run.output_dir=$work/init" -q >"$work/init.log" 2>&1
-  ckpt=$(ls "$work"/init/checkpoints/*.safetensors | tail -1)
-  echo "$ckpt" >"$work/init_checkpoint"
+  ls "$work"/init/checkpoints/*.safetensors | tail -1 >"$work/init_checkpoint"
 fi
+ckpt=$(cat "$work/init_checkpoint")
+steps=$(get training steps)
+data=$(get data path)
+echo "== parity: $(get batch sequences) x $(get batch sequence_length) tokens, $steps steps," \
+     "data $data, parts: $parts, work folder $work"
+common=(--config "$work/run.yaml" --init "$ckpt" --batches "$work/batches.safetensors"
+        --device "$device")
+# The fp32 run, the slowest, stops at the deadline; started first, it also takes the GPU
+# whenever the others leave it idle (starting up, checking data, evaluating).
+fp32_run() {
+  "$python" $ref/train_parity.py "${common[@]}" --precision fp32 \
+    --deadline $(( t0 + budget - ${RESERVE:-20} )) --state "$work/torch_fp32.state" "$@" \
+    --out "$work/torch_fp32" 2>&1 | grep -v Warning >>"$work/torch_fp32.log"
+}
+fp32_pid=""
 
 if [[ $parts == *curve* ]]; then
   "$dl" batch --config "$work/run.yaml" --export "$work/batches.safetensors" --steps "$steps" \
     --validation-batches "$(get training eval_batches)"
-  rm -rf "$work/driftless" "$work/torch_bf16" "$work/torch_fp32"
+  rm -rf "$work/driftless" "$work/torch_bf16" "$work/torch_fp32" "$work/torch_fp32.state" \
+    "$work/torch_fp32.log"
+  fp32_run &
+  fp32_pid=$!
   "$dl" train -c "$work/run.yaml" --set "training.init_from=$ckpt" \
     --set "run.output_dir=$work/driftless" -q >"$work/driftless.log" 2>&1 &
   dl_pid=$!
-  common=(--config "$work/run.yaml" --init "$ckpt" --batches "$work/batches.safetensors"
-          --device "$device")
   "$python" $ref/train_parity.py "${common[@]}" --data "$data" --precision bf16 \
     --out "$work/torch_bf16" 2>&1 | grep -v Warning | tee "$work/torch_bf16.log"
   wait "$dl_pid" || { tail -5 "$work/driftless.log"; exit 1; }
   grep "summary" "$work/driftless.log" || true
   echo "== driftless and torch bf16 done at $(elapsed) s"
+elif [[ $parts == *fp32* && -f "$work/torch_fp32.state" ]]; then
+  fp32_run --resume &
+  fp32_pid=$!
 fi
 
 if [[ $parts == *report* ]]; then
@@ -108,15 +125,9 @@ if [[ $parts == *report* ]]; then
   echo "== report done at $(elapsed) s"
 fi
 
-if [[ $parts == *curve* || $parts == *fp32* ]]; then
-  ckpt=$(cat "$work/init_checkpoint")
-  resume=()
-  [[ $parts == *fp32* && -f "$work/torch_fp32.state" ]] && resume=(--resume)
-  deadline=$(( t0 + budget - ${RESERVE:-20} ))
-  "$python" $ref/train_parity.py --config "$work/run.yaml" --init "$ckpt" \
-    --batches "$work/batches.safetensors" --device "$device" --precision fp32 \
-    --deadline "$deadline" --state "$work/torch_fp32.state" "${resume[@]}" \
-    --out "$work/torch_fp32" 2>&1 | grep -v Warning | tee -a "$work/torch_fp32.log"
+if [ -n "$fp32_pid" ]; then
+  wait "$fp32_pid" || true
+  tail -3 "$work/torch_fp32.log"
   echo "== torch fp32 stopped at $(elapsed) s"
 fi
 

@@ -136,7 +136,7 @@ std::vector<LineChart> metrics_charts(const std::vector<RunMetrics>& runs, doubl
   LineChart diff;
   diff.title = "difference from " + runs[0].name;
   diff.x_label = "step";
-  diff.y_label = "loss - " + runs[0].name + "'s";
+  diff.y_label = "loss difference";
   diff.y = top + kLossHeight + kRateHeight;
   diff.width = kWidth;
   diff.height = kDifferenceHeight;

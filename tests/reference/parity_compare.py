@@ -104,7 +104,7 @@ def table(r):
     lines = ["| steps | mean abs(driftless - torch bf16) | mean abs(torch bf16 - torch fp32) "
              "| ratio | verdict |", "| --- | --- | --- | --- | --- |"]
     for w in r["windows"]:
-        band = "none" if w["band"] is None else f"{w['band']:.4f}"
+        band = "none" if w["band"] is None else f"{w['band']:.5f}"
         if not w["band_measured"] and w["band"] is not None:
             band += " (held)"
         ratio = "-" if w["ratio"] is None else f"{w['ratio']:.2f}"
@@ -114,7 +114,7 @@ def table(r):
             verdict = "no band yet"
         else:
             verdict = "within held band" if w["pass"] else "beyond held band"
-        lines.append(f"| {w['steps'][0]}-{w['steps'][1]} | {w['distance']:.4f} | {band} | "
+        lines.append(f"| {w['steps'][0]}-{w['steps'][1]} | {w["distance"]:.5f} | {band} | "
                      f"{ratio} | {verdict} |")
     t = r["tail_mean"]
     lines.append("")
