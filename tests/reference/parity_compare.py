@@ -114,7 +114,7 @@ def table(r):
             verdict = "no band yet"
         else:
             verdict = "within held band" if w["pass"] else "beyond held band"
-        lines.append(f"| {w['steps'][0]}-{w['steps'][1]} | {w["distance"]:.5f} | {band} | "
+        lines.append(f"| {w['steps'][0]}-{w['steps'][1]} | {w['distance']:.5f} | {band} | "
                      f"{ratio} | {verdict} |")
     t = r["tail_mean"]
     lines.append("")
