@@ -395,7 +395,7 @@ def main():
 
     first = 0
     if args.resume:
-        saved = torch.load(args.state, map_location=device)
+        saved = torch.load(args.state, map_location=device, weights_only=False)
         model.load_state_dict(saved["model"])
         adamw.load_state_dict(saved["optimizer"])
         first = saved["step"]
