@@ -43,14 +43,16 @@ struct BatchOptions {
 };
 
 int run_export(const BatchOptions& o) {
-  DL_CHECK(!o.config.empty(), "batch", "expected --config with --export (the run's data and batch)");
+  DL_CHECK(!o.config.empty(), "batch",
+           "expected --config with --export (the run's data and batch)");
   const train::Config c = train::load_config(o.config, o.overrides);
   train::BatchExport what = o.export_what;
   what.first_step = o.step;
   train::export_batches(c, what, o.export_path);
   std::cout << "batch: steps " << what.first_step << " .. " << what.first_step + what.steps - 1
             << " (" << c.batch.sequences << " x " << c.batch.sequence_length << " tokens each)";
-  if (what.validation_batches > 0) std::cout << " and " << what.validation_batches << " validation batches";
+  if (what.validation_batches > 0)
+    std::cout << " and " << what.validation_batches << " validation batches";
   std::cout << " written to " << o.export_path << "\n";
   return 0;
 }

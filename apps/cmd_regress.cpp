@@ -103,7 +103,8 @@ Registrar report({"report", "Compare the tensor logs of two existing runs (A is 
                                    "each tensor's tolerance becomes --band-factor x its drift "
                                    "between RUN_A and this run, when that is larger")
                         ->check(CLI::ExistingDirectory);
-                    sub.add_option("--band-factor", a->band_factor, "see --band")->capture_default_str();
+                    sub.add_option("--band-factor", a->band_factor, "see --band")
+                        ->capture_default_str();
                     return std::function<int()>([a] {
                       auto steps = train::common_log_steps(a->a, a->b);
                       DL_CHECK(!steps.empty(), "report",
@@ -122,7 +123,8 @@ Registrar report({"report", "Compare the tensor logs of two existing runs (A is 
                       }
                       auto r = train::compare_runs(a->a, a->b, steps, tol, eps, overrides);
                       if (!a->band.empty()) {
-                        const auto band = train::compare_runs(a->a, a->band, steps, tol, eps, overrides);
+                        const auto band =
+                            train::compare_runs(a->a, a->band, steps, tol, eps, overrides);
                         DL_CHECK(band.error.empty(), "report", "band run: " << band.error);
                         train::apply_band(r, band, a->band_factor);
                         std::cout << "band: each tensor's tolerance is " << a->band_factor

@@ -35,7 +35,8 @@ struct TrainArgs {
 
 // Test-only fault injection (regression must catch these): DRIFTLESS_TEST_FAULT is a
 // comma list of layer=N, cu_seqlens_k, drop_kv_grad, skip_kv_reduce_scatter,
-// reverse_micro_sequences, shift_positions, decay_norm_gains. Unset: none (the trainer builds no fault route).
+// reverse_micro_sequences, shift_positions, decay_norm_gains. Unset: none (the trainer builds no
+// fault route).
 std::optional<layers::TestFaults> faults_from_env() {
   const std::string env = env_value("DRIFTLESS_TEST_FAULT");
   if (env.empty()) return std::nullopt;

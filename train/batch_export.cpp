@@ -12,8 +12,8 @@ namespace driftless::train {
 namespace {
 
 // One split's batches as the tensors export_batches documents.
-void add_split(const std::string& split, const data::Sampler& sampler, int64_t first,
-               int64_t count, std::vector<std::pair<std::string, Tensor>>& out) {
+void add_split(const std::string& split, const data::Sampler& sampler, int64_t first, int64_t count,
+               std::vector<std::pair<std::string, Tensor>>& out) {
   const int64_t B = sampler.config().sequences, S = sampler.config().sequence_length;
   std::vector<int32_t> tokens, labels, counts, lengths;
   std::vector<int64_t> documents, offsets, loss_tokens;
@@ -43,8 +43,7 @@ void add_split(const std::string& split, const data::Sampler& sampler, int64_t f
 }  // namespace
 
 void export_batches(const Config& config, const BatchExport& what, const std::string& path) {
-  DL_CHECK(what.first_step >= 0 && what.steps >= 1 && what.validation_batches >= 0,
-           "batch_export",
+  DL_CHECK(what.first_step >= 0 && what.steps >= 1 && what.validation_batches >= 0, "batch_export",
            "expected first step >= 0, steps >= 1 and validation batches >= 0, got "
                << what.first_step << ", " << what.steps << " and " << what.validation_batches);
   const std::unique_ptr<data::Dataset> train = open_training_data(config, false);

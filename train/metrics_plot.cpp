@@ -1,5 +1,6 @@
 // Loss-curve plots of runs (metrics_plot.h): the loss and throughput charts (and the
-// difference from the first run), a legend shared by all, the HTML page with its summary table, and writing either to a file.
+// difference from the first run), a legend shared by all, the HTML page with its summary table, and
+// writing either to a file.
 #include "train/metrics_plot.h"
 
 #include <algorithm>
@@ -211,11 +212,9 @@ void write_metrics_plot(const std::string& path, const std::vector<RunMetrics>& 
                  [](unsigned char c) { return char(std::tolower(c)); });
   DL_CHECK(ext == ".svg" || ext == ".html" || ext == ".htm", "plot",
            "expected an output file ending in .html or .svg, got " << path);
-  const std::string text =
-      ext == ".svg"
-          ? "<?xml version='1.0' encoding='UTF-8'?>\n" + metrics_svg(runs, title, with_difference) +
-                "\n"
-          : metrics_html(runs, title, with_difference);
+  const std::string text = ext == ".svg" ? "<?xml version='1.0' encoding='UTF-8'?>\n" +
+                                               metrics_svg(runs, title, with_difference) + "\n"
+                                         : metrics_html(runs, title, with_difference);
   const fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent);
   const std::string tmp = path + ".tmp";

@@ -71,14 +71,16 @@ TEST(BatchExport, HoldsTheSamplersBatchesAndTheValidationBatches) {
 TEST(BatchExport, RefusesBadRequests) {
   const Config c = tiny_run::make_config(testing::scratch_dir() + "/run");
   const std::string path = testing::scratch_dir() + "/bad.safetensors";
-  EXPECT_NE(tiny_run::error_of([&] { export_batches(c, {0, 0, 0}, path); })
-                .find("[batch_export] expected first step >= 0, steps >= 1"),
+  EXPECT_NE(tiny_run::error_of([&] {
+              export_batches(c, {0, 0, 0}, path);
+            }).find("[batch_export] expected first step >= 0, steps >= 1"),
             std::string::npos);
   Config memmap = c;
   memmap.data.format = DataFormat::memmap;
   memmap.data.path = "";
-  EXPECT_NE(tiny_run::error_of([&] { export_batches(memmap, {0, 1, 0}, path); })
-                .find("expected data.path to name a dataset"),
+  EXPECT_NE(tiny_run::error_of([&] {
+              export_batches(memmap, {0, 1, 0}, path);
+            }).find("expected data.path to name a dataset"),
             std::string::npos);
 }
 

@@ -80,12 +80,12 @@ TEST(RegressCompare, TheBandWidensEachTensorsTolerance) {
   EXPECT_FALSE(r.pass());
   apply_band(r, band, 1.5);
   EXPECT_DOUBLE_EQ(r.tensors[0].tolerance, 1.5e-3);
-  EXPECT_TRUE(r.tensors[0].pass);   // within 1.5 x its band
+  EXPECT_TRUE(r.tensors[0].pass);  // within 1.5 x its band
   EXPECT_DOUBLE_EQ(r.tensors[1].tolerance, 7.5e-4);
-  EXPECT_FALSE(r.tensors[1].pass);  // twice its band
+  EXPECT_FALSE(r.tensors[1].pass);                 // twice its band
   EXPECT_DOUBLE_EQ(r.tensors[2].tolerance, 1e-5);  // the class tolerance is the floor
   EXPECT_TRUE(r.tensors[2].pass);
-  EXPECT_FALSE(r.tensors[3].pass);  // the band of step 1, not step 0's
+  EXPECT_FALSE(r.tensors[3].pass);                 // the band of step 1, not step 0's
   EXPECT_DOUBLE_EQ(r.tensors[4].tolerance, 1e-5);  // not in the band run
   EXPECT_FALSE(r.tensors[4].pass);
   ASSERT_NE(r.first_failure(), nullptr);
