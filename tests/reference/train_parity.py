@@ -130,7 +130,8 @@ class Taps:
         self.tensors = []  # (name, kind, float32 cpu tensor)
 
     def add(self, name, kind, value):
-        self.tensors.append((f"{name}@{kind}", kind, value.detach().to(torch.float32).cpu().clone()))
+        self.tensors.append((f"{name}@{kind}", kind,
+                             value.detach().to(torch.float32).cpu().clone()))
 
     def __call__(self, x, name):
         if not self.active:
@@ -262,8 +263,8 @@ class Batches:
         positions, docs = unpack_documents(c, lengths, S)
         d = self.device
         return (torch.from_numpy(self.tokens[k].astype(np.int64)).to(d), positions.to(d),
-                document_mask(docs.to(d)), torch.from_numpy(self.labels[k].astype(np.int64)).to(d),
-                int(self.loss_tokens[k]))
+                document_mask(docs.to(d)),
+                torch.from_numpy(self.labels[k].astype(np.int64)).to(d), int(self.loss_tokens[k]))
 
     def check_against(self, prefix):
         """Every piece's tokens and labels against the memmap dataset they came from
@@ -447,8 +448,8 @@ def main():
             norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))
         step_tensors = []
         if logging and "param_grad" in kinds:
-            step_tensors += [(f"param_grad/{k}@param_grad", "param_grad", p.grad.detach().float().cpu().clone())
-                             for k, p in named]
+            step_tensors += [(f"param_grad/{k}@param_grad", "param_grad",
+                              p.grad.detach().float().cpu().clone()) for k, p in named]
         adamw.step()
         if logging:
             if "param" in kinds:
