@@ -39,6 +39,8 @@ parts=${PARTS:-curve}
 ref=tests/reference
 [ -x "$dl" ] || { echo "parity_run: no $dl (build it first)" >&2; exit 1; }
 mkdir -p "$work"
+# A side that fails ends the invocation: the runs still going in the background end with it.
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 
 sets=()
 device=cuda
@@ -132,7 +134,12 @@ if [ -n "$fp32_pid" ]; then
 fi
 
 status=0
-if [ -f "$work/torch_fp32/metrics.jsonl" ]; then
+if [ ! -s "$work/torch_fp32/metrics.jsonl" ]; then
+  echo "parity_run: the fp32 run wrote no losses:" >&2
+  tail -20 "$work/torch_fp32.log" >&2
+  exit 1
+fi
+if [ -f "$work/torch_bf16/metrics.jsonl" ]; then
   "$python" $ref/parity_compare.py "$work/driftless" "$work/torch_bf16" "$work/torch_fp32" \
     --window "${window:-${WINDOW:-100}}" --json "$work/parity.json" >"$work/parity.md" || status=$?
   cat "$work/parity.md"
