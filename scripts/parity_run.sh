@@ -21,7 +21,8 @@
 # Environment: BUILD (default build-gpu; apps/driftless must be built), PARITY_DIR (work
 # folder, default $BUILD/parity: checkpoints, batches, run directories), RESULTS (where the
 # small results are copied at the end: tables, plots, logs, metrics; default none), CONFIG
-# (default configs/runs/parity_124m.yaml), SET (more `--set key=value` for both sides),
+# (default configs/runs/parity_124m.yaml), DATA (a folder of prepare's train.* and
+# validation.*, default the config's: the fortunes), SET (more `--set key=value` for both sides),
 # STEPS, WINDOW (steps in a window of the verdict, default 100; 10 with SMOKE), BUDGET
 # (seconds, default 470), PARTS (curve, fp32, report; default curve), REPORT_SEQS (sequences
 # of the report's step, default 2), PYTHON (default python3, with torch). Data:
@@ -53,6 +54,9 @@ if [ -n "${SMOKE:-}" ]; then
   window=${WINDOW:-10}
 fi
 [ -n "${STEPS:-}" ] && sets+=(--set "training.steps=$STEPS")
+if [ -n "${DATA:-}" ]; then
+  sets+=(--set "data.path=$DATA/train" --set "data.validation_path=$DATA/validation")
+fi
 for s in ${SET:-}; do sets+=(--set "$s"); done
 
 # get KEY SECTION: a scalar of the resolved config (two-level YAML of `driftless config`).
