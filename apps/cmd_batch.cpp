@@ -2,12 +2,14 @@
 // forwards in order with the ModelInput of every sequence, and the backward order
 // (train/step_plan.h, the plan the trainer walks: how a user sees what the model sees). The
 // data, batch, schedule and layout come from the run config, as `driftless train` reads it
-// (train::Layout::from_config).
+// (train::Layout::from_config). With `--export` it writes the global batches of a run's steps
+// to a file instead (train/batch_export.h).
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "apps/command.h"
 #include "engine/core/error.h"
+#include "train/batch_export.h"
 #include "train/config.h"
 #include "train/layout.h"
 #include "train/step_plan.h"
@@ -22,7 +24,22 @@ struct BatchOptions {
   int64_t step = 0;
   int32_t rank = -1;  // -1: every rank
   bool compact = false;
+  std::string export_path;  // --export FILE: the run's batches instead of one step's plan
+  train::BatchExport export_what;
 };
+
+int run_export(const BatchOptions& o) {
+  const train::Config c = train::load_config(o.config, o.overrides);
+  train::BatchExport what = o.export_what;
+  what.first_step = o.step;
+  train::export_batches(c, what, o.export_path);
+  std::cout << "batch: steps " << what.first_step << " .. " << what.first_step + what.steps - 1
+            << " (" << c.batch.sequences << " x " << c.batch.sequence_length << " tokens each)";
+  if (what.validation_batches > 0)
+    std::cout << " and " << what.validation_batches << " validation batches";
+  std::cout << " written to " << o.export_path << "\n";
+  return 0;
+}
 
 int run_batch(const BatchOptions& o) {
   const train::Config c = train::load_config(o.config, o.overrides);
@@ -95,7 +112,18 @@ Registrar reg({"batch",
                  sub.add_option("--step", o->step, "Training step")->capture_default_str();
                  sub.add_option("--rank", o->rank, "Only this rank (default: all)");
                  sub.add_flag("--compact", o->compact, "One-line JSON");
-                 return std::function<int()>([o] { return run_batch(*o); });
+                 sub.add_option("--export", o->export_path,
+                                "Write the global batches of --steps steps from --step (and "
+                                "--validation-batches of validation) to FILE.safetensors "
+                                "instead of printing a plan");
+                 sub.add_option("--steps", o->export_what.steps, "With --export: how many steps")
+                     ->capture_default_str();
+                 sub.add_option("--validation-batches", o->export_what.validation_batches,
+                                "With --export: validation batches, as training.eval_batches "
+                                "evaluates")
+                     ->capture_default_str();
+                 return std::function<int()>(
+                     [o] { return o->export_path.empty() ? run_batch(*o) : run_export(*o); });
                }});
 
 }  // namespace

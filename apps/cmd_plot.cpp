@@ -1,8 +1,10 @@
 // `driftless plot RUN_DIR [RUN_DIR...]`: loss curves (train and validation loss, tokens/s)
-// of runs' metrics.jsonl, overlaid one colour per run, as a self-contained HTML page or SVG.
+// of runs' metrics.jsonl, overlaid one colour per run (with --difference, each run's loss
+// minus the first run's), as a self-contained HTML page or SVG.
 #include <iostream>
 
 #include "apps/command.h"
+#include "engine/core/error.h"
 #include "train/metrics_plot.h"
 
 namespace driftless::apps {
@@ -11,6 +13,7 @@ namespace {
 struct PlotArgs {
   std::vector<std::string> runs;
   std::string output, title;
+  bool difference = false;
 };
 
 int run_plot(const PlotArgs& a) {
@@ -22,7 +25,9 @@ int run_plot(const PlotArgs& a) {
                             : runs.size() == 1
                                 ? "driftless plot: " + runs.front().name
                                 : "driftless plot: " + std::to_string(runs.size()) + " runs";
-  train::write_metrics_plot(out, runs, title);
+  DL_CHECK(!a.difference || runs.size() >= 2, "plot",
+           "expected two runs or more with --difference, got " << runs.size());
+  train::write_metrics_plot(out, runs, title, a.difference);
   for (const auto& r : runs)
     std::cout << r.name << ": " << r.loss.size() << " losses, " << r.val_loss.size()
               << " validation losses" << (r.non_finite ? ", " : "")
@@ -43,6 +48,9 @@ Registrar plot({"plot", "Plot the loss curves and tokens/s of one or more runs (
                                  "charts alone); default RUN_DIR/loss.html for one run, "
                                  "plot.html beside the first run for several");
                   sub.add_option("--title", a->title, "heading of the page");
+                  sub.add_flag("--difference", a->difference,
+                               "a third chart: each later run's train and validation loss "
+                               "minus the first run's, step by step");
                   sub.footer(
                       "Reads each run's metrics.jsonl (written by `driftless train`) and draws "
                       "two charts against the step: train loss as a solid line with validation "
@@ -53,7 +61,8 @@ Registrar plot({"plot", "Plot the loss curves and tokens/s of one or more runs (
                       "Examples:\n"
                       "  driftless plot runs/demo\n"
                       "  driftless plot runs/regress/*/ -o /tmp/layouts.html\n"
-                      "  driftless plot runs/a runs/b -o curves.svg --title 'lr sweep'");
+                      "  driftless plot runs/a runs/b -o curves.svg --title 'lr sweep'\n"
+                      "  driftless plot runs/parity/torch_bf16 runs/parity/driftless --difference");
                   return std::function<int()>([a] { return run_plot(*a); });
                 }});
 

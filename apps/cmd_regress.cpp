@@ -81,7 +81,8 @@ Registrar regress({"regress",
                    }});
 
 struct ReportArgs {
-  std::string a, b, output, config, dtype = "f32";
+  std::string a, b, output, config, dtype = "f32", band;
+  double band_factor = 1.5;
   std::vector<double> tol = {1e-5, 1e-5, 1e-5, 1e-5};
 };
 
@@ -97,6 +98,13 @@ Registrar report({"report", "Compare the tensor logs of two existing runs (A is 
                     sub.add_option("--config,-c", a->config,
                                    "take tolerances, overrides and epsilon from a regression config");
                     sub.add_option("--dtype", a->dtype, "which of the config's tolerances (f32, bf16)");
+                    sub.add_option("--band", a->band,
+                                   "a second reference run (RUN_A's model in another precision): "
+                                   "each tensor's tolerance becomes --band-factor x its drift "
+                                   "between RUN_A and this run, when that is larger")
+                        ->check(CLI::ExistingDirectory);
+                    sub.add_option("--band-factor", a->band_factor, "see --band")
+                        ->capture_default_str();
                     return std::function<int()>([a] {
                       auto steps = train::common_log_steps(a->a, a->b);
                       DL_CHECK(!steps.empty(), "report",
@@ -114,6 +122,15 @@ Registrar report({"report", "Compare the tensor logs of two existing runs (A is 
                         eps = rc.epsilon;
                       }
                       auto r = train::compare_runs(a->a, a->b, steps, tol, eps, overrides);
+                      if (!a->band.empty()) {
+                        const auto band =
+                            train::compare_runs(a->a, a->band, steps, tol, eps, overrides);
+                        DL_CHECK(band.error.empty(), "report", "band run: " << band.error);
+                        train::apply_band(r, band, a->band_factor);
+                        std::cout << "band: each tensor's tolerance is " << a->band_factor
+                                  << " x its drift between " << a->a << " and " << a->band
+                                  << " where that exceeds the class tolerance\n";
+                      }
                       r.name = std::filesystem::path(a->b).filename().string();
                       r.baseline = std::filesystem::path(a->a).filename().string();
                       return finish({r}, a->output.empty() ? a->b : a->output,

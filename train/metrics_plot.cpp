@@ -1,5 +1,6 @@
-// Loss-curve plots of runs (metrics_plot.h): the loss and throughput charts, a legend shared
-// by both, the HTML page with its summary table, and writing either to a file.
+// Loss-curve plots of runs (metrics_plot.h): the loss and throughput charts (and the
+// difference from the first run), a legend shared by all, the HTML page with its summary table, and
+// writing either to a file.
 #include "train/metrics_plot.h"
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "engine/core/error.h"
@@ -18,12 +20,26 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr double kWidth = 900, kLossHeight = 330, kRateHeight = 250, kTitleHeight = 30;
+constexpr double kDifferenceHeight = 250;
 constexpr double kLegendColumn = 220, kLegendRow = 18, kLegendLeft = 76;
 
 std::vector<std::pair<double, double>> xy(const std::vector<MetricPoint>& p) {
   std::vector<std::pair<double, double>> o;
   o.reserve(p.size());
   for (const auto& q : p) o.emplace_back(double(q.step), q.value);
+  return o;
+}
+
+// b - a at the steps both have, in order of step.
+std::vector<std::pair<double, double>> difference(const std::vector<MetricPoint>& a,
+                                                  const std::vector<MetricPoint>& b) {
+  std::map<int64_t, double> at;
+  for (const auto& p : a) at[p.step] = p.value;
+  std::vector<std::pair<double, double>> o;
+  for (const auto& p : b) {
+    const auto it = at.find(p.step);
+    if (it != at.end()) o.emplace_back(double(p.step), p.value - it->second);
+  }
   return o;
 }
 
@@ -63,10 +79,11 @@ std::string legend(const std::vector<RunMetrics>& runs, double top, double* heig
   return s.str();
 }
 
-std::string svg_element(const std::vector<RunMetrics>& runs, const std::string& title) {
+std::string svg_element(const std::vector<RunMetrics>& runs, const std::string& title,
+                        bool with_difference) {
   const double top = title.empty() ? 0 : kTitleHeight;
-  const auto charts = metrics_charts(runs, top);
-  const double charts_end = top + kLossHeight + kRateHeight;
+  const auto charts = metrics_charts(runs, top, with_difference);
+  const double charts_end = charts.back().y + charts.back().height;
   double legend_height = 0;
   const std::string key = legend(runs, charts_end, &legend_height);
   const double height = charts_end + legend_height;
@@ -90,7 +107,8 @@ std::string run_colour(size_t i) {
   return kPalette[i % (sizeof kPalette / sizeof *kPalette)];
 }
 
-std::vector<LineChart> metrics_charts(const std::vector<RunMetrics>& runs, double top) {
+std::vector<LineChart> metrics_charts(const std::vector<RunMetrics>& runs, double top,
+                                      bool with_difference) {
   LineChart loss, rate;
   loss.title = "loss";
   loss.x_label = rate.x_label = "step";
@@ -115,14 +133,37 @@ std::vector<LineChart> metrics_charts(const std::vector<RunMetrics>& runs, doubl
       rate.series.push_back(
           {r.name, "tokens_per_second", colour, r.name + ": tokens/s", xy(r.tokens_per_second)});
   }
-  return {loss, rate};
+  if (!with_difference || runs.size() < 2) return {loss, rate};
+  LineChart diff;
+  diff.title = "difference from " + runs[0].name;
+  diff.x_label = "step";
+  diff.y_label = "loss difference";
+  diff.y = top + kLossHeight + kRateHeight;
+  diff.width = kWidth;
+  diff.height = kDifferenceHeight;
+  for (size_t i = 1; i < runs.size(); ++i) {
+    const RunMetrics& r = runs[i];
+    const std::string colour = run_colour(i);
+    auto d = difference(runs[0].loss, r.loss);
+    if (!d.empty())
+      diff.series.push_back({r.name, "loss_difference", colour,
+                             r.name + ": train loss - " + runs[0].name + "'s", std::move(d)});
+    d = difference(runs[0].val_loss, r.val_loss);
+    if (!d.empty())
+      diff.series.push_back({r.name, "val_loss_difference", colour,
+                             r.name + ": validation loss - " + runs[0].name + "'s", std::move(d),
+                             true, true});
+  }
+  return {loss, rate, diff};
 }
 
-std::string metrics_svg(const std::vector<RunMetrics>& runs, const std::string& title) {
-  return svg_element(runs, title);
+std::string metrics_svg(const std::vector<RunMetrics>& runs, const std::string& title,
+                        bool with_difference) {
+  return svg_element(runs, title, with_difference);
 }
 
-std::string metrics_html(const std::vector<RunMetrics>& runs, const std::string& title) {
+std::string metrics_html(const std::vector<RunMetrics>& runs, const std::string& title,
+                         bool with_difference) {
   std::ostringstream h;
   h << "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>" << xml_escape(title)
     << "</title><style>body{font-family:sans-serif;margin:20px;color:#222}"
@@ -131,7 +172,7 @@ std::string metrics_html(const std::vector<RunMetrics>& runs, const std::string&
        "td:first-child,th:first-child,td.path{text-align:left}"
        ".swatch{display:inline-block;width:12px;height:12px;margin-right:6px;"
        "vertical-align:middle}.note{color:#666;font-size:12px}</style></head><body><h1>"
-    << xml_escape(title) << "</h1>" << svg_element(runs, "")
+    << xml_escape(title) << "</h1>" << svg_element(runs, "", with_difference)
     << "<table><tr><th>run</th><th>steps</th><th>last loss</th><th>lowest loss</th>"
        "<th>last val_loss</th><th>lowest val_loss</th><th>last tokens/s</th>"
        "<th>non-finite</th><th>metrics file</th></tr>";
@@ -164,16 +205,16 @@ std::string metrics_html(const std::vector<RunMetrics>& runs, const std::string&
 }
 
 void write_metrics_plot(const std::string& path, const std::vector<RunMetrics>& runs,
-                        const std::string& title) {
+                        const std::string& title, bool with_difference) {
   DL_CHECK(!runs.empty(), "plot", "expected at least one run to plot, got none");
   std::string ext = fs::path(path).extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(),
                  [](unsigned char c) { return char(std::tolower(c)); });
   DL_CHECK(ext == ".svg" || ext == ".html" || ext == ".htm", "plot",
            "expected an output file ending in .html or .svg, got " << path);
-  const std::string text =
-      ext == ".svg" ? "<?xml version='1.0' encoding='UTF-8'?>\n" + metrics_svg(runs, title) + "\n"
-                    : metrics_html(runs, title);
+  const std::string text = ext == ".svg" ? "<?xml version='1.0' encoding='UTF-8'?>\n" +
+                                               metrics_svg(runs, title, with_difference) + "\n"
+                                         : metrics_html(runs, title, with_difference);
   const fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent);
   const std::string tmp = path + ".tmp";

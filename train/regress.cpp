@@ -168,6 +168,18 @@ LayoutResult compare_runs(const std::string& reference_dir, const std::string& t
   return r;
 }
 
+void apply_band(LayoutResult& r, const LayoutResult& band, double factor) {
+  std::map<std::pair<int64_t, std::string>, double> noise;
+  for (const auto& t : band.tensors)
+    if (t.drift.finite) noise[{t.step, t.name}] = t.drift.rms_rel;
+  for (auto& t : r.tensors) {
+    const auto it = noise.find({t.step, t.name});
+    if (it == noise.end()) continue;
+    t.tolerance = std::max(t.tolerance, factor * it->second);
+    t.pass = t.drift.finite && t.drift.rms_rel <= t.tolerance;
+  }
+}
+
 namespace {
 std::string sci(double v) {
   std::ostringstream os;

@@ -92,6 +92,11 @@ LayoutResult compare_runs(const std::string& reference_dir, const std::string& t
                           const std::vector<int64_t>& steps,
                           const std::map<std::string, double>& tolerance, double epsilon,
                           const std::vector<ToleranceOverride>& overrides = {});
+// The band of an outside reference: each tensor of `r` (test against reference A) gets the
+// tolerance factor x its rms_rel in `band` (a second run of the reference against A, such as
+// PyTorch in fp32 against PyTorch in bf16: the noise the reference itself carries), never less
+// than the tolerance it had, and is judged again. Tensors `band` lacks keep theirs.
+void apply_band(LayoutResult& r, const LayoutResult& band, double factor);
 // Steps for which both runs have tensor logs.
 std::vector<int64_t> common_log_steps(const std::string& a, const std::string& b);
 

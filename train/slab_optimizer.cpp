@@ -29,7 +29,7 @@ SlabOptimizer::SlabOptimizer(layers::ParameterSlab& slab, const SlabOptimizerOpt
       device_(o.device) {
   std::vector<optim::ParamRange> ranges;
   for (const auto& p : slab.parameters())
-    ranges.push_back({p.name, p.begin, p.end, p.weight_decay});
+    ranges.push_back({p.name, p.begin, p.end, o.decays ? o.decays(p) : p.weight_decay});
   const int64_t N = slab.numel(), world = data_group ? data_group->size() : 1;
   if (o.shard && world > 1) {
     // Rank r owns slab elements [r n, min((r+1) n, N)) of the optimizer state.

@@ -4,6 +4,7 @@
 // [r n, min((r+1) n, N)) of the moments, its gradient buckets are reduced to their owners, and
 // the updated parameters are all-gathered). The trainer calls the same interface either way.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -22,6 +23,8 @@ struct SlabOptimizerOptions {
   bool shard = false;       // shard the optimizer state over the data group (when > 1 rank)
   double bucket_bytes = 0;  // gradient buckets (grad_buckets.h); <= 0: one bucket
   Device device = Device::cpu;
+  // Whether AdamW decays a parameter; unset: its own weight_decay flag.
+  std::function<bool(const layers::Parameter&)> decays;
   // The run's: optimizer.*, distributed.zero_stage and bucket_mb, precision.device.
   static SlabOptimizerOptions of(const Config& config);
 };

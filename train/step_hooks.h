@@ -1,12 +1,14 @@
 // What a caller may change of the trainer's run from outside it (the planted faults of the
-// regression tests, train/test_faults.h): the attention route the trainer builds, and the
-// plan of every step. The trainer applies them without knowing what they do.
+// regression tests, train/test_faults.h): the attention route the trainer builds, the plan of
+// every step, and the optimizer's weight-decay groups. The trainer applies them without knowing
+// what they do.
 #pragma once
 #include <functional>
 #include <memory>
 
 #include "engine/core/kv_exchange.h"
 #include "layers/attention/routes/route.h"
+#include "layers/parameters.h"
 #include "train/layout.h"
 #include "train/step_plan.h"
 
@@ -29,6 +31,8 @@ class StepHooks {
   }
   // Rewrites a training step's plan before the trainer walks it.
   virtual void rewrite(StepPlan& plan) const { (void)plan; }
+  // Whether AdamW decays a parameter (its weight-decay group).
+  virtual bool decays(const layers::Parameter& p) const { return p.weight_decay; }
 };
 
 }  // namespace driftless::train

@@ -24,6 +24,8 @@ TestFaults TestFaults::parse(const std::string& list) {
       f.reverse_micro_sequences = true;
     else if (item == "shift_positions")
       f.shift_positions = true;
+    else if (item == "decay_norm_gains")
+      f.decay_norm_gains = true;
     else
       DL_FAIL("train", "unknown DRIFTLESS_TEST_FAULT item '" << item << "'");
   }
@@ -69,6 +71,14 @@ void TestFaults::rewrite(StepPlan& plan) const {
           if (in.input.query_begin > 0)
             for (int32_t& p : in.input.position_index) ++p;
   }
+}
+
+// A layer-norm or RMSNorm gain: the models' only one-dimensional ".weight" parameters.
+bool TestFaults::decays(const layers::Parameter& p) const {
+  const std::string suffix = ".weight";
+  const bool norm_gain = p.value.dim() == 1 && p.name.size() >= suffix.size() &&
+                         p.name.compare(p.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return p.weight_decay || (decay_norm_gains && norm_gain);
 }
 
 }  // namespace driftless::train

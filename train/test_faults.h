@@ -13,7 +13,7 @@ namespace driftless::train {
 class TestFaults final : public StepHooks {
  public:
   // DRIFTLESS_TEST_FAULT's comma list: layer=N, cu_seqlens_k, drop_kv_grad,
-  // skip_kv_reduce_scatter, reverse_micro_sequences, shift_positions.
+  // skip_kv_reduce_scatter, reverse_micro_sequences, shift_positions, decay_norm_gains.
   static TestFaults parse(const std::string& list);
 
   layers::RouteFaults route_faults;      // in the route of one layer
@@ -21,6 +21,9 @@ class TestFaults final : public StepHooks {
   // Every part but a sequence's first (query_begin > 0: a later micro-sequence or rank) gets
   // positions one too high: the off-by-one of a position continued across a boundary.
   bool shift_positions = false;
+  // AdamW decays the norm gains too: a wrong weight-decay group, which only the parameters
+  // after the update show.
+  bool decay_norm_gains = false;
 
   // The route faults live in the SDP K/V path: context parallelism refuses them.
   void check(const Layout& layout) const override;
@@ -28,6 +31,7 @@ class TestFaults final : public StepHooks {
   std::unique_ptr<layers::AttentionRoute> route(const RouteMaker& make,
                                                 KvExchange* exchange) const override;
   void rewrite(StepPlan& plan) const override;
+  bool decays(const layers::Parameter& p) const override;
 };
 
 }  // namespace driftless::train

@@ -117,7 +117,12 @@ Trainer::Trainer(const Config& config, const TrainerOptions& options)
   const int64_t slots = config.batch.sequences / layout_.data_parallel / layout_.depth_first;
   model_->prepare_route(*route_, slots, config.batch.sequence_length);
 
-  optimizer_ = std::make_unique<SlabOptimizer>(model_->slab(), SlabOptimizerOptions::of(config),
+  SlabOptimizerOptions optimizer_options = SlabOptimizerOptions::of(config);
+  if (options.hooks)
+    optimizer_options.decays = [hooks = options.hooks](const layers::Parameter& p) {
+      return hooks->decays(p);
+    };
+  optimizer_ = std::make_unique<SlabOptimizer>(model_->slab(), optimizer_options,
                                                options.data_group, control());
   if (device_ == Device::cuda) {
     peak_flops_ = config.precision.peak_tflops * 1e12;
@@ -190,8 +195,8 @@ double Trainer::all_reduce_scalar(double v) const {
   return t.item();
 }
 
-double Trainer::run_plan(const StepPlan& plan, const layers::ForwardOptions& fo,
-                         double loss_scale, double* issue_seconds) {
+double Trainer::run_plan(const StepPlan& plan, const layers::ForwardOptions& fo, double loss_scale,
+                         double* issue_seconds) {
   const auto t0 = std::chrono::steady_clock::now();
   model_->slab().zero_grads();
   std::vector<Tensor> loss_parts;  // read after the backward: no host sync inside the step

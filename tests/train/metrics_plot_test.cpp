@@ -147,6 +147,34 @@ TEST(MetricsPlot, DataExtremesMapToTheAreaBounds) {
   EXPECT_EQ(xs.d1, 9);
 }
 
+TEST(MetricsPlot, TheDifferenceChartSubtractsTheFirstRun) {
+  // b logs steps 0..3 and a validation loss at 3; a logs 0..4 and validation at 1 and 3.
+  const std::vector<RunMetrics> runs = {run("a", {5, 4, 3, 2.5, 2}, {{1, 4.5}, {3, 3.0}}),
+                                        run("b", {5.5, 4.25, 3, 2}, {{3, 3.5}})};
+  EXPECT_EQ(metrics_charts(runs).size(), 2u);  // only when asked
+  const auto charts = metrics_charts(runs, 0, true);
+  ASSERT_EQ(charts.size(), 3u);
+  const LineChart& d = charts[2];
+  EXPECT_EQ(d.title, "difference from a");
+  ASSERT_EQ(d.series.size(), 2u);
+  EXPECT_EQ(d.series[0].run, "b");
+  EXPECT_EQ(d.series[0].series, "loss_difference");
+  const std::vector<std::pair<double, double>> want = {{0, 0.5}, {1, 0.25}, {2, 0}, {3, -0.5}};
+  EXPECT_EQ(d.series[0].points, want);
+  EXPECT_EQ(d.series[1].series, "val_loss_difference");
+  EXPECT_TRUE(d.series[1].dashed);
+  EXPECT_EQ(d.series[1].points, (std::vector<std::pair<double, double>>{{3, 0.5}}));
+  EXPECT_GE(d.y, charts[1].y + charts[1].height);
+  // The SVG holds the third chart above the legend; one run alone gets no difference.
+  const std::string svg = metrics_svg(runs, "t", true);
+  const auto lines = polylines(svg);
+  EXPECT_EQ(std::count_if(lines.begin(), lines.end(),
+                          [](const Polyline& p) { return p.series == "loss_difference"; }),
+            1);
+  EXPECT_EQ(tag_balance(svg), "");
+  EXPECT_EQ(metrics_charts({runs[0]}, 0, true).size(), 2u);
+}
+
 TEST(MetricsPlot, ASinglePointStillPlots) {
   const std::vector<RunMetrics> runs = {run("one", {4.2}, {{0, 4.3}})};
   const std::string svg = metrics_svg(runs, "");

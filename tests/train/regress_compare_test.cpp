@@ -59,5 +59,38 @@ TEST(RegressCompare, LossesAndValidationLossAreCompared) {
   EXPECT_TRUE(compare_runs(bare, ref, {}, tol, 1e-12).tensors.empty());
 }
 
+// apply_band: each tensor's tolerance becomes factor x its drift in the band run, when
+// larger than its own; a tensor the band run lacks keeps its tolerance.
+TEST(RegressCompare, TheBandWidensEachTensorsTolerance) {
+  auto tensor = [](const std::string& name, int64_t step, double rms_rel) {
+    TensorDrift t;
+    t.name = name;
+    t.kind = "forward";
+    t.step = step;
+    t.drift.rms_rel = rms_rel;
+    t.tolerance = 1e-5;
+    t.pass = rms_rel <= 1e-5;
+    return t;
+  };
+  LayoutResult r, band;
+  r.tensors = {tensor("a", 0, 1e-3), tensor("b", 0, 1e-3), tensor("c", 0, 1e-6),
+               tensor("a", 1, 1e-3), tensor("d", 0, 1e-3)};
+  band.tensors = {tensor("a", 0, 1e-3), tensor("b", 0, 5e-4), tensor("c", 0, 1e-9),
+                  tensor("a", 1, 1e-4)};
+  EXPECT_FALSE(r.pass());
+  apply_band(r, band, 1.5);
+  EXPECT_DOUBLE_EQ(r.tensors[0].tolerance, 1.5e-3);
+  EXPECT_TRUE(r.tensors[0].pass);  // within 1.5 x its band
+  EXPECT_DOUBLE_EQ(r.tensors[1].tolerance, 7.5e-4);
+  EXPECT_FALSE(r.tensors[1].pass);                 // twice its band
+  EXPECT_DOUBLE_EQ(r.tensors[2].tolerance, 1e-5);  // the class tolerance is the floor
+  EXPECT_TRUE(r.tensors[2].pass);
+  EXPECT_FALSE(r.tensors[3].pass);                 // the band of step 1, not step 0's
+  EXPECT_DOUBLE_EQ(r.tensors[4].tolerance, 1e-5);  // not in the band run
+  EXPECT_FALSE(r.tensors[4].pass);
+  ASSERT_NE(r.first_failure(), nullptr);
+  EXPECT_EQ(r.first_failure()->name, "b");
+}
+
 }  // namespace
 }  // namespace driftless::train

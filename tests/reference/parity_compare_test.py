@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Tests of parity_compare.py's verdict on made-up curves (ctest reference_parity_compare;
+standard library only): windows against the band, the held band past the fp32 run's end,
+the tail mean and the final validation loss."""
+import json
+import math
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import parity_compare as pc  # noqa: E402
+
+
+def curve(steps, offset=0.0, wiggle=0.0, val_every=100, val_offset=0.0):
+    loss = {s: 10 * math.exp(-s / 300) + 3 + offset + wiggle * math.sin(s) for s in range(steps)}
+    val = {s: loss[s] + 0.2 + val_offset for s in range(val_every - 1, steps, val_every)}
+    return loss, val
+
+
+class ParityCompare(unittest.TestCase):
+    def test_within_the_band_passes(self):
+        r = pc.compare(curve(400, wiggle=0.01), curve(400), curve(400, wiggle=0.02))
+        self.assertEqual(len(r["windows"]), 4)
+        self.assertTrue(all(w["pass"] and w["band_measured"] for w in r["windows"]))
+        self.assertTrue(all(r["checks"].values()), r["checks"])
+        self.assertAlmostEqual(r["windows"][0]["ratio"], 0.5, delta=0.01)
+
+    def test_a_window_beyond_the_band_fails(self):
+        dl = curve(400, wiggle=0.01)
+        dl[0].update({s: dl[0][s] + 0.05 for s in range(200, 300)})  # one window off
+        r = pc.compare(dl, curve(400), curve(400, wiggle=0.02))
+        self.assertEqual([w["pass"] for w in r["windows"]], [True, True, False, True])
+        self.assertFalse(r["checks"]["windows"])
+
+    def test_a_short_fp32_run_holds_its_last_band(self):
+        fp32 = curve(400, wiggle=0.02)
+        fp32 = ({s: v for s, v in fp32[0].items() if s < 250}, fp32[1])
+        r = pc.compare(curve(400, wiggle=0.01), curve(400), fp32)
+        measured = [w["band_measured"] for w in r["windows"]]
+        self.assertEqual(measured, [True, True, False, False])
+        self.assertEqual(r["windows"][3]["band"], r["windows"][1]["band"])
+        self.assertTrue(r["checks"]["windows"])
+        self.assertFalse(r["checks"]["band_complete"])
+        self.assertEqual(r["band_steps"], 250)
+
+    def test_tail_and_validation_limits(self):
+        r = pc.compare(curve(400, offset=0.03), curve(400), curve(400, offset=0.05))
+        self.assertTrue(r["checks"]["windows"])  # 0.03 against a band of 0.05
+        self.assertAlmostEqual(r["tail_mean"]["relative_difference"], 0.03 / 6.7535, delta=1e-4)
+        self.assertTrue(r["checks"]["tail"])  # 0.03 / 6.75 = 0.44%: within 0.5%
+        self.assertFalse(r["checks"]["val"])  # 0.03 > 0.01 nats
+        r = pc.compare(curve(400, offset=0.04), curve(400), curve(400, offset=0.05))
+        self.assertFalse(r["checks"]["tail"])  # 0.04 / 6.75 = 0.59%
+        r = pc.compare(curve(400, offset=0.005), curve(400), curve(400, offset=0.05))
+        self.assertTrue(r["checks"]["tail"] and r["checks"]["val"])
+
+    def test_metrics_files_and_exit_status(self):
+        with tempfile.TemporaryDirectory() as d:
+            for name, (loss, val) in {"dl": curve(300, wiggle=0.01), "bf": curve(300),
+                                      "fp": curve(300, wiggle=0.02)}.items():
+                os.makedirs(os.path.join(d, name))
+                with open(os.path.join(d, name, "metrics.jsonl"), "w") as f:
+                    for s in range(300):
+                        f.write(json.dumps({"step": s, "loss": loss[s], "lr": 1e-3}) + "\n")
+                        if s in val:
+                            f.write(json.dumps({"step": s, "val_loss": val[s]}) + "\n")
+            sys.argv = ["parity_compare.py", *(os.path.join(d, n) for n in ("dl", "bf", "fp")),
+                        "--json", os.path.join(d, "p.json")]
+            self.assertEqual(pc.main(), 0)
+            with open(os.path.join(d, "p.json")) as f:
+                self.assertEqual(len(json.load(f)["per_step"]), 300)
+
+
+if __name__ == "__main__":
+    unittest.main()
