@@ -15,19 +15,13 @@
 #include "engine/core/mapped_file.h"
 #include "engine/core/safetensors.h"
 #include "engine/core/tensor.h"
+#include "tests/error_of.h"
 #include "tests/test_paths.h"
 
 namespace driftless {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 // Each of these would block in open() for a FIFO without a writer; the test would hang.
 TEST(RegularFile, FifosAndDirectoriesAreRefusedNotWaitedOn) {

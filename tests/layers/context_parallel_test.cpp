@@ -20,6 +20,7 @@
 #include "layers/attention/routes/hybrid_route.h"
 #include "layers/attention/routes/ring_route.h"
 #include "layers/gpt.h"
+#include "tests/error_of.h"
 #include "tests/layers/gpt_test_util.h"
 
 namespace driftless::layers {
@@ -337,7 +338,7 @@ TEST(ContextParallel, TheRingHoldsAGradientBufferOnlyWithMicroSequences) {
   const GptConfig cfg = tiny_config();
   const auto seqs = batch();
   const int64_t S = int64_t(seqs[0].tokens.size());
-  const int64_t kv_width = cfg.n_kv_head * (cfg.n_embd / cfg.n_head);  // H_kv D
+  const int64_t kv_width = cfg.n_kv_head * (cfg.n_embd / cfg.n_head);                  // H_kv D
   const int64_t kv_bytes = cfg.n_layer * int64_t(seqs.size()) * S * 2 * kv_width * 4;  // f32
   Hub one(1);
   ThreadExchange ex(one, 0);
@@ -358,12 +359,7 @@ TEST(ContextParallel, WithoutAnExchangeBothPathsRunOnOneRank) {
 }
 
 std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
+  return testing::error_of(f, "no error");
 }
 
 // Inputs the ring or a2a cannot take are refused, naming what is wrong.

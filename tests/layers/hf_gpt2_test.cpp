@@ -11,6 +11,7 @@
 
 #include "engine/autograd/autograd.h"
 #include "engine/core/safetensors.h"
+#include "tests/error_of.h"
 #include "tests/test_paths.h"
 
 namespace driftless::layers {
@@ -36,14 +37,7 @@ void write_json(const std::string& path, const nlohmann::json& j) {
   f << j.dump(2);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 // The tensors of an exported directory, by name, for hand-editing.
 std::vector<std::pair<std::string, Tensor>> exported_tensors(const std::string& dir) {

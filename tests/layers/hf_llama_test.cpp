@@ -11,6 +11,7 @@
 #include <set>
 
 #include "engine/core/safetensors.h"
+#include "tests/error_of.h"
 #include "tests/test_paths.h"
 
 namespace driftless::layers {
@@ -47,14 +48,7 @@ std::map<std::string, Tensor> params_of(const GptConfig& c, bool bf16_exact = fa
   return out;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 nlohmann::json read_json(const std::string& path) {
   std::ifstream f(path);

@@ -7,19 +7,13 @@
 #include <string>
 
 #include "engine/core/error.h"
+#include "tests/error_of.h"
 #include "train/config.h"
 
 namespace driftless::train {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 // A YAML config whose model has `score_mod` and one parameter named `name` (a JSON string,
 // so any bytes fit).

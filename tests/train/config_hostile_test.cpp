@@ -9,20 +9,14 @@
 #include <fstream>
 
 #include "engine/core/error.h"
+#include "tests/error_of.h"
 #include "tests/test_paths.h"
 #include "train/config.h"
 
 namespace driftless::train {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 #define EXPECT_REFUSED(expr, fragment)                                             \
   do {                                                                             \

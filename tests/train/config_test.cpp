@@ -8,19 +8,13 @@
 #include "engine/core/error.h"
 #include "train/config.h"
 #include "train/resume.h"
+#include "tests/error_of.h"
 #include "tests/test_paths.h"
 
 namespace driftless::train {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 TEST(Config, DefaultsAndValues) {
   Config c = parse_config_text("model: {n_layer: 2, n_head: 4, n_embd: 64}\nbatch: {sequences: 4}\n");

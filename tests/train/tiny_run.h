@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "tests/error_of.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -42,12 +43,7 @@ struct Quiet {
 
 // The message of the driftless::Error f throws, or "no error".
 inline std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
+  return testing::error_of(f, "no error");
 }
 
 }  // namespace driftless::train::tiny_run
