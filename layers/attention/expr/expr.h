@@ -131,6 +131,8 @@ constexpr size_t kMaxParamNameLength = 64;
 // functions), a C++ or CUDA keyword, or reserved for the emitted code (a leading '__' or '_'
 // and a capital, a dl_ or DL_ prefix); else why not, with the name quoted printably.
 std::string param_name_problem(const std::string& name);
+// Whether `name` is one of the expression language's functions (abs, tanh, ...; parse.cpp).
+bool is_function_name(const std::string& name);
 
 // "[score_mod] <message> at column N:\n  <source>\n  <caret>" on any error; `heads` bounds h.
 std::shared_ptr<const Program> compile_score_mod(const std::string& source,
