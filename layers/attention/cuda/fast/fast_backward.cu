@@ -18,7 +18,9 @@
 // The non-deterministic backward (a dq_acc given, wgmma only) runs delta_kernel, then
 // dkv_kernel<..., kDq = true>, which also computes dQ = dS K of every step and adds it to
 // dq_acc with vector atomic adds, over k_tiles_by_head's schedule, then dq_from_acc_kernel;
-// no dq_kernel. Faster than the deterministic backward (BENCHMARKS.md).
+// no dq_kernel. Faster than the deterministic backward (BENCHMARKS.md). At D = 128 on sm_90a
+// the built-in modifiers' dK/dV pass is sm90/bwd_sm90.cu's warp-specialised kernel instead
+// (TMA loads, dQ added by TMA reductions) when DRIFTLESS_ATTN_BWD_SM90=1 (bwd_sm90.h).
 #include <algorithm>
 #include <type_traits>
 
@@ -27,6 +29,7 @@
 #include "layers/attention/cuda/fast/fast_common.cuh"
 #include "layers/attention/cuda/fast/fast_dkv.cuh"
 #include "layers/attention/cuda/fast/fast_dq.cuh"
+#include "layers/attention/cuda/fast/sm90/bwd_sm90.h"
 #include "layers/attention/cuda/fast/wgmma.cuh"
 
 namespace driftless::layers::gpu::fast {
@@ -227,6 +230,9 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
   };
   auto launch_kv = [&](const Geometry& g, const DkvArgs& a) {
     if constexpr (W) {
+      if (a.atomic && sm90::dkv_atomic_runs(D))
+        return sm90::dkv_atomic(a.p, mod, a.tiles, int(g.grid), a.dout, a.lse, a.delta, a.dk,
+                                a.dv, a.dkv_heads, a.dq_acc);
       if (a.atomic) return launch_dkv<D, M, W, true>(g, mod, a);
     }
     launch_dkv<D, M, W, false>(g, mod, a);

@@ -3,6 +3,7 @@
 // the heads of its GQA group in a fixed order.
 #pragma once
 #include "engine/core/cuda/launch.cuh"
+#include "layers/attention/cuda/fast/bwd_step.cuh"
 #include "layers/attention/cuda/fast/fast_common.cuh"
 #include "layers/attention/cuda/fast/fast_dq.cuh"
 #include "layers/attention/cuda/fast/param_grad.cuh"
@@ -102,30 +103,11 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int wg = kWG == 1 ? 0 : warp >> 2;  // warpgroup: keys 64 wg .. (a constant for one)
 
-  // Query rows that may see a key of the tile (as the reference kernel; re-checked below).
-  const int shift = k_len - q_len;
-  // (windows in 32 bits as row_keys takes them: a window of 2^31 or more wrapped here)
-  const int wl = window_in_32_bits(p.window_left, q_len, k_len),
-            wr = window_in_32_bits(p.window_right, q_len, k_len);
-  auto first_row = [&](int j) {  // the first query row that may see key j (never decreasing)
-    int i = 0;
-    if (p.causal) i = max(i, j - shift);
-    if (wr >= 0) i = max(i, j - wr - shift);
-    return i;
-  };
-  // The query steps lie on a grid of kBQ rows from the first row of the kAnchor-key tile that
-  // holds this one: the two-warpgroup kernel's grid (the atomic mode's at D = 128), so both
-  // modes sum a key's query rows in the same chunks and dk, dv keep the same bits (the
-  // steps a 64-key tile skips are masked whole for it in the 128-key tile: exact zeros).
+  // The query steps on the two-warpgroup kernel's grid (the atomic mode's at D = 128), so
+  // both modes sum a key's query rows in the same chunks and dk, dv keep the same bits.
   constexpr int kAnchor = W && D == 128 ? kBK * DkvWarpgroups<D, W, true>::value : kKeys;
-  const int i_anchor = first_row(j0 - j0 % kAnchor);
-  int i_begin = i_anchor + (first_row(j0) - i_anchor) / kBQ * kBQ;
-  int i_end = q_len - 1;
-  if (wl >= 0) i_end = min(i_end, j0 + nk - 1 + wl - shift);
-  int n_qt = i_end >= i_begin ? (i_end - i_begin) / kBQ + 1 : 0;
-  // The query rows a mask leaves the tile, on the same grid (so the bits stay those of
-  // every step: the dropped ones are hidden whole, exact zeros).
-  if constexpr (NarrowsTiles<M>::value) narrow_blocks(tile, kBQ, &i_begin, &n_qt);
+  const QuerySteps qs = query_steps<kAnchor, kBQ, M>(p, doc, tile, nk);
+  const int i_begin = qs.i_begin, n_qt = qs.n_qt;
   const int n_steps = int(group) * n_qt;
   constexpr bool kPG = HasParamGrad<M>::value;
   typename GradAccOf<M>::type pg{};
@@ -182,56 +164,10 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
       const uint32_t q_s = sQ + buf * kBQ * D * 2, do_s = sdO + buf * kBQ * D * 2;
       const float* L = sL + buf * kBQ;
       const float* Dl = sD + buf * kBQ;
-      // Every (query, key) of the step visible: no element mask.
-      int lo_a, hi_a, lo_b, hi_b;
-      const int q_last = min(q0 + kBQ, q_len) - 1;
-      row_keys(p, doc, q0, &lo_a, &hi_a);
-      row_keys(p, doc, q_last, &lo_b, &hi_b);
-      const bool full =
-          q0 + kBQ <= q_len && j0 + kKeys <= k_len && lo_b <= j0 && hi_a >= j0 + kKeys - 1;
-      // S^T, dP^T of (the warp's 16 keys) x (queries c0 ..) in place -> P^T, dS^T.
-      // lse (log2 units; +inf for a row that sees nothing: P = 0) and delta of this thread's
-      // query columns c0 + 8n + 2 t4 (+1), read from shared memory ahead of the products they
-      // follow (read at the use, their latency was the dK/dV kernel's main stall).
-      auto load_ld = [&](auto& l2, auto& dl2, int c0) {
-        constexpr int N = std::extent_v<std::remove_reference_t<decltype(l2)>>;
-#pragma unroll
-        for (int n = 0; n < N; ++n) {
-          l2[n] = *reinterpret_cast<const float2*>(L + c0 + n * 8 + 2 * t4);
-          dl2[n] = *reinterpret_cast<const float2*>(Dl + c0 + n * 8 + 2 * t4);
-        }
-      };
-      auto log2_lse = [](float l) { return l == -INFINITY ? INFINITY : l * kLog2e; };
-      // A mask expression is not evaluated on a query step inside the tile's visible range
-      // (with_visible_block).
+      const bool full = step_full<kBQ>(p, doc, q0, j0, kKeys);
+      auto load_ld = [&](auto& l2, auto& dl2, int c0) { load_lse_delta(l2, dl2, L, Dl, c0, t4); };
       auto p_ds = [&](auto& st, auto& dpt, int c0, const auto& l2, const auto& dl2) {
-        with_visible_block<M>(tile.vis_lo, tile.vis_hi, q0, kBQ, [&](auto shown) {
-          constexpr bool kShown = decltype(shown)::value;
-          constexpr int N = std::extent_v<std::remove_reference_t<decltype(st)>>;
-#pragma unroll
-          for (int n = 0; n < N; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int c = c0 + n * 8 + 2 * t4 + (e & 1), i = q0 + c, j = jr[e >> 1];
-              float dx;
-              const float dot = st[n][e];
-              const float l = log2_lse((e & 1) ? l2[n].y : l2[n].x);
-              float pr = mod_p_dx<kShown>(mod, dot, i + shift, j, l, &dx);
-              if (!full) {
-                int lo, hi;
-                row_keys(p, doc, i, &lo, &hi);
-                if (i >= q_len || j < lo || j > hi) pr = 0.f;
-              }
-              st[n][e] = pr;
-              if constexpr (kPG) {
-                const float ds = pr * (dpt[n][e] - ((e & 1) ? dl2[n].y : dl2[n].x));
-                mod_param_grad<kShown>(mod, ds, dot, i + shift, j, pg);
-                dpt[n][e] = ds * dx;
-              } else {
-                dpt[n][e] = pr * (dpt[n][e] - ((e & 1) ? dl2[n].y : dl2[n].x)) * dx;
-              }
-            }
-        });
+        bwd::p_ds<kBQ>(p, doc, tile, mod, full, q0, c0, t4, jr, st, dpt, l2, dl2, pg);
       };
       if constexpr (W) {
         // The warpgroup's 64 keys at once, B straight from shared memory, in two halves of

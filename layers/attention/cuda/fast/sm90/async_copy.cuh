@@ -61,6 +61,38 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* tmap, uint
       : "memory");
 #endif
 }
+// Adds the box at src (shared memory, the map's layout) into the map's elements at (c0, c1,
+// c2) (an f32 map: element-wise f32 adds in the L2); elements outside the tensor are
+// skipped. Tracked by the issuing thread's bulk groups (bulk_commit, bulk_wait_read).
+__device__ __forceinline__ void tma_reduce_add_3d(const void* tmap, uint32_t src, int c0, int c1,
+                                                  int c2) {
+#ifdef DL_WGMMA
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], "
+      "[%1];\n" ::"l"(reinterpret_cast<uint64_t>(tmap)),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_commit() {
+#ifdef DL_WGMMA
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+// Returns once at most N of the thread's bulk groups still read their shared memory.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+#ifdef DL_WGMMA
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+#endif
+}
+// Returns once at most N of the thread's bulk groups are incomplete (their writes done).
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+#ifdef DL_WGMMA
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
 // Fetches a tensor map's 128-byte descriptor into the cache ahead of its first use.
 __device__ __forceinline__ void tma_prefetch_map(const void* tmap) {
 #ifdef DL_WGMMA

@@ -58,15 +58,7 @@ struct FwdSmem {
 template <class T>
 __device__ __forceinline__ void load_partial_tile(uint32_t dst, const bf16* src, int64_t ld,
                                                   int n_valid, uint32_t full, int lane) {
-  constexpr int kRows = T::kBlockN, kChunks = T::kD / 8;
-  for (int i = lane; i < kRows * kChunks; i += 32) {
-    const int r = i / kChunks, c = i % kChunks;
-    uint4 x = make_uint4(0, 0, 0, 0);
-    if (r < n_valid) x = *reinterpret_cast<const uint4*>(src + r * ld + c * 8);
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(chunk_addr(dst, kRows, r, c)),
-                 "r"(x.x), "r"(x.y), "r"(x.z), "r"(x.w)
-                 : "memory");
-  }
+  load_rows_zero_filled<T::kBlockN, T::kD>(dst, src, ld, n_valid, lane);
   fence_proxy_async();
   __syncwarp();
   if (lane == 0) mbar_arrive(full);

@@ -62,6 +62,24 @@ __device__ __forceinline__ uint32_t chunk_addr(uint32_t tile, int rows, int r, i
   return tile + uint32_t((c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
+// Rows [0, n_valid) of a (rows, ld) bf16 global matrix into a tile of kRows rows x D (layout
+// above) by one warp, rows past n_valid zero-filled: the partial tiles at a document's end,
+// which a TMA box would fill with the next rows of the tensor (a sequence's padding may hold
+// anything, and 0 x NaN is not 0). The caller makes the writes visible to the async proxy.
+template <int kRows, int D>
+__device__ __forceinline__ void load_rows_zero_filled(uint32_t dst, const bf16* src, int64_t ld,
+                                                      int n_valid, int lane) {
+  constexpr int kChunks = D / 8;
+  for (int i = lane; i < kRows * kChunks; i += 32) {
+    const int r = i / kChunks, c = i % kChunks;
+    uint4 x = make_uint4(0, 0, 0, 0);
+    if (r < n_valid) x = *reinterpret_cast<const uint4*>(src + r * ld + c * 8);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(chunk_addr(dst, kRows, r, c)),
+                 "r"(x.x), "r"(x.y), "r"(x.z), "r"(x.w)
+                 : "memory");
+  }
+}
+
 // wgmma shared-memory descriptor with the 128-byte swizzle: lbo / sbo in bytes.
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32) |

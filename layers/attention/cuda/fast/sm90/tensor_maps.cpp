@@ -27,22 +27,41 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
 
 }  // namespace
 
-void encode_rows_map(void* map128, const void* base, int64_t rows, int64_t heads, int64_t row_heads,
-                     int64_t head_dim, int box_rows) {
+namespace {
+
+// A 3-D map (head_dim, heads, rows) of elements of `bytes` bytes, boxes of box_cols x 1 x
+// box_rows (box_cols x bytes = 128: the 128-byte swizzle's row).
+void encode_map(void* map128, CUtensorMapDataType type, int bytes, int box_cols, const void* base,
+                int64_t rows, int64_t heads, int64_t row_heads, int64_t head_dim, int box_rows) {
   static_assert(sizeof(CUtensorMap) == 128, "a tensor map is 128 bytes");
   const cuuint64_t dims[3] = {cuuint64_t(head_dim), cuuint64_t(heads), cuuint64_t(rows)};
-  const cuuint64_t strides[2] = {cuuint64_t(head_dim * 2), cuuint64_t(row_heads * head_dim * 2)};
-  const cuuint32_t box[3] = {64, 1, cuuint32_t(box_rows)};
+  const cuuint64_t strides[2] = {cuuint64_t(head_dim * bytes),
+                                 cuuint64_t(row_heads * head_dim * bytes)};
+  const cuuint32_t box[3] = {cuuint32_t(box_cols), 1, cuuint32_t(box_rows)};
   const cuuint32_t element_strides[3] = {1, 1, 1};
   const CUresult r =
-      encode_fn()(static_cast<CUtensorMap*>(map128), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3,
-                  const_cast<void*>(base), dims, strides, box, element_strides,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      encode_fn()(static_cast<CUtensorMap*>(map128), type, 3, const_cast<void*>(base), dims,
+                  strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   DL_CHECK(r == CUDA_SUCCESS, "attention",
            "cuTensorMapEncodeTiled refused a map of " << rows << " rows x " << heads << " heads x "
                                                       << head_dim << " (row stride " << row_heads
                                                       << " heads, error " << int(r) << ")");
+}
+
+}  // namespace
+
+void encode_rows_map(void* map128, const void* base, int64_t rows, int64_t heads, int64_t row_heads,
+                     int64_t head_dim, int box_rows) {
+  encode_map(map128, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, 64, base, rows, heads, row_heads,
+             head_dim, box_rows);
+}
+
+void encode_f32_rows_map(void* map128, const void* base, int64_t rows, int64_t heads,
+                         int64_t head_dim, int box_rows) {
+  encode_map(map128, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, 32, base, rows, heads, heads, head_dim,
+             box_rows);
 }
 
 int sm_count() {

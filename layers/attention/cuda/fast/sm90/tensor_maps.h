@@ -14,6 +14,12 @@ namespace driftless::layers::gpu::fast::sm90 {
 void encode_rows_map(void* map128, const void* base, int64_t rows, int64_t heads, int64_t row_heads,
                      int64_t head_dim, int box_rows);
 
+// A packed f32 tensor (rows, heads, head_dim) as the same 3-D map, in boxes of 32 x 1 x
+// box_rows (128 bytes a row, the 128-byte swizzle): the atomic dQ's sums, which the dK/dV
+// kernel adds to with TMA reductions.
+void encode_f32_rows_map(void* map128, const void* base, int64_t rows, int64_t heads,
+                         int64_t head_dim, int box_rows);
+
 // Streaming multiprocessors of the current device (read once).
 int sm_count();
 

@@ -1,0 +1,45 @@
+// The sm_90a dK/dV kernel with the atomic dQ (bwd_sm90.cu launches it; bwd_mainloop.cuh holds
+// its roles), as a device-only header.
+#pragma once
+#include "engine/core/cuda/launch.cuh"
+#include "layers/attention/cuda/fast/sm90/bwd_mainloop.cuh"
+
+namespace driftless::layers::gpu::fast::sm90 {
+
+template <class T, class M>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    dkv_dq_kernel(const __grid_constant__ BwdMaps maps, Problem p, M mod, const Tile* tiles,
+                  int n_items, const bf16* dout, const float* lse, const float* delta, bf16* dk,
+                  bf16* dv, int dkv_heads) {
+  static_assert(!HasParamGrad<M>::value, "learnable tables take the dK/dV kernel of fast_dkv.cuh");
+  cuda::dependent_kernel_begin();
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = align_smem(smem_raw);
+  const BwdSmem<T> sm{smem, smem_u32(smem)};
+  if (threadIdx.x == 0) sm.init();
+  __syncthreads();
+  const StaticScheduler sched{n_items};
+  const int wg = int(threadIdx.x) / 128;
+  if (wg == 0) {
+    regs_dec<T::kProducerRegs>();
+    const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) & 31;
+    if (warp == 0)
+      bwd_produce<T, M>(maps, p, tiles, sched, sm, dout, lse, delta, lane);
+    else if (warp == 1)
+      bwd_write_dq<T, M>(maps, p, tiles, sched, sm, lane);
+    return;
+  }
+  regs_inc<T::kConsumerRegs>();
+  const int cw = wg - 1;
+  PipeState<1> kv;
+  PipeState<T::kStages> st;
+  bool first_dq = true;
+  for (int w = sched.first(); sched.valid(w); w = sched.next(w)) {
+    const BwdItem b = BwdItem::make<T, M>(p, tiles, w);
+    BwdAccum<T::kD> acc;
+    bwd_consume<T, M>(p, b, mod, sm, cw, kv, st, first_dq, acc);
+    bwd_store_dkv<T::kD>(p, b, cw, acc, dk, dv, dkv_heads);
+  }
+}
+
+}  // namespace driftless::layers::gpu::fast::sm90

@@ -1,0 +1,360 @@
+// Mainloop of the sm_90a dK/dV kernel with the atomic dQ: the producer warp's loads, the dQ
+// warp's TMA reductions, and a consumer warpgroup's steps over the query tiles of an item.
+//
+// An item is one key tile of kBlockN keys and one kv head (k_tiles_by_head); its steps are
+// (query head of the GQA group, query tile of kBlockM rows), heads outermost (bwd_step.cuh
+// query_steps). A consumer step: S^T = K Q^T and dP^T = V dO^T in two halves of 32 queries
+// (the element-wise work of one half runs while the tensor cores do the other's products);
+// P^T and dS^T stay in registers as the A operand of dV += P^T dO and dK += dS^T Q; dS^T
+// also goes to shared memory, where both warpgroups' halves make the A operand of
+// dQ = dS K (each warpgroup computes 64 of dQ's columns over all 128 keys). dQ goes to a
+// shared f32 tile that the dQ warp adds to the global sums with one TMA reduction a box,
+// off the consumers' path.
+#pragma once
+#include "layers/attention/cuda/fast/bwd_step.cuh"
+#include "layers/attention/cuda/fast/param_grad.cuh"
+#include "layers/attention/cuda/fast/sm90/async_copy.cuh"
+#include "layers/attention/cuda/fast/sm90/bwd_traits.cuh"
+#include "layers/attention/cuda/fast/sm90/tile_scheduler.cuh"
+
+namespace driftless::layers::gpu::fast::sm90 {
+
+// Tensor maps (tensor_maps.h): q, dO, k, v in bf16 boxes of 64 columns; dq_acc in f32 boxes of
+// 32 columns, each of kBlockM rows (q, dO, dq) or kBlockN rows (k, v).
+struct BwdMaps {
+  alignas(64) unsigned char q[128], dout[128], k[128], v[128], dq[128];
+};
+
+// The CTA's barriers and tiles, as 32-bit shared addresses (and the rows of lse and delta as
+// pointers).
+template <class T>
+struct BwdSmem {
+  unsigned char* ptr;
+  uint32_t base;
+  __device__ uint32_t k() const { return base + T::kKOff; }
+  __device__ uint32_t v() const { return base + T::kVOff; }
+  __device__ uint32_t q(int s) const { return base + T::kQOff + s * T::kQBytes; }
+  __device__ uint32_t dout(int s) const { return base + T::kDOOff + s * T::kQBytes; }
+  __device__ uint32_t ds(int s) const { return base + T::kDsOff + s * T::kDsBytes; }
+  __device__ uint32_t dq() const { return base + T::kDqOff; }
+  __device__ float* lse_rows(int s) const {
+    return reinterpret_cast<float*>(ptr + T::kLseOff + s * T::kRowBytes);
+  }
+  __device__ float* delta_rows(int s) const {
+    return reinterpret_cast<float*>(ptr + T::kDeltaOff + s * T::kRowBytes);
+  }
+  __device__ uint32_t bar(int i) const { return base + T::kBarOff + 8 * i; }
+  __device__ uint32_t kv_full() const { return bar(0); }
+  __device__ uint32_t kv_empty() const { return bar(1); }
+  __device__ uint32_t step_full(int s) const { return bar(2 + s); }
+  __device__ uint32_t step_empty(int s) const { return bar(2 + T::kStages + s); }
+
+  // Thread 0; a CTA barrier follows. Full barriers: the producer's one arrival (plus its TMA
+  // bytes); empty barriers: one arrival per consumer warp.
+  __device__ void init() const {
+    mbar_init(kv_full(), 1);
+    mbar_init(kv_empty(), T::kConsumerWarps);
+    for (int s = 0; s < T::kStages; ++s) {
+      mbar_init(step_full(s), 1);
+      mbar_init(step_empty(s), T::kConsumerWarps);
+    }
+    mbar_init_fence();
+  }
+};
+
+// One item: key tile `tile` (keys j0 .. j0 + nk - 1 of doc, kv head kh) and its steps.
+struct BwdItem {
+  Tile tile;
+  Doc doc;
+  int kh, j0, nk, group, i_begin, n_qt, n_steps;
+  __device__ int head(int s) const { return kh * group + s / n_qt; }
+  __device__ int q0(int s, int block_m) const { return i_begin + (s % n_qt) * block_m; }
+
+  template <class T, class M>
+  __device__ __forceinline__ static BwdItem make(const Problem& p, const Tile* tiles, int w) {
+    BwdItem b;
+    b.tile = tiles[w];
+    b.kh = b.tile.head;
+    b.doc = p.docs[b.tile.doc];
+    b.j0 = b.tile.start;
+    b.nk = min(T::kBlockN, int(b.doc.k_len) - b.j0);
+    b.group = int(p.heads / p.kv_heads);
+    const bwd::QuerySteps qs = bwd::query_steps<T::kBlockN, T::kBlockM, M>(p, b.doc, b.tile, b.nk);
+    b.i_begin = qs.i_begin;
+    b.n_qt = qs.n_qt;
+    b.n_steps = b.group * b.n_qt;
+    return b;
+  }
+};
+
+// The producer warp: for every item with steps, K and V once the consumers have released the
+// previous item's, then each step's Q, dO (TMA boxes, or zero-filled rows for a partial
+// tile at the document's end), lse and delta (the lanes' loads and stores while the TMA
+// runs; zeros past the document, whose P the mask zeroes) into the next stage of the ring.
+template <class T, class M>
+__device__ void bwd_produce(const BwdMaps& maps, const Problem& p, const Tile* tiles,
+                            StaticScheduler sched, const BwdSmem<T>& sm, const bf16* dout,
+                            const float* lse, const float* delta, int lane) {
+  constexpr int D = T::kD;
+  if (lane == 0) {
+    tma_prefetch_map(maps.q);
+    tma_prefetch_map(maps.dout);
+    tma_prefetch_map(maps.k);
+    tma_prefetch_map(maps.v);
+  }
+  const int64_t H = p.heads, QH = q_heads(p), KH = k_heads(p), VH = v_heads(p);
+  PipeState<1> kv;
+  PipeState<T::kStages> st;
+  for (int w = sched.first(); sched.valid(w); w = sched.next(w)) {
+    const BwdItem b = BwdItem::make<T, M>(p, tiles, w);
+    if (b.n_steps == 0) continue;
+    const int krow = int(b.doc.k_offset) + b.j0;
+    mbar_wait(sm.kv_empty(), kv.phase ^ 1u);
+    if (b.nk == T::kBlockN) {
+      if (lane == 0) {
+        mbar_arrive_expect_tx(sm.kv_full(), 2 * T::kKvBytes);
+        for (int hf = 0; hf < T::kHalves; ++hf) {
+          tma_load_3d(sm.k() + hf * T::kBlockN * 128, maps.k, sm.kv_full(), hf * 64, b.kh, krow);
+          tma_load_3d(sm.v() + hf * T::kBlockN * 128, maps.v, sm.kv_full(), hf * 64, b.kh, krow);
+        }
+      }
+    } else {
+      const bf16* kg = static_cast<const bf16*>(p.k) + (int64_t(krow) * KH + b.kh) * D;
+      const bf16* vg = static_cast<const bf16*>(p.v) + (int64_t(krow) * VH + b.kh) * D;
+      load_rows_zero_filled<T::kBlockN, D>(sm.k(), kg, KH * D, b.nk, lane);
+      load_rows_zero_filled<T::kBlockN, D>(sm.v(), vg, VH * D, b.nk, lane);
+      fence_proxy_async();
+      __syncwarp();
+      if (lane == 0) mbar_arrive(sm.kv_full());
+    }
+    kv.advance();
+    for (int s = 0; s < b.n_steps; ++s) {
+      const int h = b.head(s), q0 = b.q0(s, T::kBlockM);
+      const int n = min(T::kBlockM, int(b.doc.q_len) - q0);
+      const int qrow = int(b.doc.q_offset) + q0;
+      mbar_wait(sm.step_empty(st.stage), st.phase ^ 1u);
+      const uint32_t full = sm.step_full(st.stage);
+      if (n == T::kBlockM) {
+        if (lane == 0) {
+          mbar_arrive_expect_tx(full, 2 * T::kQBytes);
+          for (int hf = 0; hf < T::kHalves; ++hf) {
+            tma_load_3d(sm.q(st.stage) + hf * T::kBlockM * 128, maps.q, full, hf * 64, h, qrow);
+            tma_load_3d(sm.dout(st.stage) + hf * T::kBlockM * 128, maps.dout, full, hf * 64, h,
+                        qrow);
+          }
+        }
+      } else {
+        load_rows_zero_filled<T::kBlockM, D>(
+            sm.q(st.stage), static_cast<const bf16*>(p.q) + (int64_t(qrow) * QH + h) * D, QH * D,
+            n, lane);
+        load_rows_zero_filled<T::kBlockM, D>(sm.dout(st.stage), dout + (int64_t(qrow) * H + h) * D,
+                                             H * D, n, lane);
+        fence_proxy_async();
+        __syncwarp();
+        if (lane == 0) mbar_arrive(full);
+      }
+      float* sl = sm.lse_rows(st.stage);
+      float* sd = sm.delta_rows(st.stage);
+      for (int r = lane; r < T::kBlockM; r += 32) {
+        // (a row inside the document: the load stays in bounds whether or not it is used)
+        const int64_t row = h * p.t_q + qrow + min(r, n - 1);
+        const float l = lse[row], d = delta[row];
+        sl[r] = r < n ? l : 0.f;
+        sd[r] = r < n ? d : 0.f;
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(full);
+      st.advance();
+    }
+  }
+}
+
+// The dQ warp: for every step of every item, once the consumers have written the step's dQ
+// tile, adds it to dq_acc (T_q, H, D) with one TMA reduction a box (rows past the tensor
+// skipped; rows past the document are zeros), and releases the tile when the TMA has read
+// it. The release of a step is signalled at the next step, so none is left pending at the
+// end.
+template <class T, class M>
+__device__ void bwd_write_dq(const BwdMaps& maps, const Problem& p, const Tile* tiles,
+                             StaticScheduler sched, const BwdSmem<T>& sm, int lane) {
+  if (lane == 0) tma_prefetch_map(maps.dq);
+  bool first = true;
+  for (int w = sched.first(); sched.valid(w); w = sched.next(w)) {
+    const BwdItem b = BwdItem::make<T, M>(p, tiles, w);
+    for (int s = 0; s < b.n_steps; ++s) {
+      if (!first) named_arrive(T::kDqEmpty, T::kDqThreads);
+      first = false;
+      named_sync(T::kDqFull, T::kDqThreads);
+      if (lane == 0) {
+        const int qrow = int(b.doc.q_offset) + b.q0(s, T::kBlockM), h = b.head(s);
+        for (int x = 0; x < T::kDqBoxes; ++x)
+          tma_reduce_add_3d(maps.dq, sm.dq() + x * T::kDqBoxBytes, x * 32, h, qrow);
+        bulk_commit();
+        bulk_wait_read<0>();
+      }
+      __syncwarp();
+    }
+  }
+  if (lane == 0) bulk_wait<0>();
+}
+
+// Per-thread accumulators of a consumer warpgroup for one item: dK and dV of its 16 keys a
+// warp (64 x D over the warpgroup, the mma.sync fragment layout of wgmma.cuh).
+template <int D>
+struct BwdAccum {
+  float dk[D / 8][4], dv[D / 8][4];
+};
+
+// One consumer warpgroup (index cw, keys 64 cw .. 64 cw + 63 of the tile) over the steps of
+// item b. first_dq: no dQ tile written yet by this CTA (the first needs no release).
+template <class T, class M>
+__device__ void bwd_consume(const Problem& p, const BwdItem& b, const M& mod0, const BwdSmem<T>& sm,
+                            int cw, PipeState<1>& kv, PipeState<T::kStages>& st, bool& first_dq,
+                            BwdAccum<T::kD>& acc) {
+  constexpr int D = T::kD, KD = D / 16, ND = D / 8, BM = T::kBlockM;
+  constexpr int NH = BM / 16, KH = BM / 32;  // per half: 8-query chunks, 16-query k steps
+  constexpr int NDQ = ND / T::kConsumers;    // 8-column chunks of dQ this warpgroup computes
+  static_assert(NDQ * 8 == 64, "a warpgroup's dQ columns are one 64-column half of K");
+  const int lw = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int warp = cw * 4 + lw;  // consumer warp: keys 16 warp .. of the tile
+#pragma unroll
+  for (int n = 0; n < ND; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc.dk[n][e] = acc.dv[n][e] = 0.f;
+  if (b.n_steps == 0) return;
+  const int jr[2] = {b.j0 + warp * 16 + g, b.j0 + warp * 16 + g + 8};  // this thread's keys
+  auto release = [&](uint32_t bar) {
+    if (lane == 0) mbar_arrive(bar);
+  };
+  typename GradAccOf<M>::type pg{};
+  mbar_wait(sm.kv_full(), kv.phase);
+  for (int s = 0; s < b.n_steps; ++s) {
+    const int h = b.head(s), q0 = b.q0(s, BM), buf = st.stage;
+    M mod = mod0;
+    mod.bind(h, b.tile.doc);
+    const uint32_t q_s = sm.q(buf), do_s = sm.dout(buf), ds_s = sm.ds(buf);
+    const bool full = bwd::step_full<BM>(p, b.doc, q0, b.j0, T::kBlockN);
+    mbar_wait(sm.step_full(buf), st.phase);
+    float st_[2][NH][4], dpt[2][NH][4];
+    wg_fence();
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+#pragma unroll
+      for (int kd = 0; kd < KD; ++kd)
+        wgmma_ss<0>(st_[hf], desc_k_major(sm.k(), T::kBlockN, kd, cw * 64),
+                    desc_k_major(q_s, BM, kd, hf * BM / 2), kd);
+#pragma unroll
+      for (int kd = 0; kd < KD; ++kd)
+        wgmma_ss<0>(dpt[hf], desc_k_major(sm.v(), T::kBlockN, kd, cw * 64),
+                    desc_k_major(do_s, BM, kd, hf * BM / 2), kd);
+      wg_commit();
+    }
+    uint32_t ap[2][KH][4], as[2][KH][4];
+    // The thread's dS^T values (keys 16 warp + g (+ 8), queries c .. c + 1) into the shared
+    // tile (keys x queries, 128 bytes a key).
+    auto store_ds = [&](int kk, int hf, const uint32_t(&a)[4]) {
+      const int c = hf * (BM / 2) + kk * 16, kr = warp * 16 + g;
+      const uint32_t at = 4 * t4;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_addr<BM>(ds_s, kr, c >> 3) + at),
+                   "r"(a[0]));
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_addr<BM>(ds_s, kr + 8, c >> 3) + at),
+                   "r"(a[1]));
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_addr<BM>(ds_s, kr, (c >> 3) + 1) + at),
+                   "r"(a[2]));
+      asm volatile(
+          "st.shared.b32 [%0], %1;\n" ::"r"(tile_addr<BM>(ds_s, kr + 8, (c >> 3) + 1) + at),
+          "r"(a[3]));
+    };
+    float dq[NDQ][4];
+    // dQ (BM queries x this warpgroup's 64 columns) = dS K over the tile's keys: A is dS^T
+    // read M-major, B the K tile's half cw read N-major.
+    auto dq_product = [&] {
+      fence_proxy_async();
+      named_sync(T::kDsBarrier, T::kConsumerThreads);  // every warp's rows of dS^T written
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < T::kBlockN / 16; ++kk)
+        wgmma_ss<1, 1>(dq, sw128_desc(ds_s + kk * 2048, 1024, 1024),
+                       desc_mn_major(sm.k() + cw * T::kBlockN * 128, T::kBlockN, kk), kk);
+      wg_commit();
+    };
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float2 l2[NH], dl2[NH];
+      bwd::load_lse_delta(l2, dl2, sm.lse_rows(buf), sm.delta_rows(buf), hf * (BM / 2), t4);
+      wg_wait<1>();  // this half's S^T, dP^T done (the other group may still run)
+      wg_hold(st_[hf]);
+      wg_hold(dpt[hf]);
+      bwd::p_ds<BM>(p, b.doc, b.tile, mod, full, q0, hf * (BM / 2), t4, jr, st_[hf], dpt[hf], l2,
+                    dl2, pg);
+#pragma unroll
+      for (int kk = 0; kk < KH; ++kk) {
+        c_to_a(ap[hf][kk], st_[hf][2 * kk], st_[hf][2 * kk + 1]);
+        c_to_a(as[hf][kk], dpt[hf][2 * kk], dpt[hf][2 * kk + 1]);
+        store_ds(kk, hf, as[hf][kk]);
+      }
+      if (hf == 1) dq_product();  // ahead of the second half's dV, dK products
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < KH; ++kk)
+        wgmma_rs<1>(acc.dv, ap[hf][kk], desc_mn_major(do_s, BM, hf * KH + kk));
+#pragma unroll
+      for (int kk = 0; kk < KH; ++kk)
+        wgmma_rs<1>(acc.dk, as[hf][kk], desc_mn_major(q_s, BM, hf * KH + kk));
+      wg_commit();
+    }
+    wg_wait<1>();  // dQ's product done; the second half's dV, dK products may run on
+    wg_hold(dq);
+    // dQ into the shared f32 tile (box = 32 columns), once the dQ warp's TMA has read the
+    // previous step's.
+    if (!first_dq) named_sync(T::kDqEmpty, T::kDqThreads);
+    first_dq = false;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = lw * 16 + g + 8 * r;
+#pragma unroll
+      for (int n = 0; n < NDQ; ++n) {
+        const int col = cw * 64 + n * 8 + 2 * t4;
+        const uint32_t at = sm.dq() + (col >> 5) * T::kDqBoxBytes + row * 128 +
+                            ((((col & 31) >> 2) ^ (row & 7)) << 4) + (t4 & 1) * 8;
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(dq[n][2 * r]),
+                     "f"(dq[n][2 * r + 1])
+                     : "memory");
+      }
+    }
+    fence_proxy_async();
+    named_arrive(T::kDqFull, T::kDqThreads);
+    wg_wait<0>();
+    wg_hold(acc.dv);
+    wg_hold(acc.dk);
+    release(sm.step_empty(buf));
+    st.advance();
+  }
+  release(sm.kv_empty());
+  kv.advance();
+}
+
+// dK (scaled) and dV of the warpgroup's keys that lie in the document, as bf16 rows of
+// dkv_heads heads.
+template <int D>
+__device__ __forceinline__ void bwd_store_dkv(const Problem& p, const BwdItem& b, int cw,
+                                              const BwdAccum<D>& acc, bf16* dk, bf16* dv,
+                                              int dkv_heads) {
+  const int warp = cw * 4 + ((threadIdx.x >> 5) & 3), lane = threadIdx.x & 31, g = lane >> 2,
+            t4 = lane & 3;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = warp * 16 + g + 8 * r;
+    if (row >= b.nk) continue;
+    const int64_t off = ((b.doc.k_offset + b.j0 + row) * dkv_heads + b.kh) * D;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      *reinterpret_cast<uint32_t*>(dk + off + n * 8 + 2 * t4) =
+          pack_bf16(acc.dk[n][2 * r] * p.scale, acc.dk[n][2 * r + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(dv + off + n * 8 + 2 * t4) =
+          pack_bf16(acc.dv[n][2 * r], acc.dv[n][2 * r + 1]);
+    }
+  }
+}
+
+}  // namespace driftless::layers::gpu::fast::sm90

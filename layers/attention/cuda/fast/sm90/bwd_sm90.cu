@@ -1,0 +1,59 @@
+// The sm_90a dK/dV kernel of the atomic-dQ backward (FlashAttention-3's backward dataflow): a
+// persistent kernel, one CTA per SM, whose producer warp streams K, V and each query step's
+// Q, dO, lse and delta into mbarrier-guarded buffers, while two consumer warpgroups run the
+// products on wgmma and a dQ warp adds each step's dQ to the f32 sums by TMA reductions
+// (bwd_mainloop.cuh). Items come from k_tiles_by_head's schedule (tile_scheduler.cuh);
+// constants are in bwd_traits.cuh.
+#include "layers/attention/cuda/fast/sm90/bwd_sm90.h"
+
+#include <algorithm>
+
+#include "engine/core/cuda/check.h"
+#include "engine/core/cuda/launch.cuh"
+#include "engine/core/env.h"
+#include "layers/attention/cuda/fast/sm90/bwd_kernel.cuh"
+#include "layers/attention/cuda/fast/sm90/tensor_maps.h"
+
+namespace driftless::layers::gpu::fast::sm90 {
+
+bool dkv_atomic_runs(int64_t head_dim) {
+  static const bool on = env_value("DRIFTLESS_ATTN_BWD_SM90") == "1";
+  return on && head_dim == 128;
+}
+
+template <class M>
+void dkv_atomic(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, const void* dout,
+                const float* lse, const float* delta, void* dk, void* dv, int dkv_heads,
+                float* dq_acc) {
+  using T = BwdTraits<128>;
+  DL_CHECK(p.head_dim == T::kD, "attention", "the sm_90a dK/dV kernel takes head dim 128");
+  if (n_tiles == 0) return;
+  BwdMaps maps;
+  encode_rows_map(maps.q, p.q, p.t_q, p.heads, p.q_row_heads, T::kD, T::kBlockM);
+  encode_rows_map(maps.dout, dout, p.t_q, p.heads, p.heads, T::kD, T::kBlockM);
+  encode_rows_map(maps.k, p.k, p.t_k, p.kv_heads, p.k_row_heads, T::kD, T::kBlockN);
+  encode_rows_map(maps.v, p.v, p.t_k, p.kv_heads, p.v_row_heads, T::kD, T::kBlockN);
+  encode_f32_rows_map(maps.dq, dq_acc, p.t_q, p.heads, T::kD, T::kBlockM);
+  auto kernel = dkv_dq_kernel<T, M>;
+  static bool configured = false;
+  if (!configured) {
+    DL_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem));
+    configured = true;
+  }
+  const unsigned grid = unsigned(std::min(n_tiles, sm_count()));
+  cuda::launch(kernel, grid, unsigned(T::kThreads), size_t(T::kSmem), maps, p, mod, tiles, n_tiles,
+               static_cast<const bf16*>(dout), lse, delta, static_cast<bf16*>(dk),
+               static_cast<bf16*>(dv), dkv_heads);
+  DL_CUDA_LAUNCH_CHECK();
+}
+
+#define DL_DKV_ATOMIC(M)                                                                        \
+  template void dkv_atomic<M>(const Problem&, const M&, const Tile*, int, const void*,          \
+                              const float*, const float*, void*, void*, int, float*);
+DL_DKV_ATOMIC(ModNone)
+DL_DKV_ATOMIC(ModSoftcap)
+DL_DKV_ATOMIC(ModAlibi)
+#undef DL_DKV_ATOMIC
+
+}  // namespace driftless::layers::gpu::fast::sm90

@@ -1,0 +1,22 @@
+// The sm_90a dK/dV pass of the atomic-dQ attention backward (bwd_sm90.cu), which
+// fast_backward.cu runs in place of fast_dkv.cuh's kernel where it applies.
+#pragma once
+#include "layers/attention/cuda/fast/fast_attention.h"
+
+namespace driftless::layers::gpu::fast::sm90 {
+
+// True where the sm_90a dK/dV kernel takes the atomic-dQ pass: head dim 128 and
+// DRIFTLESS_ATTN_BWD_SM90=1 (read once). Off by default: measured slower than fast_dkv.cuh's
+// two-warpgroup kernel (BENCHMARKS.md, the warp-specialised dK/dV kernel), it is the
+// development path of the FlashAttention-3 backward, switched on to test and time it. Its
+// key tiles are kBwdBlockK x 2 = 128 keys, as fast_dkv.cuh's two-warpgroup kernel's.
+bool dkv_atomic_runs(int64_t head_dim);
+
+// dk, dv (rows of dkv_heads heads) and the f32 sums dq_acc (T_q, H, D; zeroed, added to) of
+// the built-in modifier M over the key tiles (k_tiles_by_head's, 128 keys, on the device).
+template <class M>
+void dkv_atomic(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, const void* dout,
+                const float* lse, const float* delta, void* dk, void* dv, int dkv_heads,
+                float* dq_acc);
+
+}  // namespace driftless::layers::gpu::fast::sm90
