@@ -40,6 +40,17 @@ size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
+// s is analysed as may be -inf (or not), and its functor, with literals as members (the kernel
+// cache's) or in the code, has the guard in value_log2 and value (or nowhere).
+void expect_guard(const char* s, bool guarded) {
+  const auto p = score(s);
+  EXPECT_EQ(may_be_minus_inf(*p), guarded)
+      << s << ": [" << value_range(*p).lo << ", " << value_range(*p).hi << "]";
+  const size_t want = guarded ? 2 : 0;
+  EXPECT_EQ(count(p->functor_text, kGuard), want) << s;
+  EXPECT_EQ(count(emit_cuda(*p, "DlFunctor", false), kGuard), want) << s;
+}
+
 // The built-ins and other expressions whose value is finite for finite moderate inputs (or
 // only NaN or +inf, which already reach the row as NaN) get no guard.
 TEST(ScoreExprRange, BoundedExpressionsAreNotGuarded) {
@@ -64,13 +75,7 @@ TEST(ScoreExprRange, BoundedExpressionsAreNotGuarded) {
       "-(1.0 * q * q * q)",
       "pow(score, 2) - 3 * sigmoid(score)",
   };
-  for (const char* s : bounded) {
-    const auto p = score(s);
-    EXPECT_FALSE(may_be_minus_inf(*p))
-        << s << ": [" << value_range(*p).lo << ", " << value_range(*p).hi << "]";
-    EXPECT_EQ(count(p->functor_text, kGuard), 0u) << s;
-    EXPECT_EQ(count(emit_cuda(*p, "DlFunctor", false), kGuard), 0u) << s;
-  }
+  for (const char* s : bounded) expect_guard(s, false);
   // The softcap's range is its cap's; ALiBi's is bounded by the slope and the distance.
   const RealRange softcap = value_range(*score("30 * tanh(score / 30)"));
   EXPECT_GE(softcap.lo, -30.0);
@@ -101,13 +106,7 @@ TEST(ScoreExprRange, ExpressionsThatMayBeMinusInfinityAreGuarded) {
       // The emitter folds 3e38 * 1e-38 into one float, which overflows: the chain is unknown.
       "(-1.0 / (q + 1e30)) * 3e38 * 1e-38",
   };
-  for (const char* s : unbounded) {
-    const auto p = score(s);
-    EXPECT_TRUE(may_be_minus_inf(*p))
-        << s << ": [" << value_range(*p).lo << ", " << value_range(*p).hi << "]";
-    EXPECT_EQ(count(p->functor_text, kGuard), 2u) << s;  // value_log2 and value
-    EXPECT_EQ(count(emit_cuda(*p, "DlFunctor", false), kGuard), 2u) << s;
-  }
+  for (const char* s : unbounded) expect_guard(s, true);
 }
 
 // The guard depends on a literal's value, which the kernel cache passes as a kernel argument:
