@@ -161,6 +161,63 @@ TEST(AttentionExprCuda, MasksMatchTheCpuWithinTwiceTheBf16Error) {
   }
 }
 
+// A score of -inf on a pair the masks show makes its row NaN on the GPU, as on the CPU
+// (ScoreExprAttention.NonFiniteScoresMakeTheirRowsNaNNotHidden): the functor of an expression
+// that may be -inf returns NaN there (expr::may_be_minus_inf), so the pair is never weighed 0
+// as a hidden one. out is NaN on the rows where the CPU's is, and only there; the lse of those
+// rows is not finite. A -inf on pairs the masks hide (causal masking, a mask_mod) changes
+// nothing: those calls match the CPU within twice the bf16 error, gradients included.
+TEST(AttentionExprCuda, MinusInfinityOnShownPairsMakesTheirRowsNaNAsOnTheCpu) {
+  DL_REQUIRE_GPU();
+  uint64_t seed = testing::fresh_seed("attention expr minus inf");
+  struct Shown {
+    const char *name, *score;
+  };
+  // -inf on the diagonal (every causal row sees it), and on one pair: (q 5, k 0) of each document.
+  for (const Shown& s : {Shown{"diagonal", "score + log(q - k + 0.0)"},
+                         Shown{"one_pair", "score + log(abs(q - 5) + k + 0.0)"}})
+    for (int64_t d : {64, 128})
+      for (bool causal : {true, false}) {
+        Case c{std::string(s.name) + "_d" + std::to_string(d) + (causal ? "" : "_full"),
+               {{7, 7}, {65, 65}, {130, 130, 3, 3}},
+               kHeads,
+               kKvHeads,
+               d,
+               causal};
+        c.expression = s.score;
+        SCOPED_TRACE(c.name);
+        const Problem p = make(c, seed += 10);
+        const Result cpu = run(p, DType::f64, Device::cpu);
+        const Result gpu = run(p, DType::bf16, Device::cuda);
+        const std::vector<double> oc = cpu.t[0].to(Device::cpu, DType::f64).to_vector<double>();
+        const std::vector<double> og = gpu.t[0].to(Device::cpu, DType::f64).to_vector<double>();
+        const std::vector<double> lc = cpu.t[1].to(Device::cpu, DType::f64).to_vector<double>();
+        const std::vector<double> lg = gpu.t[1].to(Device::cpu, DType::f64).to_vector<double>();
+        ASSERT_EQ(oc.size(), og.size());
+        ASSERT_EQ(lc.size(), lg.size());
+        int64_t nan_rows = 0, out_differ = 0, lse_differ = 0;
+        for (size_t i = 0; i < oc.size(); ++i)
+          out_differ += std::isnan(oc[i]) != std::isnan(og[i]) ? 1 : 0;
+        for (size_t i = 0; i < lc.size(); ++i) {
+          nan_rows += std::isnan(lc[i]) ? 1 : 0;
+          lse_differ += std::isnan(lc[i]) == std::isfinite(lg[i]) ? 1 : 0;
+        }
+        EXPECT_GT(nan_rows, 0) << "the CPU made no row NaN";
+        EXPECT_EQ(out_differ, 0) << "of " << oc.size() << " outputs, " << out_differ
+                                 << " are NaN on one device only";
+        EXPECT_EQ(lse_differ, 0) << "of " << lc.size() << " lse, " << lse_differ
+                                 << " are finite on one device only";
+      }
+  // -inf where causal masking hides the pair (k > q), and where a mask_mod hides it (k = q - 1).
+  Expr hidden_by_causal{"minus_inf_causal_hidden", "score + log(where(k > q, 0.0, 1.0))", {}, true};
+  for (const Case& c : cases(hidden_by_causal)) expect_matches_cpu(c, seed += 10);
+  Expr hidden_by_mask{"minus_inf_mask_hidden", "score + log(abs(q - k - 1) + 0.0)", {}};
+  for (Case c : cases(hidden_by_mask)) {
+    c.mask = "q - k != 1";
+    expect_matches_cpu(c, seed += 10);
+  }
+}
+
 // What the kernels do not take is refused before any work, naming what they take: a mask on
 // f32 tensors, or at head dim 96.
 TEST(AttentionExprCuda, MasksOutsideTheFastKernelsFailClearly) {

@@ -282,6 +282,10 @@ TEST(AttentionJit, KeysDifferExactlyWhenTheKernelDiffers) {
   add(key(kSoftcap, Pass::backward_atomic, 64, true, "sm_90a"), "atomic backward");
   add(key(kAlibi, Pass::forward, 64, true, "sm_90a"), "another expression");
   add(key(kT5, Pass::forward, 64, true, "sm_90a"), "a table expression");
+  // A constant that lets the value reach -inf gives the functor its guard
+  // (expr::may_be_minus_inf): another kernel than the same structure's without it.
+  add(key("score - exp(q * 1e-9)", Pass::forward, 64, true, "sm_90a"), "an unguarded expression");
+  add(key("score - exp(q * 0.1)", Pass::forward, 64, true, "sm_90a"), "the -inf guard");
   // The same expression with a learnable table: another functor (its param_grad) and, in the
   // backward, another dK/dV kernel.
   for (Pass pass : {Pass::forward, Pass::backward, Pass::backward_atomic}) {

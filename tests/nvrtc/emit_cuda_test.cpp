@@ -52,7 +52,9 @@ std::string with_kernel(const std::string& functor, const std::string& name, boo
     k += "  out[i] = m.visible(0, i % 4, i, i / 2) ? 1.f : 0.f;\n";
   else
     k += "  out[i] = m.value(out[i], 0, i % 4, i, i / 2) + m.derivative(out[i], 0, i % 4, i, 3);\n"
-         "  " + name + "::Bound bd;\n  m.bind_into(bd, i % 4);\n"
+         "  " +
+         name +
+         "::Bound bd;\n  m.bind_into(bd, i % 4);\n"
          "  out[i] += m.value_log2(out[i], 0.125f, 0, i % 4, i, i / 2, &bd) +\n"
          "            m.derivative_dot(out[i], 0.125f, 0, i % 4, i, 3, &bd);\n";
   if (params)
@@ -77,6 +79,8 @@ TEST(EmitCuda, EmittedFunctorsCompileWithNvrtc) {
       "where(q - k > 3 && h != 2, sqrt(1 + pow(score, 2)) / sigmoid(score), min(exp(score), "
       "max(-score, 1.5)))",
       "clamp(score, -5, 5) + floor(q / 3.0) - ceil(k / 2.0) + round(0.5 * h)",
+      // Values that may be -inf: returned NaN there (expr::may_be_minus_inf)
+      "score + log(q - k + 0.0)", "log(sigmoid(score)) - exp(temp * score)",
       // int() saturated to 32 bits (dl_index) in 32-bit and in 64-bit integer arithmetic
       "score + bias[h, clamp(int(q * 0.5), 0, 15)] + (int(k * 1e10) - 7) * (q - k) * 1e-9"};
   for (const char* s : scores)

@@ -345,6 +345,19 @@ Folded folded(const Program& p, bool members) {
   return f;
 }
 
+// The return of a score's value: a value that may be -inf (may_be_minus_inf) is returned NaN
+// where it is -inf, which the kernels carry into the row (and the loss) instead of weighing the
+// pair 0 as a hidden one. Any other returns as it is: a select on every expression slowed the
+// forward and took the built-ins' bits from the built-ins written as expressions (measured,
+// BENCHMARKS.md "A -inf expression score made NaN in the GPU kernels"). -inf is a constant
+// expression (rtc_std.h INFINITY); NVRTC has no __builtin_nanf, and its __int_as_float of a
+// constant is a constant operand of the select in the PTX.
+std::string returned(const std::string& value, bool guard) {
+  if (!guard) return "    return " + value + ";\n";
+  return "    const float v = " + value + ";\n" +
+         "    return v == -(1e38f * 1e38f) ? __int_as_float(0x7fc00000) : v;  // -inf is NaN\n";
+}
+
 // The learnable table ordinal (grad_tables' index) of each declared parameter, -1 if fixed.
 std::vector<int> grad_table_of(const Program& p) {
   std::vector<int> out(p.params.size(), -1);
@@ -453,6 +466,7 @@ std::string emit_cuda(const Program& p, const std::string& name, bool constants_
   // Bound: the head-only table reads, filled once per head by bind_into; value and
   // derivative read them from bd when given, from the tables otherwise.
   const Folded f = folded(p, constants_as_members);
+  const bool guard = may_be_minus_inf(p);
   if (!f.folds.empty())
     o << "  float f[" << f.folds.size() << "];  // folded constants (host: folded_constants)\n";
   o << "  struct Bound { float v[" << bound_slots(p) << "]; };\n"
@@ -469,14 +483,14 @@ std::string emit_cuda(const Program& p, const std::string& name, bool constants_
     << "  __device__ float value_log2(float dot, float scale, int b, int h, int q_idx, int k_idx,\n"
     << "                              const Bound* bd) const {\n"
     << locals << "    const float score = dot * scale; (void)score;\n"
-    << "    return " << f.value << ";\n  }\n"
+    << returned(f.value, guard) << "  }\n"
     << "  __device__ float derivative_dot(float dot, float scale, int b, int h, int q_idx,\n"
     << "                                  int k_idx, const Bound* bd) const {\n"
     << locals << "    const float score = dot * scale; (void)score;\n"
     << "    return " << f.derivative << ";\n  }\n"
     << "  __device__ float value(float score, int b, int h, int q_idx, int k_idx,\n"
     << "                         const Bound* bd = nullptr) const {\n"
-    << locals << "    return " << em.e(*p.root) << ";\n  }\n"
+    << locals << returned(em.e(*p.root), guard) << "  }\n"
     << "  __device__ float derivative(float score, int b, int h, int q_idx, int k_idx,\n"
     << "                              const Bound* bd = nullptr) const {\n"
     << locals << "    return " << em.e(*p.d_score) << ";\n  }\n";

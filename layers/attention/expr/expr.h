@@ -179,6 +179,25 @@ struct PairBox {
 // the tiles a mask hides whole (layers/attention/cuda/attention_cuda.cpp).
 MaskCover mask_cover(const Program& mask, const PairBox& box);
 
+// Where the CUDA kernels' float value of a score expression lies over every pair, as interval
+// arithmetic proves it (value_range.cpp): lo and hi in the extended reals (an infinite bound:
+// the value may be that infinity), nan: it may be NaN. It takes |score| and every table entry
+// to be at most kModerate (tables are kernel arguments: any value of a fixed or learnable
+// table runs in the same kernel), positions to be in their proven integer ranges, and the
+// softmax scale to be in [2^-8, 2^8]; a float result past 2^116 in magnitude may be infinite,
+// and one within 2^-100 of zero may be zero.
+constexpr double kModerate = 0x1p48;
+struct RealRange {
+  double lo = 0, hi = 0;
+  bool nan = false;
+};
+RealRange value_range(const Program& p);
+// True when the score expression's value in the kernels (value_log2) may be -inf on a pair:
+// its emitted functor then makes -inf NaN (emit_cuda), so that a -inf on a pair the masks
+// show makes its row NaN, as on the CPU, rather than weighing 0 as a hidden pair. False for
+// a mask.
+bool may_be_minus_inf(const Program& p);
+
 // CUDA source of a device functor with the score_mod.h interface for T = float, named
 // `name`: value, derivative, param_count, param_grad (and visible(b, h, q, k) for a mask).
 // constants_as_members: literals read from a member array `c` (the kernel cache's form)
