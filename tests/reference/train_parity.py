@@ -204,8 +204,9 @@ def document_mask(docs):
     return ((docs[:, :, None] == docs[:, None, :]) & (i[None, None, :] <= i[:, None]))[:, None]
 
 
-# The flex_attention that Attention calls (set in main): torch.compile's when the model runs
-# eager, the plain function inside a compiled model (which compiles it with the rest).
+# The flex_attention that Attention calls, compiled (set in main). Inside a compiled model
+# dynamo inlines it; a graph break there would still leave it compiled (flex_attention run
+# eager materialises every score).
 FLEX = [None]
 
 
@@ -372,8 +373,8 @@ def main():
 
     attention = args.attention
     if attention == "auto":
-        try:
-            import torch.nn.attention.flex_attention  # noqa: F401
+        try:  # (a plain `import torch.nn...` here would make `torch` local to main)
+            from torch.nn.attention.flex_attention import create_block_mask  # noqa: F401
             attention = "flex" if device.type == "cuda" else "dense"
         except ImportError:
             attention = "dense"
@@ -385,7 +386,7 @@ def main():
     if attention == "flex":
         from torch.nn.attention.flex_attention import flex_attention
 
-        FLEX[0] = flex_attention if compile_model else torch.compile(flex_attention, dynamic=False)
+        FLEX[0] = torch.compile(flex_attention, dynamic=False)
 
     weights, _ = read_tensors(args.init)
     model = Gpt2(m).to(dtype)
