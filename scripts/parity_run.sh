@@ -1,33 +1,46 @@
 #!/usr/bin/env bash
-# The parity run of docs/parity.md in one invocation: driftless trains GPT-2 124M in bf16
+# The parity run of docs/parity.md: driftless trains GPT-2 124M in bf16
 # (configs/runs/parity_124m.yaml) and PyTorch trains the same model from driftless's step-0
-# weights on the same batches (tests/reference/train_parity.py) in bf16 autocast and, for the
-# noise band, in fp32 with TF32 off; then the verdict (tests/reference/parity_compare.py), the
-# plot of the curves (`driftless plot`) and the tensor-by-tensor drift report at step 0
-# (`driftless report` against torch bf16, each tensor's band its torch bf16-vs-fp32 distance).
+# weights on the same batches (tests/reference/train_parity.py) in bf16 autocast, both at once on
+# one GPU; the verdict (tests/reference/parity_compare.py) measures driftless's distance from
+# torch bf16 against the noise band, torch bf16's distance from torch fp32 (TF32 off), whose
+# curve is a recorded input (tests/reference/parity_band.py); then the plot of the curves
+# (`driftless plot`) and, with PARTS=report, the tensor-by-tensor drift report at step 0.
 #
-# Time: the fp32 run is the slowest by far (fp32 units, not tensor cores: about
-# 6 x 124M x 16384 x 2000 = 2.4e16 FLOP plus attention, 10 minutes or more on an H200 alone,
-# against about a minute for driftless and three for torch bf16 eager with a document mask).
-# All three start together on the one GPU, so the fp32 run also takes what the others leave
-# idle; it stops at the deadline, BUDGET seconds after the start, keeping its model and
-# optimizer in PARITY_DIR, and `PARTS=fp32` in a later invocation continues it (the verdict
-# is given again each time, over the windows the band has reached).
+# PARTS (default curve; SMOKE: "fp32 curve"), any of:
+#   fp32    record the band: torch fp32 from the step-0 weights, stopped at the deadline (BUDGET
+#           seconds after the start) with its model and optimizer kept in PARITY_DIR, continued
+#           by the next PARTS=fp32 invocation; each invocation writes the band file BAND (the
+#           losses so far, marked complete once the last step is reached). Nothing to do when a
+#           complete band for these inputs is already there.
+#   curve   driftless and torch bf16 side by side, then the verdict against the recorded band.
+#           The band is looked for in BAND, then in tests/reference/parity_band/: the first
+#           complete one whose fingerprint (the config's model, optimizer, batch and training
+#           length, the step-0 weights, the batches) is this run's. None: the curves are kept
+#           but there is no verdict (exit status 3).
+#   report  the drift report at step 0 on REPORT_SEQS sequences, driftless against torch bf16
+#           with torch fp32 as each tensor's band.
 #
-#   scripts/parity_run.sh                       # GPU: the three curves and the verdict
-#   PARTS="fp32 report" scripts/parity_run.sh   # GPU: continue the band; the drift report
-#   SMOKE=1 BUILD=build scripts/parity_run.sh   # CPU: 2-layer model, 20 steps, same plumbing
+#   PARTS=fp32 scripts/parity_run.sh            # GPU: record the band (again until complete)
+#   scripts/parity_run.sh                       # GPU: the two curves and the verdict
+#   PARTS=report scripts/parity_run.sh          # GPU: the drift report at step 0
+#   SMOKE=1 BUILD=build scripts/parity_run.sh   # CPU: 2-layer model, 20 steps, band and curve
 #
 # Environment: BUILD (default build-gpu; apps/driftless must be built), PARITY_DIR (work
-# folder, default $BUILD/parity: checkpoints, batches, run directories), RESULTS (where the
-# small results are copied at the end: tables, plots, logs, metrics; default none), CONFIG
-# (default configs/runs/parity_124m.yaml), DATA (a folder of prepare's train.* and
-# validation.*, default the config's: the fortunes), SET (more `--set key=value` for both sides),
-# STEPS, WINDOW (steps in a window of the verdict, default 100; 10 with SMOKE), BUDGET
-# (seconds, default 470), PARTS (curve, fp32, report; default curve), REPORT_SEQS (sequences
-# of the report's step, default 2), PYTHON (default python3, with torch). Data:
-# scripts/prepare_parity_data.sh.
-# Exit status: parity_compare.py's (0 pass, 1 fail, 2 pass so far with the band incomplete).
+# folder, default $BUILD/parity: checkpoints, batches, run directories, the fp32 run's state,
+# the inductor cache), BAND (the band file, default $PARITY_DIR/parity_band.json), RESULTS
+# (where the small results are copied at the end: tables, plots, logs, metrics, the band;
+# default none), CONFIG (default configs/runs/parity_124m.yaml), DATA (a folder of prepare's
+# train.* and validation.*, default the config's: the fortunes), SET (more `--set key=value`
+# for both sides), STEPS, WINDOW (steps in a window of the verdict, default 100; 10 with SMOKE),
+# BUDGET (seconds, default 470: the fp32 run's deadline, less RESERVE, default 20), PARTS,
+# REPORT_SEQS (sequences of the report's step, default 2), ATTENTION (the PyTorch side's
+# attention: auto, flex or dense; auto is FlexAttention on CUDA), COMPILE_MODEL (auto, on, off:
+# torch.compile of the PyTorch model; auto compiles it with flex), PYTHON (default python3, with
+# torch). Data: scripts/prepare_parity_data.sh.
+# Exit status: 0 pass (curve) or the band complete (fp32 alone); 1 a criterion failed or a side
+# failed; 2 the band is still incomplete after PARTS=fp32 (run it again); 3 curve refused: no
+# complete recorded band fits this run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
@@ -36,17 +49,21 @@ dl="$build/apps/driftless"
 work=${PARITY_DIR:-$build/parity}
 python=${PYTHON:-python3}
 budget=${BUDGET:-470}
-parts=${PARTS:-curve}
 ref=tests/reference
 [ -x "$dl" ] || { echo "parity_run: no $dl (build it first)" >&2; exit 1; }
 mkdir -p "$work"
+band=${BAND:-$work/parity_band.json}
+# Compiled kernels (FlexAttention, the compiled model) kept for the next invocation.
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$(realpath "$work")/inductor}
 # A side that fails ends the invocation: the runs still going in the background end with it.
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 
 sets=()
 device=cuda
+parts=${PARTS:-curve}
 if [ -n "${SMOKE:-}" ]; then
   device=cpu
+  parts=${PARTS:-fp32 curve}
   sets+=(--set model.n_layer=2 --set model.n_head=4 --set model.n_embd=64
          --set model.n_positions=256 --set batch.sequences=2 --set batch.sequence_length=64
          --set training.steps=20 --set training.eval_interval=10 --set training.eval_batches=1
@@ -62,8 +79,27 @@ for s in ${SET:-}; do sets+=(--set "$s"); done
 # get KEY SECTION: a scalar of the resolved config (two-level YAML of `driftless config`).
 get() { awk -v sec="$1:" -v key="$2:" '/^[^ ]/{s=$1} s==sec && $1==key {print $2}' "$work/run.yaml"; }
 elapsed() { echo $(( $(date +%s) - t0 )); }
+# rate DIR: the tokens/s of a run directory (the summary of train_parity.py, else the last
+# metrics line that has one).
+rate() {
+  "$python" - "$1" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+s = os.path.join(d, "parity_run.json")
+if os.path.exists(s):
+    r = json.load(open(s))
+    print(f"{r['tokens_per_second']:.0f} tokens/s", end="")
+    if r.get("steady_tokens_per_second"):
+        print(f" ({r['steady_tokens_per_second']:.0f} after the first steps)", end="")
+    print(f", attention {r.get('attention')}, model {'compiled' if r.get('compiled_model') else 'eager'}")
+else:
+    rates = [json.loads(l).get("tokens_per_second") for l in open(os.path.join(d, "metrics.jsonl"))]
+    rates = [x for x in rates if x]
+    print(f"{rates[-1]:.0f} tokens/s" if rates else "no tokens/s recorded")
+PY
+}
 
-if [[ $parts == *curve* || ! -f "$work/init_checkpoint" ]]; then
+if [[ $parts == *curve* || $parts == *fp32* || ! -f "$work/init_checkpoint" ]]; then
   "$dl" config -c "${CONFIG:-configs/runs/parity_124m.yaml}" "${sets[@]}" >"$work/run.yaml"
   # Step-0 weights: one step at learning rate 0 leaves the seeded initialisation as it is.
   rm -rf "$work/init"
@@ -78,34 +114,58 @@ data=$(get data path)
 echo "== parity: $(get batch sequences) x $(get batch sequence_length) tokens, $steps steps," \
      "data $data, parts: $parts, work folder $work"
 common=(--config "$work/run.yaml" --init "$ckpt" --batches "$work/batches.safetensors"
-        --device "$device")
-# The fp32 run, the slowest, stops at the deadline; started first, it also takes the GPU
-# whenever the others leave it idle (starting up, checking data, evaluating).
-fp32_run() {
-  "$python" $ref/train_parity.py "${common[@]}" --precision fp32 \
-    --deadline $(( t0 + budget - ${RESERVE:-20} )) --state "$work/torch_fp32.state" "$@" \
-    --out "$work/torch_fp32" 2>&1 | grep -v Warning >>"$work/torch_fp32.log"
-}
-fp32_pid=""
-
-if [[ $parts == *curve* ]]; then
+        --device "$device" --attention "${ATTENTION:-auto}" --compile-model "${COMPILE_MODEL:-auto}")
+if [[ $parts == *curve* || $parts == *fp32* ]]; then
   "$dl" batch --config "$work/run.yaml" --export "$work/batches.safetensors" --steps "$steps" \
     --validation-batches "$(get training eval_batches)"
-  rm -rf "$work/driftless" "$work/torch_bf16" "$work/torch_fp32" "$work/torch_fp32.state" \
-    "$work/torch_fp32.log"
-  fp32_run &
-  fp32_pid=$!
+  # What the fp32 curve depends on: the config's model, optimizer, batch and training length,
+  # the step-0 weights and the batches.
+  fp=$("$python" $ref/parity_band.py fingerprint --config "$work/run.yaml" --init "$ckpt" \
+       --batches "$work/batches.safetensors" --out "$work/fingerprint.json")
+  echo "== inputs' fingerprint $fp"
+  # The curves without a band to judge them by would be spent: refused before they start.
+  if [[ $parts == *curve* && $parts != *fp32* ]] &&
+     ! "$python" $ref/parity_band.py check --fingerprint "$work/fingerprint.json" "$band"        $ref/parity_band >/dev/null; then
+    exit 3
+  fi
+fi
+
+# The band: torch fp32 (TF32 off), the slowest side, stops at the deadline and keeps its model
+# and optimizer for the next invocation; continued only from a state of the same inputs.
+fp32_pid=""
+if [[ $parts == *fp32* ]]; then
+  if "$python" $ref/parity_band.py check --fingerprint "$work/fingerprint.json" "$band" \
+       2>/dev/null; then
+    echo "== the band in $band is complete for these inputs: nothing to record"
+  else
+    resume=()
+    if [ -f "$work/torch_fp32.state" ] && [ -f "$work/torch_fp32.fingerprint" ] &&
+       [ "$(cat "$work/torch_fp32.fingerprint")" = "$fp" ]; then
+      resume=(--resume)
+      echo "== torch fp32: continuing the run kept in $work/torch_fp32.state"
+    else
+      rm -rf "$work/torch_fp32" "$work/torch_fp32.state" "$work/torch_fp32.log"
+      echo "$fp" >"$work/torch_fp32.fingerprint"
+    fi
+    "$python" $ref/train_parity.py "${common[@]}" --precision fp32 \
+      --deadline $(( t0 + budget - ${RESERVE:-20} )) --state "$work/torch_fp32.state" \
+      "${resume[@]}" --out "$work/torch_fp32" 2>&1 | grep -v Warning >>"$work/torch_fp32.log" &
+    fp32_pid=$!
+  fi
+fi
+
+if [[ $parts == *curve* ]]; then
+  rm -rf "$work/driftless" "$work/torch_bf16" "$work/band_fp32" "$work/parity.md" \
+    "$work/parity.json"
   "$dl" train -c "$work/run.yaml" --set "training.init_from=$ckpt" \
     --set "run.output_dir=$work/driftless" -q >"$work/driftless.log" 2>&1 &
   dl_pid=$!
   "$python" $ref/train_parity.py "${common[@]}" --data "$data" --precision bf16 \
     --out "$work/torch_bf16" 2>&1 | grep -v Warning | tee "$work/torch_bf16.log"
+  [ -s "$work/torch_bf16/parity_run.json" ] || { echo "parity_run: torch bf16 failed" >&2; exit 1; }
   wait "$dl_pid" || { tail -5 "$work/driftless.log"; exit 1; }
   grep "summary" "$work/driftless.log" || true
   echo "== driftless and torch bf16 done at $(elapsed) s"
-elif [[ $parts == *fp32* && -f "$work/torch_fp32.state" ]]; then
-  fp32_run --resume &
-  fp32_pid=$!
 fi
 
 if [[ $parts == *report* ]]; then
@@ -124,41 +184,60 @@ if [[ $parts == *report* ]]; then
   for p in bf16 fp32; do
     "$python" $ref/train_parity.py --config "$r/run.yaml" --init "$ckpt" \
       --batches "$r/batches.safetensors" --device "$device" --precision $p --log-steps 0 \
-      --out "$r/torch_$p" 2>&1 | grep -v Warning
+      --attention "${ATTENTION:-auto}" --out "$r/torch_$p" 2>&1 | grep -v Warning
   done
   "$dl" report "$r/torch_bf16" "$r/driftless" --band "$r/torch_fp32" --band-factor 1.5 \
     -o "$r/drift" | tee "$r/report.txt" || true
   echo "== report done at $(elapsed) s"
 fi
 
+status=0
 if [ -n "$fp32_pid" ]; then
   wait "$fp32_pid" || true
   tail -3 "$work/torch_fp32.log"
-  echo "== torch fp32 stopped at $(elapsed) s"
+  if [ ! -s "$work/torch_fp32/metrics.jsonl" ]; then
+    echo "parity_run: the fp32 run wrote no losses:" >&2
+    tail -20 "$work/torch_fp32.log" >&2
+    exit 1
+  fi
+  "$python" $ref/parity_band.py record --fingerprint "$work/fingerprint.json" \
+    --run "$work/torch_fp32" --out "$band"
+  echo "== torch fp32 stopped at $(elapsed) s: $(rate "$work/torch_fp32")"
+  if ! "$python" $ref/parity_band.py check --fingerprint "$work/fingerprint.json" "$band" \
+       >/dev/null 2>&1; then
+    echo "== the band is incomplete: PARTS=fp32 scripts/parity_run.sh continues it"
+    status=2
+  fi
 fi
 
-status=0
-if [ ! -s "$work/torch_fp32/metrics.jsonl" ]; then
-  echo "parity_run: the fp32 run wrote no losses:" >&2
-  tail -20 "$work/torch_fp32.log" >&2
-  exit 1
-fi
-if [ -f "$work/torch_bf16/metrics.jsonl" ]; then
-  "$python" $ref/parity_compare.py "$work/driftless" "$work/torch_bf16" "$work/torch_fp32" \
-    --window "${window:-${WINDOW:-100}}" --json "$work/parity.json" >"$work/parity.md" || status=$?
-  cat "$work/parity.md"
-  # torch bf16 first: the difference chart shows driftless - torch bf16 and the band,
-  # torch fp32 - torch bf16, side by side.
-  for f in parity.html parity.svg; do
-    "$dl" plot "$work/torch_bf16" "$work/driftless" "$work/torch_fp32" --difference \
-      -o "$work/$f" --title "driftless vs PyTorch: the parity run" >/dev/null
-  done
+if [[ $parts == *curve* ]]; then
+  echo "== driftless: $(rate "$work/driftless")"
+  echo "== torch bf16: $(rate "$work/torch_bf16")"
+  if "$python" $ref/parity_band.py check --fingerprint "$work/fingerprint.json" \
+       --extract "$work/band_fp32" "$band" $ref/parity_band; then
+    status=0
+    "$python" $ref/parity_compare.py "$work/driftless" "$work/torch_bf16" "$work/band_fp32" \
+      --window "${window:-${WINDOW:-100}}" --json "$work/parity.json" >"$work/parity.md" \
+      || status=$?
+    cat "$work/parity.md"
+    # torch bf16 first: the difference chart shows driftless - torch bf16 and the band,
+    # torch fp32 - torch bf16, side by side.
+    for f in parity.html parity.svg; do
+      "$dl" plot "$work/torch_bf16" "$work/driftless" "$work/band_fp32" --difference \
+        -o "$work/$f" --title "driftless vs PyTorch: the parity run" >/dev/null
+    done
+  else
+    status=3
+    echo "parity_run: no verdict: the curves are in $work/driftless and $work/torch_bf16" >&2
+  fi
 fi
 if [ -n "${RESULTS:-}" ]; then
   mkdir -p "$RESULTS"
   (cd "$work" && find . \( -name '*.md' -o -name '*.json' -o -name '*.html' -o -name '*.svg' \
      -o -name '*.log' -o -name '*.txt' -o -name 'metrics.jsonl' -o -name '*.yaml' \) \
-     -not -path './report/*/step_*' -size -20M -print0 | xargs -0 -I{} cp --parents {} "$RESULTS/")
+     -not -path './report/*/step_*' -not -path './inductor/*' -size -20M -print0 |
+     xargs -0 -I{} cp --parents {} "$RESULTS/")
+  if [ -f "$band" ]; then cp "$band" "$RESULTS/"; fi
 fi
 echo "== parity_run: done in $(elapsed) s (status $status)"
 exit $status

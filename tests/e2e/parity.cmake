@@ -14,3 +14,7 @@ set_tests_properties(e2e_parity_report PROPERTIES LABELS "e2e;reference" TIMEOUT
 add_test(NAME reference_parity_compare
          COMMAND python3 ${PROJECT_SOURCE_DIR}/tests/reference/parity_compare_test.py)
 set_tests_properties(reference_parity_compare PROPERTIES LABELS reference TIMEOUT 60)
+# The recorded fp32 band (tests/reference/parity_band.py): fingerprint, record, check, refusals.
+add_test(NAME reference_parity_band
+         COMMAND python3 ${PROJECT_SOURCE_DIR}/tests/reference/parity_band_test.py)
+set_tests_properties(reference_parity_band PROPERTIES LABELS reference TIMEOUT 60)

@@ -14,9 +14,16 @@ Inputs, all written by driftless:
              dataset's .bin/.idx files it came from
 
 The model follows driftless's GPT-2 (layers/gpt.cpp): learned positions restarting at every
-document, per-document causal attention (F.scaled_dot_product_attention with a block-diagonal
-causal mask), pre-LN blocks, tanh GELU, head tied to wte. AdamW (fused on CUDA) with decay on
-matrices and embeddings only, nanoGPT's warm-up + cosine, torch.nn.utils.clip_grad_norm_.
+document, per-document causal attention, pre-LN blocks, tanh GELU, head tied to wte. AdamW
+(fused on CUDA) with decay on matrices and embeddings only, nanoGPT's warm-up + cosine,
+torch.nn.utils.clip_grad_norm_.
+
+Attention (--attention): on CUDA FlexAttention (torch.nn.attention.flex_attention, compiled)
+with a document-causal BlockMask made by create_block_mask from each token's document id; on
+the CPU, or with --attention dense, F.scaled_dot_product_attention with the dense (B, 1, S, S)
+block-diagonal causal mask. Both are softmax(q k^T / sqrt(D)) v over the earlier tokens of the
+token's own document piece. --compile-model also compiles the model's forward (not when tensor
+logs are written: their hooks stay eager).
 
 Tensor logs (--log-steps) use driftless's names: forward outputs and the gradients flowing into
 embed, h.L.{ln_1, attn.qkv, attn.core, attn, ln_2, mlp, out}, ln_f; param_grad/NAME (after
@@ -37,6 +44,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import safetensors_io  # noqa: E402
+from run_config import read_config  # noqa: E402
 
 NP_DTYPES = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64}
 
@@ -52,58 +60,6 @@ def read_tensors(path):
             a = np.frombuffer(b, dtype=NP_DTYPES[dtype])
         out[name] = a.reshape(shape)
     return out, meta
-
-
-def parse_scalar(text):
-    t = text.strip()
-    if t.startswith("[") and t.endswith("]"):
-        inner = t[1:-1].strip()
-        return [parse_scalar(x) for x in inner.split(",")] if inner else []
-    if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"":
-        return t[1:-1]
-    if t in ("true", "false"):
-        return t == "true"
-    for kind in (int, float):
-        try:
-            return kind(t)
-        except ValueError:
-            pass
-    return t
-
-
-def read_config(path):
-    """The resolved run config as nested dicts. `driftless config` writes block mappings of
-    scalars and flow lists; PyYAML reads it when present, else this small reader."""
-    text = open(path).read()
-    try:
-        import yaml
-
-        # YAML 1.1 reads 1e-05 (no dot) as a string: numbers are taken as parse_scalar does.
-        def numbers(x):
-            if isinstance(x, dict):
-                return {k: numbers(v) for k, v in x.items()}
-            return parse_scalar(x) if isinstance(x, str) else x
-
-        return numbers(yaml.safe_load(text))
-    except ImportError:
-        pass
-    root, stack = {}, [(-1, None)]
-    stack[0] = (-1, root)
-    for line in text.splitlines():
-        body = line.split(" #")[0].rstrip()
-        if not body.strip() or body.lstrip().startswith("#") or body.lstrip().startswith("- "):
-            continue
-        indent = len(body) - len(body.lstrip())
-        key, _, value = body.strip().partition(":")
-        while stack[-1][0] >= indent:
-            stack.pop()
-        parent = stack[-1][1]
-        if value.strip() in ("", "{}"):
-            parent[key] = {}
-            stack.append((indent, parent[key]))
-        else:
-            parent[key] = parse_scalar(value)
-    return root
 
 
 def learning_rate(o, step, total_steps):
@@ -150,6 +106,7 @@ class Attention(nn.Module):
         self.c_proj = nn.Linear(C, C)
 
     def forward(self, x, mask, taps, prefix):
+        """mask: the dense boolean mask (B, 1, S, S), or a FlexAttention BlockMask."""
         B, S, C = x.shape
         H, Hkv, D = self.H, self.Hkv, self.D
         qkv = taps(self.c_attn(x), prefix + ".qkv")  # (B, S, (H + 2 Hkv) D)
@@ -157,7 +114,9 @@ class Attention(nn.Module):
         q = q.view(B, S, H, D).transpose(1, 2)  # (B, H, S, D)
         k = k.view(B, S, Hkv, D).transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
         v = v.view(B, S, Hkv, D).transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
-        if hasattr(F, "scaled_dot_product_attention"):
+        if not isinstance(mask, torch.Tensor):  # a BlockMask (DocumentMasks, flex)
+            y = FLEX[0](q, k, v, block_mask=mask)
+        elif hasattr(F, "scaled_dot_product_attention"):
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         else:  # torch < 2.0 (Debian's 1.13, the CPU golden files): the same math written out
             att = (q @ k.transpose(-1, -2)) / math.sqrt(D)
@@ -204,6 +163,9 @@ class Gpt2(nn.Module):
         self.ln_f = nn.LayerNorm(C, eps=1e-5)
         self.taps = Taps()
 
+    def forward(self, tokens, positions, mask, labels):
+        return self.loss_sum(tokens, positions, mask, labels)
+
     def loss_sum(self, tokens, positions, mask, labels):
         """Summed cross-entropy over the tokens that have a label (labels -1 carry none)."""
         taps = self.taps
@@ -242,16 +204,58 @@ def document_mask(docs):
     return ((docs[:, :, None] == docs[:, None, :]) & (i[None, None, :] <= i[:, None]))[:, None]
 
 
+# The flex_attention that Attention calls, compiled (set in main). Inside a compiled model
+# dynamo inlines it; a graph break there would still leave it compiled (flex_attention run
+# eager materialises every score).
+FLEX = [None]
+
+
+class DocumentMasks:
+    """Each step's per-token document ids (B, S) as the attention takes them: "dense", the mask
+    of document_mask; "flex", a FlexAttention BlockMask of the same mask (a token sees the
+    earlier tokens of its own document piece: docs[b, q] == docs[b, kv] and kv <= q).
+
+    The BlockMask's mask_mod reads the ids from one buffer per shape that each call overwrites,
+    so that mask_mod stays the same function from step to step (a compiled model then sees the
+    same closure and does not recompile); a BlockMask is used before the next call (forward and
+    backward of its step)."""
+
+    def __init__(self, kind):
+        self.kind = kind
+        self.mods = {}  # shape -> (ids buffer, mask_mod)
+        if kind == "flex":
+            from torch.nn.attention.flex_attention import create_block_mask
+
+            self.create_block_mask = create_block_mask
+
+    def __call__(self, docs):
+        if self.kind == "dense":
+            return document_mask(docs)
+        B, S = docs.shape
+        key = (B, S, str(docs.device))
+        if key not in self.mods:
+            ids = torch.empty_like(docs)
+
+            def document_causal(b, h, q_idx, kv_idx):
+                return (ids[b, q_idx] == ids[b, kv_idx]) & (kv_idx <= q_idx)
+
+            self.mods[key] = (ids, document_causal)
+        ids, mask_mod = self.mods[key]
+        ids.copy_(docs)
+        return self.create_block_mask(mask_mod, B, None, S, S, device=docs.device)
+
+
 class Batches:
     """The exported batches of one split, step by step, as device tensors."""
 
-    def __init__(self, t, split, device):
+    def __init__(self, t, split, device, masks):
         self.tokens, self.labels = t[split + ".tokens"], t[split + ".labels"]
         self.counts, self.lengths = t[split + ".document_counts"], t[split + ".document_lengths"]
         self.loss_tokens = t[split + ".loss_tokens"]
         self.docs, self.offsets = t[split + ".source_documents"], t[split + ".source_offsets"]
         self.starts = np.concatenate([[0], np.cumsum(self.counts.reshape(-1))])
         self.device = device
+        self.masks = masks
 
     def __len__(self):
         return self.tokens.shape[0]
@@ -263,7 +267,7 @@ class Batches:
         positions, docs = unpack_documents(c, lengths, S)
         d = self.device
         return (torch.from_numpy(self.tokens[k].astype(np.int64)).to(d), positions.to(d),
-                document_mask(docs.to(d)),
+                self.masks(docs.to(d)),
                 torch.from_numpy(self.labels[k].astype(np.int64)).to(d), int(self.loss_tokens[k]))
 
     def check_against(self, prefix):
@@ -344,6 +348,13 @@ def main():
                     help="where to keep the model and optimizer when stopping early, so that "
                          "--resume continues the run in a later invocation")
     ap.add_argument("--resume", action="store_true", help="continue from --state")
+    ap.add_argument("--attention", choices=["auto", "flex", "dense"], default="auto",
+                    help="flex: FlexAttention (compiled) with a document BlockMask; dense: "
+                         "scaled_dot_product_attention with the (B, 1, S, S) mask; auto: flex on "
+                         "CUDA when torch has it, dense otherwise")
+    ap.add_argument("--compile-model", choices=["auto", "on", "off"], default="auto",
+                    help="torch.compile the model's forward (auto: on with flex attention and no "
+                         "tensor logs)")
     args = ap.parse_args()
 
     cfg = read_config(args.config)
@@ -360,6 +371,23 @@ def main():
         torch.backends.cudnn.allow_tf32 = False
         torch.set_float32_matmul_precision("highest")
 
+    attention = args.attention
+    if attention == "auto":
+        try:  # (a plain `import torch.nn...` here would make `torch` local to main)
+            from torch.nn.attention.flex_attention import create_block_mask  # noqa: F401
+            attention = "flex" if device.type == "cuda" else "dense"
+        except ImportError:
+            attention = "dense"
+    masks = DocumentMasks(attention)
+    log_steps = {int(s) for s in args.log_steps.split(",") if s.strip()}
+    compile_model = (args.compile_model == "on" or
+                     (args.compile_model == "auto" and attention == "flex" and not log_steps))
+    assert not (compile_model and log_steps), "tensor logs need the eager model (--compile-model off)"
+    if attention == "flex":
+        from torch.nn.attention.flex_attention import flex_attention
+
+        FLEX[0] = torch.compile(flex_attention, dynamic=False)
+
     weights, _ = read_tensors(args.init)
     model = Gpt2(m).to(dtype)
     state = {k: torch.from_numpy(weights["model." + k].copy()) for k in model.state_dict()}
@@ -367,9 +395,9 @@ def main():
     model.to(device)
 
     t, meta = read_tensors(args.batches)
-    train, val = Batches(t, "train", device), None
+    train, val = Batches(t, "train", device, masks), None
     if "validation.tokens" in t:
-        val = Batches(t, "validation", device)
+        val = Batches(t, "validation", device, masks)
     assert len(train) >= steps, f"{args.batches} holds {len(train)} steps, {steps} needed"
     B, S = train.tokens.shape[1:]
     assert (B, S) == (cfg["batch"]["sequences"], cfg["batch"]["sequence_length"]), \
@@ -388,11 +416,12 @@ def main():
         lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], **extra)
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if args.precision == "bf16"
                 else torch.autocast(device.type, enabled=False))
-    log_steps = {int(s) for s in args.log_steps.split(",") if s.strip()}
     kinds = set(args.log_kinds.split(","))
     eval_interval, eval_batches = tr.get("eval_interval", 0), tr.get("eval_batches", 1)
     params = list(model.parameters())
     named = list(model.named_parameters())
+    # The compiled forward shares the parameters with `model` (state_dict, AdamW, clipping).
+    loss_sum = torch.compile(model) if compile_model else model
 
     first = 0
     if args.resume:
@@ -405,12 +434,17 @@ def main():
     metrics = open(os.path.join(args.out, "metrics.jsonl"), "a" if args.resume else "w")
     pending = []  # (step, lr, loss, norm) with device scalars, flushed in groups
     start, done = time.time(), first
+    # (time, steps done) at the first flush: the rate after it leaves out compilation and warm-up.
+    steady = []
     tokens_per_step = B * S
 
     def flush():
         if device.type == "cuda":
             torch.cuda.synchronize()
-        rate = (done - first) * tokens_per_step / max(time.time() - start, 1e-9)
+        now = time.time()
+        rate = (done - first) * tokens_per_step / max(now - start, 1e-9)
+        if not steady:
+            steady.append((now, done))
         for step, lr, loss, norm in pending:
             metrics.write(json.dumps({"step": step, "loss": loss.item(), "lr": lr,
                                       "grad_norm": norm.item(), "tokens": tokens_per_step,
@@ -423,12 +457,12 @@ def main():
         with torch.no_grad(), autocast:
             for k in range(min(eval_batches, len(val))):
                 tokens, positions, mask, labels, n = val.get(k)
-                total += model.loss_sum(tokens, positions, mask, labels).item()
+                total += loss_sum(tokens, positions, mask, labels).item()
                 count += n
         return total / max(count, 1)
 
-    print(f"train_parity: {args.precision} on {device}, {steps} steps of {B} x {S} tokens",
-          flush=True)
+    print(f"train_parity: {args.precision} on {device}, {steps} steps of {B} x {S} tokens, "
+          f"attention {attention}, model {'compiled' if compile_model else 'eager'}", flush=True)
     start = time.time()
     for step in range(first, steps):
         logging = step in log_steps
@@ -440,7 +474,7 @@ def main():
         adamw.zero_grad(set_to_none=True)
         tokens, positions, mask, labels, n = train.get(step)
         with autocast:
-            loss = model.loss_sum(tokens, positions, mask, labels) / n
+            loss = loss_sum(tokens, positions, mask, labels) / n
         loss.backward()
         if o["grad_clip"] > 0:
             norm = torch.nn.utils.clip_grad_norm_(params, o["grad_clip"])
@@ -479,15 +513,22 @@ def main():
                    args.state)
         print(f"train_parity: stopped at step {done} of {total_steps}; state in {args.state} "
               f"(--resume continues)", flush=True)
+    steady_rate = None
+    if steady and done > steady[0][1]:
+        steady_rate = (done - steady[0][1]) * tokens_per_step / max(start + elapsed - steady[0][0],
+                                                                     1e-9)
     summary = {"precision": args.precision, "device": str(device), "steps": done,
                "first_step": first, "of": steps,
                "tokens_per_second": (done - first) * tokens_per_step / max(elapsed, 1e-9),
+               "steady_tokens_per_second": steady_rate,
                "seconds": elapsed, "torch": torch.__version__, "fused_adamw": fused,
-               "sdpa": hasattr(F, "scaled_dot_product_attention")}
+               "sdpa": hasattr(F, "scaled_dot_product_attention"), "attention": attention,
+               "compiled_model": compile_model}
     with open(os.path.join(args.out, "parity_run.json"), "w") as f:
         json.dump(summary, f, indent=1)
+    steady_text = "" if steady_rate is None else f", {steady_rate:.0f} after the first {steady[0][1] - first} steps"
     print(f"train_parity: steps {first} .. {done - 1} in {elapsed:.1f} s "
-          f"({summary['tokens_per_second']:.0f} tokens/s), {args.out}", flush=True)
+          f"({summary['tokens_per_second']:.0f} tokens/s{steady_text}), {args.out}", flush=True)
     return 0
 
 
