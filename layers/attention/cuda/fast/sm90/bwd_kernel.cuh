@@ -11,8 +11,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     dkv_dq_kernel(const __grid_constant__ BwdMaps maps, Problem p, M mod, const Tile* tiles,
                   int n_items, const bf16* dout, const float* lse, const float* delta, bf16* dk,
                   bf16* dv, int dkv_heads) {
-  static_assert(!HasParamGrad<M>::value, "learnable tables take the dK/dV kernel of fast_dkv.cuh");
   cuda::dependent_kernel_begin();
+  static_assert(!HasParamGrad<M>::value, "learnable tables take the dK/dV kernel of fast_dkv.cuh");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = align_smem(smem_raw);
   const BwdSmem<T> sm{smem, smem_u32(smem)};
