@@ -26,9 +26,10 @@ struct BwdTraits {
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kConsumerWarps = 4 * kConsumers;
-  // Registers a thread after setmaxnreg: 56 x 128 + 224 x 256 <= 64K (at 24 and 240 the
-  // producer's item bookkeeping spills).
-  static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
+  // Registers a thread after setmaxnreg: 24 x 128 + 240 x 256 <= 64K. At 224 ptxas
+  // serialises the consumers' wgmma (C7512: too few registers); at 24 the producer's item
+  // bookkeeping spills a little instead.
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static constexpr int kStages = 2;  // query steps in flight (Q, dO, lse, delta)
   static constexpr int kHalves = D / 64;
   static constexpr int kDqBoxes = D / 32;  // f32 boxes of 32 columns
