@@ -49,13 +49,15 @@ struct BwdSmem {
   __device__ uint32_t step_full(int s) const { return bar(2 + s); }
   __device__ uint32_t step_empty(int s) const { return bar(2 + T::kStages + s); }
 
-  // Thread 0; a CTA barrier follows. Full barriers: the producer's one arrival (plus its TMA
-  // bytes); empty barriers: one arrival per consumer warp.
+  // Thread 0; a CTA barrier follows. kv_full: the producer's one arrival (plus its TMA
+  // bytes); step_full: two, both lane 0's in program order: Q and dO's (plus their TMA
+  // bytes, or after the zero-filled rows) and then lse and delta's; empty barriers: one
+  // arrival per consumer warp.
   __device__ void init() const {
     mbar_init(kv_full(), 1);
     mbar_init(kv_empty(), T::kConsumerWarps);
     for (int s = 0; s < T::kStages; ++s) {
-      mbar_init(step_full(s), 1);
+      mbar_init(step_full(s), 2);
       mbar_init(step_empty(s), T::kConsumerWarps);
     }
     mbar_init_fence();
@@ -167,6 +169,13 @@ __device__ void bwd_produce(const BwdMaps& maps, const Problem& p, const Tile* t
       st.advance();
     }
   }
+  // Outlive every load issued: the consumers release each stage, and K and V, only after
+  // waiting for them, so the CTA never exits with a copy into its shared memory in flight.
+  for (int s = 0; s < T::kStages; ++s) {
+    mbar_wait(sm.step_empty(st.stage), st.phase ^ 1u);
+    st.advance();
+  }
+  mbar_wait(sm.kv_empty(), kv.phase ^ 1u);
 }
 
 // The dQ warp: for every step of every item, once the consumers have written the step's dQ

@@ -7,9 +7,9 @@ namespace driftless::layers::gpu::fast::sm90 {
 
 // True where the sm_90a dK/dV kernel takes the atomic-dQ pass: head dim 128 and
 // DRIFTLESS_ATTN_BWD_SM90=1 (read once). Off by default: it is the development path of the
-// FlashAttention-3 backward, measured slower than fast_dkv.cuh's two-warpgroup kernel, and
-// the current build of it fails to launch ("unspecified launch failure", BENCHMARKS.md, the
-// warp-specialised dK/dV kernel); switched on only to test and time it. Its
+// FlashAttention-3 backward, measured slower than fast_dkv.cuh's two-warpgroup kernel
+// (BENCHMARKS.md, the warp-specialised dK/dV kernel), and its current code has not run on a
+// GPU; switched on only to test and time it. Its
 // key tiles are kBwdBlockK x 2 = 128 keys, as fast_dkv.cuh's two-warpgroup kernel's.
 bool dkv_atomic_runs(int64_t head_dim);
 
