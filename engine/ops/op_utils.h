@@ -6,9 +6,12 @@
 #include <initializer_list>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "engine/autograd/autograd.h"
 #include "engine/core/tensor.h"
+#include "engine/ops/cuda/elementwise.h"
 
 namespace driftless::ops::detail {
 
@@ -151,3 +154,39 @@ void for_each_broadcast(const Shape& out, const std::array<Shape, K>& strides, F
 }
 
 }  // namespace driftless::ops::detail
+
+// Host helpers of the ops' CUDA bodies: what the launchers of engine/ops/cuda/*.h take.
+namespace driftless::ops::gpu {
+
+// A fresh contiguous cuda tensor.
+inline Tensor empty_cuda(const Shape& shape, DType dtype) {
+  return Tensor::empty(shape, dtype, Device::cuda);
+}
+
+// The kernels' accumulation dtype: f64 for f64, f32 for f32 and bf16.
+inline DType acc_dtype(DType dtype) {
+  return dtype == DType::f64 ? DType::f64 : DType::f32;
+}
+
+inline Layout layout_of(const char* op, const Shape& shape) {
+  DL_CHECK(shape.size() <= size_t(kMaxDims), op,
+           "cuda kernels take at most " << kMaxDims << " dims, got " << shape_str(shape));
+  Layout l;
+  l.rank = int(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) l.shape[d] = shape[d];
+  return l;
+}
+
+// Strides that read x as if broadcast to `out`, and whether they are out's row-major ones.
+inline std::pair<Strides, bool> read_strides(const Tensor& x, const Shape& out) {
+  Shape st = detail::broadcast_strides(x.shape(), x.strides(), out);
+  Shape dense = contiguous_strides(out);
+  bool is_dense = true;
+  for (size_t d = 0; d < out.size(); ++d)
+    if (out[d] != 1 && st[d] != dense[d]) is_dense = false;
+  Strides s;
+  for (size_t d = 0; d < st.size(); ++d) s.v[d] = st[d];
+  return {s, is_dense};
+}
+
+}  // namespace driftless::ops::gpu
