@@ -24,7 +24,8 @@ namespace gpu {
 namespace {
 // Rows of a (n, v) matrix whose elements are contiguous within a row: their distance.
 int64_t row_stride(const char* op, const Tensor& m) {
-  DL_CHECK(m.dim() == 2 && (m.size(1) <= 1 || m.strides()[1] == 1) && m.strides()[0] >= m.size(1), op,
+  DL_CHECK(m.dim() == 2 && (m.size(1) <= 1 || m.strides()[1] == 1) && m.strides()[0] >= m.size(1),
+           op,
            "expects a (rows, v) matrix with contiguous rows, got shape "
                << shape_str(m.shape()) << " strides " << shape_str(m.strides()));
   return std::max<int64_t>(m.strides()[0], m.size(1));
@@ -87,9 +88,11 @@ std::vector<Tensor> cross_entropy_forward(const Tensor& logits, const Tensor& ta
 std::vector<Tensor> cross_entropy_forward_backward(const Tensor& go, const Tensor& logits,
                                                    const Tensor& targets, const Tensor& mask,
                                                    std::optional<DType> grad_dtype,
-                                                   const Tensor& into, const Tensor& row_loss_into) {
+                                                   const Tensor& into,
+                                                   const Tensor& row_loss_into) {
   std::vector<Tensor> r = cross_entropy_rows(logits, targets, mask, go,
-                                             grad_dtype.value_or(logits.dtype()), into, row_loss_into);
+                                             grad_dtype.value_or(logits.dtype()), into,
+                                             row_loss_into);
   return {r[0], r[2]};
 }
 

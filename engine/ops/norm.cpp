@@ -35,9 +35,7 @@ std::vector<Tensor> layer_norm_backward(const Tensor& g_in, const Tensor& x, con
                                         bool want_b, const Tensor& dw_into,
                                         const Tensor& db_into, const Tensor& dx_add) {
   Tensor g = g_in.contiguous();
-  DL_CHECK(!dx_add.defined() || (dx_add.is_contiguous() && dx_add.dtype() == x.dtype() &&
-                                 dx_add.numel() == x.numel()),
-           "layer_norm", "the gradient added to dx must be contiguous, of x's dtype and size");
+  check_dx_add("layer_norm", dx_add, x);
   const int64_t c = x.size(-1), rows = c == 0 ? 0 : x.numel() / c;
   Tensor dx = empty_cuda(x.shape(), x.dtype());
   // Accumulate into the given f32 storage only when every wanted gradient has some.

@@ -1,6 +1,6 @@
 // Helpers shared by the op files (not public API): input checks with "[op] ..." errors, the
 // device check that is each op's single dispatch point (device_of), the f32/f64 dtype
-// dispatch of the CPU bodies, and broadcast iteration.
+// dispatch of the CPU bodies, broadcast iteration, and the layouts the CUDA launchers take.
 #pragma once
 #include <array>
 #include <initializer_list>
@@ -16,8 +16,8 @@
 namespace driftless::ops::detail {
 
 // Every op calls this once before computing: all defined inputs must be on one device,
-// which it returns; the op then runs its CPU body or its CUDA body (engine/ops/cuda/
-// backend.h). This is the one place per op that picks the backend.
+// which it returns; the op then runs its CPU body or its CUDA body (the `gpu` block of its
+// file). This is the one place per op that picks the backend.
 inline Device device_of(const char* op, std::initializer_list<Tensor> tensors) {
   const Tensor* first = nullptr;
   for (const Tensor& t : tensors) {
@@ -175,6 +175,14 @@ inline Layout layout_of(const char* op, const Shape& shape) {
   l.rank = int(shape.size());
   for (size_t d = 0; d < shape.size(); ++d) l.shape[d] = shape[d];
   return l;
+}
+
+// dx_add, another gradient of x that a fused backward adds to dx before its rounding, is
+// undefined or contiguous of x's dtype and size.
+inline void check_dx_add(const char* op, const Tensor& dx_add, const Tensor& x) {
+  DL_CHECK(!dx_add.defined() || (dx_add.is_contiguous() && dx_add.dtype() == x.dtype() &&
+                                 dx_add.numel() == x.numel()),
+           op, "the gradient added to dx must be contiguous, of x's dtype and size");
 }
 
 // Strides that read x as if broadcast to `out`, and whether they are out's row-major ones.

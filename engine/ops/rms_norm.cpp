@@ -30,9 +30,7 @@ std::vector<Tensor> rms_norm_backward(const Tensor& g_in, const Tensor& x, const
                                       const Tensor& rstd, bool want_w, const Tensor& dw_into,
                                       const Tensor& dx_add) {
   Tensor g = g_in.contiguous();
-  DL_CHECK(!dx_add.defined() || (dx_add.is_contiguous() && dx_add.dtype() == x.dtype() &&
-                                 dx_add.numel() == x.numel()),
-           "rms_norm", "the gradient added to dx must be contiguous, of x's dtype and size");
+  check_dx_add("rms_norm", dx_add, x);
   const int64_t c = x.size(-1), rows = c == 0 ? 0 : x.numel() / c;
   Tensor dx = empty_cuda(x.shape(), x.dtype());
   const bool into = want_w && dw_into.defined() && acc_dtype(x.dtype()) == DType::f32;

@@ -1,8 +1,8 @@
 // The CUDA bodies that code outside their op's own file calls directly: the GEMMs (matmul,
-// the fused Linear layers of layers/linear.cpp, the chunked LM loss), the element-wise kernels
-// (the loss's scaling, linear's GELU gradient), sum_to and the cross-entropy passes. Each op's
-// other CUDA bodies stay in its own file (ARCHITECTURE.md "Ops"). Inputs arrive validated;
-// outputs are fresh contiguous cuda tensors. f32, bf16 (computed in fp32, rounded once), f64.
+// the fused Linear layers of layers/linear.cpp, the chunked LM loss), element-wise kernels
+// (the loss's scaling, linear's GELU gradient), sum_to and the cross-entropy passes; every
+// other CUDA body stays in its op's file (ARCHITECTURE.md "Generic ops"). Inputs arrive
+// validated; outputs are fresh contiguous cuda tensors. f32, bf16 (fp32 math, one rounding), f64.
 #pragma once
 #include <cstdint>
 #include <optional>
