@@ -3,10 +3,11 @@
 // checked against the vocabulary before any work (ARCHITECTURE.md "Errors"), on the host for
 // both devices. The CUDA backward (engine/ops/cuda/embedding.cu) gives each weight row to
 // one block that sums its positions in order: deterministic, no atomics.
+#include "engine/ops/cuda/embedding.h"
+
 #include <cstring>
 #include <vector>
 
-#include "engine/ops/cuda/embedding.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 
@@ -48,9 +49,9 @@ Tensor embedding_backward(const Tensor& g_in, const std::vector<int64_t>& ids,
                                      : Tensor::from_vector(positions).to(Device::cuda);
   if (into.defined()) {
     DL_CHECK(into.dtype() == DType::f32 && into.is_contiguous() && into.shape() == weight_shape,
-             "embedding", "gradient storage must be contiguous f32 " << shape_str(weight_shape)
-                                                                     << ", got "
-                                                                     << shape_str(into.shape()));
+             "embedding",
+             "gradient storage must be contiguous f32 " << shape_str(weight_shape) << ", got "
+                                                        << shape_str(into.shape()));
     std::vector<int64_t> hit;  // the rows some id hits, increasing
     for (int64_t r = 0; r < v; ++r)
       if (offsets[size_t(r) + 1] > offsets[size_t(r)]) hit.push_back(r);

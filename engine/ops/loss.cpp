@@ -42,8 +42,8 @@ std::vector<Tensor> cross_entropy_rows(const Tensor& logits, const Tensor& targe
   if (row_loss_into.defined())
     DL_CHECK(row_loss_into.device() == Device::cuda && row_loss_into.dtype() == acc &&
                  row_loss_into.shape() == Shape{n} && row_loss_into.is_contiguous(),
-             "cross_entropy", "row losses must go into contiguous " << dtype_name(acc) << " ["
-                                                                    << n << "]");
+             "cross_entropy",
+             "row losses must go into contiguous " << dtype_name(acc) << " [" << n << "]");
   Tensor row_loss = row_loss_into.defined() ? row_loss_into : empty_cuda({n}, acc);
   Tensor loss = row_loss_into.defined() ? Tensor() : empty_cuda({}, logits.dtype());
   Tensor g, dlogits;
@@ -54,8 +54,9 @@ std::vector<Tensor> cross_entropy_rows(const Tensor& logits, const Tensor& targe
       DL_CHECK(into.device() == Device::cuda && into.dtype() == grad_dtype &&
                    into.shape() == logits.shape() && into.strides()[1] == 1 &&
                    (n <= 1 || into.strides()[0] == ld),
-               "cross_entropy", "dlogits must go into " << shape_str(logits.shape()) << " "
-                   << dtype_name(grad_dtype) << " with the logits' row stride " << ld);
+               "cross_entropy",
+               "dlogits must go into " << shape_str(logits.shape()) << " " << dtype_name(grad_dtype)
+                                       << " with the logits' row stride " << ld);
       dlogits = into;
     } else {
       dlogits = empty_cuda({n, ld}, grad_dtype).narrow(1, 0, v);
@@ -80,8 +81,8 @@ std::vector<Tensor> cross_entropy_rows(const Tensor& logits, const Tensor& targe
 
 std::vector<Tensor> cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                           const Tensor& mask, const Tensor& row_loss_into) {
-  std::vector<Tensor> r = cross_entropy_rows(logits, targets, mask, Tensor(), logits.dtype(),
-                                             Tensor(), row_loss_into);
+  std::vector<Tensor> r =
+      cross_entropy_rows(logits, targets, mask, Tensor(), logits.dtype(), Tensor(), row_loss_into);
   return {r[0], r[1]};
 }
 
@@ -90,9 +91,8 @@ std::vector<Tensor> cross_entropy_forward_backward(const Tensor& go, const Tenso
                                                    std::optional<DType> grad_dtype,
                                                    const Tensor& into,
                                                    const Tensor& row_loss_into) {
-  std::vector<Tensor> r = cross_entropy_rows(logits, targets, mask, go,
-                                             grad_dtype.value_or(logits.dtype()), into,
-                                             row_loss_into);
+  std::vector<Tensor> r = cross_entropy_rows(
+      logits, targets, mask, go, grad_dtype.value_or(logits.dtype()), into, row_loss_into);
   return {r[0], r[2]};
 }
 

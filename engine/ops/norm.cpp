@@ -2,10 +2,11 @@
 // style): forward saves the per-row mean and reciprocal std, backward makes dx, dweight
 // and dbias in one pass over the rows. CUDA bodies in engine/ops/cuda/norm.cu (mean and
 // rstd saved in fp32 there, f64 for f64).
+#include "engine/ops/cuda/norm.h"
+
 #include <cmath>
 #include <vector>
 
-#include "engine/ops/cuda/norm.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 
@@ -32,8 +33,8 @@ std::vector<Tensor> layer_norm_forward(const Tensor& x, const Tensor& w, const T
 
 std::vector<Tensor> layer_norm_backward(const Tensor& g_in, const Tensor& x, const Tensor& w,
                                         const Tensor& mean, const Tensor& rstd, bool want_w,
-                                        bool want_b, const Tensor& dw_into,
-                                        const Tensor& db_into, const Tensor& dx_add) {
+                                        bool want_b, const Tensor& dw_into, const Tensor& db_into,
+                                        const Tensor& dx_add) {
   Tensor g = g_in.contiguous();
   check_dx_add("layer_norm", dx_add, x);
   const int64_t c = x.size(-1), rows = c == 0 ? 0 : x.numel() / c;
@@ -55,12 +56,11 @@ std::vector<Tensor> layer_norm_backward(const Tensor& g_in, const Tensor& x, con
     if (dw.defined()) dw.zero_();
     if (db.defined()) db.zero_();
   }
-  launch_layer_norm_backward(x.dtype(), g.raw_data(), x.raw_data(),
-                             w.defined() ? w.raw_data() : nullptr, mean.raw_data(), rstd.raw_data(),
-                             dx_add.defined() ? dx_add.raw_data() : nullptr, dx.raw_data(),
-                             dw.defined() ? dw.raw_data() : nullptr,
-                             db.defined() ? db.raw_data() : nullptr,
-                             scratch.defined() ? scratch.raw_data() : nullptr, rows, c, into);
+  launch_layer_norm_backward(
+      x.dtype(), g.raw_data(), x.raw_data(), w.defined() ? w.raw_data() : nullptr, mean.raw_data(),
+      rstd.raw_data(), dx_add.defined() ? dx_add.raw_data() : nullptr, dx.raw_data(),
+      dw.defined() ? dw.raw_data() : nullptr, db.defined() ? db.raw_data() : nullptr,
+      scratch.defined() ? scratch.raw_data() : nullptr, rows, c, into);
   if (into) return {dx, Tensor(), Tensor()};
   return {dx, dw, db};
 }

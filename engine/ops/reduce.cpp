@@ -1,9 +1,10 @@
 // Reductions over one dim (sum, mean) and over everything (sum_all). Accumulation is in
 // double on cpu; on cuda in fp32 (f64 for f64) in a fixed order (engine/ops/cuda/reduce.cu).
+#include "engine/ops/cuda/reduce.h"
+
 #include <vector>
 
 #include "engine/ops/cuda/backend.h"
-#include "engine/ops/cuda/reduce.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 

@@ -1,10 +1,11 @@
 // Llama's RMSNorm over the last dim as one node with a hand-written fused backward, modelled
 // on layer_norm (norm.cpp): forward saves the per-row reciprocal rms, backward makes dx and
 // dweight in one pass over the rows. CUDA bodies in engine/ops/cuda/rms_norm.cu.
+#include "engine/ops/cuda/rms_norm.h"
+
 #include <cmath>
 #include <vector>
 
-#include "engine/ops/cuda/rms_norm.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 
@@ -40,8 +41,7 @@ std::vector<Tensor> rms_norm_backward(const Tensor& g_in, const Tensor& x, const
   Tensor dw = want_w ? (into ? dw_into : empty_cuda({c}, x.dtype())) : Tensor();
   Tensor scratch;
   if (want_w) {
-    scratch =
-        empty_cuda({std::max<int64_t>(rms_norm_chunks(rows) * c, 1)}, acc_dtype(x.dtype()));
+    scratch = empty_cuda({std::max<int64_t>(rms_norm_chunks(rows) * c, 1)}, acc_dtype(x.dtype()));
     if (rows == 0 && !into) dw.zero_();
   }
   launch_rms_norm_backward(x.dtype(), g.raw_data(), x.raw_data(), w.raw_data(), rstd.raw_data(),

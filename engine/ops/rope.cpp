@@ -1,10 +1,11 @@
 // Rotary position embedding of a fused QKV row (HF Llama's rotate_half convention) as one
 // node: the forward rotates each Q and K head by its token's angles, the backward by the
 // opposite angles (the transpose), V passes through. CUDA body in engine/ops/cuda/rope.cu.
+#include "engine/ops/cuda/rope.h"
+
 #include <cmath>
 #include <vector>
 
-#include "engine/ops/cuda/rope.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 #include "engine/ops/rope_freq.h"

@@ -1,11 +1,12 @@
 // softmax and log_softmax over any dim (max-subtracted, accumulation in double), each one
 // node whose backward uses only its own output: softmax dx = y (g - <g, y>), log_softmax
 // dx = g - exp(y) sum(g). CUDA bodies in engine/ops/cuda/softmax.cu.
+#include "engine/ops/cuda/softmax.h"
+
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "engine/ops/cuda/softmax.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 

@@ -1,10 +1,11 @@
 // SwiGLU of a fused gate/up projection, silu(gate) * up, as one node: the Llama MLP's
 // activation without materialising silu(gate) or splitting the projection's output. CUDA
 // bodies in engine/ops/cuda/swiglu.cu (one elementwise kernel each way).
+#include "engine/ops/cuda/swiglu.h"
+
 #include <cmath>
 #include <vector>
 
-#include "engine/ops/cuda/swiglu.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 

@@ -33,9 +33,9 @@ void adamw_update(Device device, const AdamWKernelArgs& args, const std::vector<
       DL_CHECK(device_runs.defined() && device_runs.device() == Device::cuda &&
                    device_runs.numel() == int64_t(4 * runs.size()),
                kOp, "the run table on the device does not match the runs");
-      return adamw_update_cuda(args, static_cast<const AdamWRun*>(device_runs.raw_data()),
-                               int64_t(runs.size()),
-                               runs.back().chunk_begin + (runs.back().n + kAdamWChunk - 1) / kAdamWChunk);
+      return adamw_update_cuda(
+          args, static_cast<const AdamWRun*>(device_runs.raw_data()), int64_t(runs.size()),
+          runs.back().chunk_begin + (runs.back().n + kAdamWChunk - 1) / kAdamWChunk);
   }
   DL_FAIL(kOp, "expected parameters on cpu or cuda");
 }
