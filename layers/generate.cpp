@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 
 #include "data/sampler.h"
@@ -42,11 +43,12 @@ data::ModelInput generation_input(std::span<const int32_t> tokens, int64_t q0,
 std::vector<float> forward_cached(Gpt& model, BufferRoute& cache, std::span<const int32_t> tokens,
                                   int64_t q0) {
   autograd::NoGradGuard no_grad;
-  const data::ModelInput in = generation_input(tokens, q0, q0 + int64_t(tokens.size()));
+  auto in = std::make_shared<const data::ModelInput>(
+      generation_input(tokens, q0, q0 + int64_t(tokens.size())));
   ForwardOptions o;
   o.training = false;
   o.route = &cache;
-  Tensor logits = model.logits({{&in, 0, 0}}, o);  // (T_q, V)
+  Tensor logits = model.logits({{in, 0, 0}}, o);  // (T_q, V)
   return logits.narrow(0, logits.size(0) - 1, 1).to_vector<float>();
 }
 
@@ -67,11 +69,12 @@ Tensor packed_logits(Gpt& model, const std::vector<std::vector<int32_t>>& docume
     seq.document_lengths.push_back(int32_t(doc.size()));
   }
   seq.labels.assign(seq.tokens.size(), -1);  // no loss
-  const data::ModelInput in = data::make_model_input(seq, data::SequencePart{}, 0);
+  auto in = std::make_shared<const data::ModelInput>(
+      data::make_model_input(seq, data::SequencePart{}, 0));
   autograd::NoGradGuard no_grad;
   ForwardOptions o;
   o.training = false;  // one whole sequence: the local route, K/V straight from QKV
-  return model.logits({{&in, 0, 0}}, o).to(Device::cpu, DType::f32);
+  return model.logits({{in, 0, 0}}, o).to(Device::cpu, DType::f32);
 }
 
 int32_t choose_token(std::span<const float> logits, int64_t top_k, double temperature,

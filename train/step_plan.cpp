@@ -2,16 +2,10 @@
 #include "train/step_plan.h"
 
 #include <algorithm>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 namespace driftless::train {
-
-std::vector<layers::PartInput> PlannedForward::slice() const {
-  std::vector<layers::PartInput> s;
-  for (const PlannedInput& p : inputs)
-    s.push_back({&p.input, p.slot, p.global_sequence, p.whole ? &*p.whole : nullptr});
-  return s;
-}
 
 namespace {
 
@@ -25,8 +19,9 @@ StepPlan plan_evaluation(const Layout& layout, const data::GlobalBatch& batch, i
   const auto groups = micro_batches(whole, int64_t(batch.sequences.size()));
   for (int64_t s : groups[0][0]) {
     PlannedForward f;
-    f.inputs.push_back({data::make_model_input(batch.sequences[size_t(s)], {0, 1, 0, 1}, pad), 0, s,
-                        std::nullopt});
+    f.inputs.push_back({std::make_shared<const data::ModelInput>(
+                            data::make_model_input(batch.sequences[size_t(s)], {0, 1, 0, 1}, pad)),
+                        0, s, nullptr});
     g.forward.push_back(std::move(f));
   }
   return plan;
@@ -59,9 +54,11 @@ StepPlan plan_step(const Layout& layout, const data::GlobalBatch& batch,
           auto mine = rank_inputs(seq, int32_t(i), int32_t(m), at, P, layout.cp_kind, pad, G);
           auto whole = attended_inputs(seq, int32_t(i), int32_t(m), at, P, layout.cp_kind, pad, G);
           for (size_t k = 0; k < mine.size(); ++k) {
-            std::optional<data::ModelInput> w;
-            if (!whole.empty()) w = whole[std::min(k, whole.size() - 1)];
-            f.inputs.push_back({std::move(mine[k]), slot + int64_t(j), s, w});
+            std::shared_ptr<const data::ModelInput> w;
+            if (!whole.empty())
+              w = std::make_shared<const data::ModelInput>(whole[std::min(k, whole.size() - 1)]);
+            f.inputs.push_back({std::make_shared<const data::ModelInput>(std::move(mine[k])),
+                                slot + int64_t(j), s, std::move(w)});
           }
         }
         index[mb][size_t(i)] = int64_t(g.forward.size());
@@ -81,10 +78,10 @@ nlohmann::json to_json(const StepPlan& plan) {
     nlohmann::json forward = nlohmann::json::array();
     for (const PlannedForward& f : g.forward) {
       nlohmann::json inputs = nlohmann::json::array();
-      for (const PlannedInput& p : f.inputs) {
+      for (const layers::PartInput& p : f.inputs) {
         nlohmann::json in = {{"global_sequence", p.global_sequence},
                              {"slot", p.slot},
-                             {"input", data::to_json(p.input)}};
+                             {"input", data::to_json(*p.input)}};
         if (p.whole) in["whole"] = data::to_json(*p.whole);
         inputs.push_back(in);
       }

@@ -7,7 +7,6 @@
 #pragma once
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
-#include <optional>
 #include <vector>
 
 #include "data/model_input.h"
@@ -17,24 +16,14 @@
 
 namespace driftless::train {
 
-// One sequence's entry in a forward: its ModelInput on this rank and its K/V slot.
-struct PlannedInput {
-  data::ModelInput input;
-  int64_t slot = 0;             // K/V buffer sequence of the depth-first group
-  int64_t global_sequence = 0;  // index in the global batch
-  // a2a: the whole micro-sequence this rank attends for its heads (SequencePart {i, m, 0, 1}).
-  std::optional<data::ModelInput> whole;
-};
-
 // One forward of the model: micro-sequence `micro_sequence` of micro-batch `micro_batch`.
 struct PlannedForward {
   int64_t micro_batch = 0;  // within its depth-first group
   int64_t micro_sequence = 0;
   // The slice in the model's order: one entry per sequence (the ring: two, chunks r and
-  // 2P-1-r, sharing a slot).
-  std::vector<PlannedInput> inputs;
-  // The model's view of `inputs` (pointers into this forward: valid while it lives).
-  std::vector<layers::PartInput> slice() const;
+  // 2P-1-r, sharing a slot), each its ModelInput on this rank, its K/V slot within the
+  // depth-first group, its index in the global batch and what a2a and the hybrid attend.
+  std::vector<layers::PartInput> inputs;
 };
 
 // A depth-first group: the K/V gradient buffers start from zero, then every forward in

@@ -2,6 +2,7 @@
 #include "train/test_faults.h"
 
 #include <algorithm>
+#include <memory>
 #include <sstream>
 
 #include "engine/core/error.h"
@@ -67,9 +68,12 @@ void TestFaults::rewrite(StepPlan& plan) const {
     }
     if (shift_positions)
       for (PlannedForward& f : g.forward)
-        for (PlannedInput& in : f.inputs)
-          if (in.input.query_begin > 0)
-            for (int32_t& p : in.input.position_index) ++p;
+        for (layers::PartInput& in : f.inputs)
+          if (in.input->query_begin > 0) {
+            auto shifted = std::make_shared<data::ModelInput>(*in.input);
+            for (int32_t& p : shifted->position_index) ++p;
+            in.input = std::move(shifted);
+          }
   }
 }
 

@@ -204,7 +204,7 @@ double Trainer::run_plan(const StepPlan& plan, const layers::ForwardOptions& fo,
     route_->zero_grads();
     std::vector<Tensor> losses;
     for (const PlannedForward& f : group.forward)
-      losses.push_back(model_->loss(f.slice(), loss_scale, fo));
+      losses.push_back(model_->loss(f.inputs, loss_scale, fo));
     // The step's very last backward pass completes the parameter gradients: its leaf hook
     // starts the bucketed data-parallel reduction while the backward goes on.
     const bool last_group = &group == &plan.groups.back();
@@ -323,7 +323,7 @@ double Trainer::evaluate() {
         layers::ForwardOptions fo;
         fo.training = false;  // whole sequences, no exchange: the local route, no buffer
         fo.recompute_loss = plan.recompute_loss;
-        loss += model_->loss(f.slice(), 1.0, fo).item();
+        loss += model_->loss(f.inputs, 1.0, fo).item();
       }
   }
   return all_reduce_scalar(loss) / std::max(tokens, 1.0);

@@ -12,6 +12,20 @@ namespace driftless::ops {
 
 using autograd::Context;
 
+// ---- the CUDA body: host side of the kernels of cuda/elementwise.cu ----
+namespace gpu {
+
+Tensor gelu_backward(const Tensor& g, const Tensor& x) {
+  Tensor out = empty_cuda(x.shape(), x.dtype());
+  auto [sg, dg] = read_strides(g, x.shape());
+  auto [sx, dx] = read_strides(x, x.shape());
+  launch_binary(BinaryKind::gelu_backward, x.dtype(), layout_of("gelu", x.shape()), dg && dx,
+                g.raw_data(), sg, x.raw_data(), sx, out.raw_data(), out.numel());
+  return out;
+}
+
+}  // namespace gpu
+
 namespace {
 
 constexpr double kSqrt2OverPi = 0.7978845608028654;

@@ -6,13 +6,33 @@
 #include <vector>
 
 #include "engine/core/random.h"
-#include "engine/ops/cuda/backend.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 
 namespace driftless::ops {
 
 using autograd::Context;
+
+// ---- the CUDA body: host side of the kernels of cuda/elementwise.cu ----
+namespace gpu {
+
+namespace {
+
+Tensor dropout(const Tensor& x, double p, uint64_t seed, const Tensor& row_ids, int64_t row_len) {
+  DL_CHECK(
+      row_ids.device() == Device::cuda && row_ids.dtype() == DType::i64 && row_ids.is_contiguous(),
+      "dropout", "row ids must be contiguous i64 on the GPU");
+  Tensor out = empty_cuda(x.shape(), x.dtype());
+  auto [sx, dx] = read_strides(x, x.shape());
+  const double keep_scale = p < 1 ? 1.0 / (1.0 - p) : 0.0;
+  launch_dropout(x.dtype(), layout_of("dropout", x.shape()), dx, x.raw_data(), sx, out.raw_data(),
+                 out.numel(), row_ids.data<int64_t>(), row_len, keep_scale, p, seed);
+  return out;
+}
+
+}  // namespace
+
+}  // namespace gpu
 
 namespace {
 

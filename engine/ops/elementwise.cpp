@@ -4,11 +4,72 @@
 // engine/ops/cuda/elementwise.cu and reduce.cu.
 #include <vector>
 
+#include "engine/core/device_ops.h"
 #include "engine/ops/cuda/backend.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 
 namespace driftless::ops {
+
+// ---- the CUDA body: host side of the kernels of cuda/elementwise.cu ----
+namespace gpu {
+
+Tensor binary(Binary kind, const Tensor& a, const Tensor& b, const Shape& out_shape) {
+  Tensor out = empty_cuda(out_shape, a.dtype());
+  auto [sa, da] = read_strides(a, out_shape);
+  auto [sb, db] = read_strides(b, out_shape);
+  // Two dense, aligned operands of out's shape (GPT-2's token + position embeddings): the
+  // 16-byte adds of Tensor::plus, the same per-element arithmetic, faster than the
+  // element-wise kernel (BENCHMARKS.md).
+  if (kind == Binary::add && da && db && cuda::add_units(out, a, b)) return out;
+  const BinaryKind k = kind == Binary::add   ? BinaryKind::add
+                       : kind == Binary::sub ? BinaryKind::sub
+                                             : BinaryKind::mul;
+  launch_binary(k, a.dtype(), layout_of("elementwise", out_shape), da && db, a.raw_data(), sa,
+                b.raw_data(), sb, out.raw_data(), out.numel());
+  return out;
+}
+
+Tensor unary(Unary kind, const Tensor& x, const Shape& out_shape, double s) {
+  Tensor out = empty_cuda(out_shape, x.dtype());
+  auto [sx, dx] = read_strides(x, out_shape);
+  UnaryKind k = UnaryKind::copy;
+  switch (kind) {
+    case Unary::copy:
+      k = UnaryKind::copy;
+      break;
+    case Unary::scale:
+      k = UnaryKind::scale;
+      break;
+    case Unary::add_scalar:
+      k = UnaryKind::add_scalar;
+      break;
+    case Unary::neg:
+      k = UnaryKind::neg;
+      break;
+    case Unary::gelu:
+      k = UnaryKind::gelu;
+      break;
+  }
+  launch_unary(k, x.dtype(), layout_of("elementwise", out_shape), dx, x.raw_data(), sx,
+               out.raw_data(), out.numel(), s);
+  return out;
+}
+
+void scaled_into(const Tensor& src, const Tensor& scale, const Tensor& dst) {
+  DL_CHECK(src.dtype() == DType::f32 && src.is_contiguous() && dst.is_contiguous() &&
+               (dst.dtype() == DType::f32 || dst.dtype() == DType::bf16) &&
+               dst.numel() == src.numel() && scale.numel() == 1 && scale.dtype() == DType::f32,
+           "scaled_into",
+           "expected contiguous f32 src, f32/bf16 dst of its size and a one-element f32 scale, got "
+               << dtype_name(src.dtype()) << " " << shape_str(src.shape()) << ", "
+               << dtype_name(dst.dtype()) << " " << shape_str(dst.shape()) << ", "
+               << dtype_name(scale.dtype()) << " " << shape_str(scale.shape()));
+  launch_scaled_f32(src.data<float>(), scale.contiguous().data<float>(), dst.raw_data(),
+                    dst.dtype(), src.numel());
+}
+
+}  // namespace gpu
 
 using autograd::Context;
 using detail::broadcast_strides;

@@ -3,16 +3,74 @@
 // checked against the vocabulary before any work (ARCHITECTURE.md "Errors"), on the host for
 // both devices. The CUDA backward (engine/ops/cuda/embedding.cu) gives each weight row to
 // one block that sums its positions in order: deterministic, no atomics.
+#include "engine/ops/cuda/embedding.h"
+
 #include <cstring>
 #include <vector>
 
-#include "engine/ops/cuda/backend.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 
 namespace driftless::ops {
 
 using autograd::Context;
+
+// ---- the CUDA body: host side of the kernels of cuda/embedding.cu ----
+namespace gpu {
+
+namespace {
+
+Tensor embedding_forward(const Tensor& weight, const std::vector<int64_t>& ids,
+                         const Shape& ids_shape) {
+  const int64_t c = weight.size(1), n = int64_t(ids.size());
+  Shape out_shape = ids_shape;
+  out_shape.push_back(c);
+  Tensor out = empty_cuda(out_shape, weight.dtype());
+  if (n == 0) return out;
+  Tensor dev_ids = Tensor::from_vector(ids).to(Device::cuda);
+  launch_embedding_forward(weight.dtype(), weight.raw_data(), dev_ids.data<int64_t>(),
+                           out.raw_data(), n, c);
+  return out;
+}
+
+Tensor embedding_backward(const Tensor& g_in, const std::vector<int64_t>& ids,
+                          const Shape& weight_shape, const Tensor& into) {
+  const int64_t v = weight_shape[0], c = weight_shape[1];
+  Tensor g = g_in.contiguous();
+  // Positions grouped by id in increasing order (counting sort, stable): row r owns
+  // positions[offsets[r] .. offsets[r+1]).
+  std::vector<int64_t> offsets(size_t(v) + 1, 0), positions(ids.size());
+  for (int64_t id : ids) ++offsets[size_t(id) + 1];
+  for (int64_t r = 0; r < v; ++r) offsets[size_t(r) + 1] += offsets[size_t(r)];
+  std::vector<int64_t> fill(offsets.begin(), offsets.end() - 1);
+  for (size_t i = 0; i < ids.size(); ++i) positions[size_t(fill[size_t(ids[i])]++)] = int64_t(i);
+  Tensor dev_off = Tensor::from_vector(offsets).to(Device::cuda);
+  Tensor dev_pos = positions.empty() ? Tensor::empty({1}, DType::i64, Device::cuda)
+                                     : Tensor::from_vector(positions).to(Device::cuda);
+  if (into.defined()) {
+    DL_CHECK(into.dtype() == DType::f32 && into.is_contiguous() && into.shape() == weight_shape,
+             "embedding",
+             "gradient storage must be contiguous f32 " << shape_str(weight_shape) << ", got "
+                                                        << shape_str(into.shape()));
+    std::vector<int64_t> hit;  // the rows some id hits, increasing
+    for (int64_t r = 0; r < v; ++r)
+      if (offsets[size_t(r) + 1] > offsets[size_t(r)]) hit.push_back(r);
+    if (hit.empty()) return Tensor();
+    Tensor dev_rows = Tensor::from_vector(hit).to(Device::cuda);
+    launch_embedding_backward_into(g.dtype(), g.raw_data(), dev_off.data<int64_t>(),
+                                   dev_pos.data<int64_t>(), dev_rows.data<int64_t>(),
+                                   int64_t(hit.size()), into.data<float>(), c);
+    return Tensor();
+  }
+  Tensor dw = empty_cuda(weight_shape, g.dtype());
+  launch_embedding_backward(g.dtype(), g.raw_data(), dev_off.data<int64_t>(),
+                            dev_pos.data<int64_t>(), dw.raw_data(), v, c);
+  return dw;
+}
+
+}  // namespace
+
+}  // namespace gpu
 
 Tensor embedding(const Tensor& weight_in, const Tensor& ids_in) {
   const char* op = "embedding";

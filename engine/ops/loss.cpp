@@ -3,17 +3,117 @@
 // gets the per-row loss. The caller scales by 1 / tokens in the global batch. The CUDA body
 // (engine/ops/cuda/softmax.cu) keeps the per-row lse in fp32 (f64 for f64) and sums the
 // row losses in a fixed order.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "engine/ops/cuda/backend.h"
+#include "engine/ops/cuda/reduce.h"
+#include "engine/ops/cuda/softmax.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 
 namespace driftless::ops {
 
 using autograd::Context;
+
+// ---- the CUDA body: host side of the kernels of cuda/softmax.cu ----
+namespace gpu {
+
+namespace {
+// Rows of a (n, v) matrix whose elements are contiguous within a row: their distance.
+int64_t row_stride(const char* op, const Tensor& m) {
+  DL_CHECK(m.dim() == 2 && (m.size(1) <= 1 || m.strides()[1] == 1) && m.strides()[0] >= m.size(1),
+           op,
+           "expects a (rows, v) matrix with contiguous rows, got shape "
+               << shape_str(m.shape()) << " strides " << shape_str(m.strides()));
+  return std::max<int64_t>(m.strides()[0], m.size(1));
+}
+
+// {loss, lse}, and dlogits when go is defined (cross_entropy_forward_backward).
+std::vector<Tensor> cross_entropy_rows(const Tensor& logits, const Tensor& targets,
+                                       const Tensor& mask, const Tensor& go, DType grad_dtype,
+                                       const Tensor& into = Tensor(),
+                                       const Tensor& row_loss_into = Tensor()) {
+  const int64_t n = logits.size(0), v = logits.size(1), ld = row_stride("cross_entropy", logits);
+  const DType acc = acc_dtype(logits.dtype());
+  Tensor lse = empty_cuda({n}, acc);
+  if (row_loss_into.defined())
+    DL_CHECK(row_loss_into.device() == Device::cuda && row_loss_into.dtype() == acc &&
+                 row_loss_into.shape() == Shape{n} && row_loss_into.is_contiguous(),
+             "cross_entropy",
+             "row losses must go into contiguous " << dtype_name(acc) << " [" << n << "]");
+  Tensor row_loss = row_loss_into.defined() ? row_loss_into : empty_cuda({n}, acc);
+  Tensor loss = row_loss_into.defined() ? Tensor() : empty_cuda({}, logits.dtype());
+  Tensor g, dlogits;
+  if (go.defined()) {
+    g = go.to(Device::cuda, logits.dtype()).contiguous();
+    // dlogits in the logits' row layout (a padded ld keeps the GEMMs that read it aligned).
+    if (into.defined()) {
+      DL_CHECK(into.device() == Device::cuda && into.dtype() == grad_dtype &&
+                   into.shape() == logits.shape() && into.strides()[1] == 1 &&
+                   (n <= 1 || into.strides()[0] == ld),
+               "cross_entropy",
+               "dlogits must go into " << shape_str(logits.shape()) << " " << dtype_name(grad_dtype)
+                                       << " with the logits' row stride " << ld);
+      dlogits = into;
+    } else {
+      dlogits = empty_cuda({n, ld}, grad_dtype).narrow(1, 0, v);
+    }
+  }
+  if (n == 0) {
+    if (loss.defined()) loss.zero_();
+    return {loss, lse, dlogits};
+  }
+  launch_cross_entropy_forward(logits.dtype(), logits.raw_data(), targets.data<int64_t>(),
+                               mask.defined() ? mask.raw_data() : nullptr, lse.raw_data(),
+                               row_loss.raw_data(), n, v, ld, g.defined() ? g.raw_data() : nullptr,
+                               dlogits.defined() ? dlogits.raw_data() : nullptr, grad_dtype);
+  if (!loss.defined()) return {loss, lse, dlogits};  // the caller sums the row losses
+  const int parts = sum_all_parts(n);
+  Tensor scratch = empty_cuda({parts}, acc);
+  launch_sum_all(acc, row_loss.raw_data(), n, false, false, scratch.raw_data(), loss.raw_data(),
+                 loss.dtype(), 1.0);
+  return {loss, lse, dlogits};
+}
+}  // namespace
+
+std::vector<Tensor> cross_entropy_forward(const Tensor& logits, const Tensor& targets,
+                                          const Tensor& mask, const Tensor& row_loss_into) {
+  std::vector<Tensor> r =
+      cross_entropy_rows(logits, targets, mask, Tensor(), logits.dtype(), Tensor(), row_loss_into);
+  return {r[0], r[1]};
+}
+
+std::vector<Tensor> cross_entropy_forward_backward(const Tensor& go, const Tensor& logits,
+                                                   const Tensor& targets, const Tensor& mask,
+                                                   std::optional<DType> grad_dtype,
+                                                   const Tensor& into,
+                                                   const Tensor& row_loss_into) {
+  std::vector<Tensor> r = cross_entropy_rows(
+      logits, targets, mask, go, grad_dtype.value_or(logits.dtype()), into, row_loss_into);
+  return {r[0], r[2]};
+}
+
+std::vector<Tensor> cross_entropy_backward(const Tensor& go, const Tensor& logits,
+                                           const Tensor& lse, const Tensor& targets,
+                                           const Tensor& mask, bool want_mask,
+                                           std::optional<DType> grad_dtype) {
+  const int64_t n = logits.size(0), v = logits.size(1), ld = row_stride("cross_entropy", logits);
+  const DType gdt = grad_dtype.value_or(logits.dtype());
+  Tensor g = go.to(Device::cuda, logits.dtype()).contiguous();
+  // dlogits in the logits' row layout (a padded ld keeps the GEMMs that read it aligned).
+  Tensor dlogits = empty_cuda({n, ld}, gdt).narrow(1, 0, v);
+  Tensor dmask = want_mask ? empty_cuda({n}, logits.dtype()) : Tensor();
+  launch_cross_entropy_backward(logits.dtype(), g.raw_data(), logits.raw_data(),
+                                targets.data<int64_t>(), mask.defined() ? mask.raw_data() : nullptr,
+                                lse.raw_data(), dlogits.raw_data(), gdt,
+                                dmask.defined() ? dmask.raw_data() : nullptr, n, v, ld);
+  return {dlogits, dmask};
+}
+
+}  // namespace gpu
 
 namespace {
 

@@ -2,16 +2,72 @@
 // style): forward saves the per-row mean and reciprocal std, backward makes dx, dweight
 // and dbias in one pass over the rows. CUDA bodies in engine/ops/cuda/norm.cu (mean and
 // rstd saved in fp32 there, f64 for f64).
+#include "engine/ops/cuda/norm.h"
+
 #include <cmath>
 #include <vector>
 
-#include "engine/ops/cuda/backend.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 
 namespace driftless::ops {
 
 using autograd::Context;
+
+// ---- the CUDA body: host side of the kernels of cuda/norm.cu ----
+namespace gpu {
+
+namespace {
+
+std::vector<Tensor> layer_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b,
+                                       double eps) {
+  const int64_t c = x.size(-1), rows = x.numel() / c;
+  Tensor out = empty_cuda(x.shape(), x.dtype());
+  Tensor mean = empty_cuda({rows}, acc_dtype(x.dtype()));
+  Tensor rstd = empty_cuda({rows}, acc_dtype(x.dtype()));
+  launch_layer_norm_forward(x.dtype(), x.raw_data(), w.defined() ? w.raw_data() : nullptr,
+                            b.defined() ? b.raw_data() : nullptr, out.raw_data(), mean.raw_data(),
+                            rstd.raw_data(), rows, c, eps);
+  return {out, mean, rstd};
+}
+
+std::vector<Tensor> layer_norm_backward(const Tensor& g_in, const Tensor& x, const Tensor& w,
+                                        const Tensor& mean, const Tensor& rstd, bool want_w,
+                                        bool want_b, const Tensor& dw_into, const Tensor& db_into,
+                                        const Tensor& dx_add) {
+  Tensor g = g_in.contiguous();
+  check_dx_add("layer_norm", dx_add, x);
+  const int64_t c = x.size(-1), rows = c == 0 ? 0 : x.numel() / c;
+  Tensor dx = empty_cuda(x.shape(), x.dtype());
+  // Accumulate into the given f32 storage only when every wanted gradient has some.
+  const bool into = acc_dtype(x.dtype()) == DType::f32 && (want_w || want_b) &&
+                    (!want_w || dw_into.defined()) && (!want_b || db_into.defined());
+  for (const Tensor* t : {&dw_into, &db_into})
+    DL_CHECK(!into || !t->defined() ||
+                 (t->dtype() == DType::f32 && t->is_contiguous() && t->shape() == Shape({c})),
+             "layer_norm", "gradients accumulate into contiguous f32 (" << c << ")");
+  Tensor dw = want_w ? (into ? dw_into : empty_cuda({c}, x.dtype())) : Tensor();
+  Tensor db = want_b ? (into ? db_into : empty_cuda({c}, x.dtype())) : Tensor();
+  const int64_t chunks = layer_norm_chunks(rows);
+  Tensor scratch;
+  if (want_w || want_b)
+    scratch = empty_cuda({std::max<int64_t>(2 * chunks * c, 1)}, acc_dtype(x.dtype()));
+  if (rows == 0 && !into) {
+    if (dw.defined()) dw.zero_();
+    if (db.defined()) db.zero_();
+  }
+  launch_layer_norm_backward(
+      x.dtype(), g.raw_data(), x.raw_data(), w.defined() ? w.raw_data() : nullptr, mean.raw_data(),
+      rstd.raw_data(), dx_add.defined() ? dx_add.raw_data() : nullptr, dx.raw_data(),
+      dw.defined() ? dw.raw_data() : nullptr, db.defined() ? db.raw_data() : nullptr,
+      scratch.defined() ? scratch.raw_data() : nullptr, rows, c, into);
+  if (into) return {dx, Tensor(), Tensor()};
+  return {dx, dw, db};
+}
+
+}  // namespace
+
+}  // namespace gpu
 
 namespace {
 

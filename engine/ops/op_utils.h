@@ -1,20 +1,23 @@
 // Helpers shared by the op files (not public API): input checks with "[op] ..." errors, the
 // device check that is each op's single dispatch point (device_of), the f32/f64 dtype
-// dispatch of the CPU bodies, and broadcast iteration.
+// dispatch of the CPU bodies, broadcast iteration, and the layouts the CUDA launchers take.
 #pragma once
 #include <array>
 #include <initializer_list>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "engine/autograd/autograd.h"
 #include "engine/core/tensor.h"
+#include "engine/ops/cuda/elementwise.h"
 
 namespace driftless::ops::detail {
 
 // Every op calls this once before computing: all defined inputs must be on one device,
-// which it returns; the op then runs its CPU body or its CUDA body (engine/ops/cuda/
-// backend.h). This is the one place per op that picks the backend.
+// which it returns; the op then runs its CPU body or its CUDA body (the `gpu` block of its
+// file). This is the one place per op that picks the backend.
 inline Device device_of(const char* op, std::initializer_list<Tensor> tensors) {
   const Tensor* first = nullptr;
   for (const Tensor& t : tensors) {
@@ -151,3 +154,47 @@ void for_each_broadcast(const Shape& out, const std::array<Shape, K>& strides, F
 }
 
 }  // namespace driftless::ops::detail
+
+// Host helpers of the ops' CUDA bodies: what the launchers of engine/ops/cuda/*.h take.
+namespace driftless::ops::gpu {
+
+// A fresh contiguous cuda tensor.
+inline Tensor empty_cuda(const Shape& shape, DType dtype) {
+  return Tensor::empty(shape, dtype, Device::cuda);
+}
+
+// The kernels' accumulation dtype: f64 for f64, f32 for f32 and bf16.
+inline DType acc_dtype(DType dtype) {
+  return dtype == DType::f64 ? DType::f64 : DType::f32;
+}
+
+inline Layout layout_of(const char* op, const Shape& shape) {
+  DL_CHECK(shape.size() <= size_t(kMaxDims), op,
+           "cuda kernels take at most " << kMaxDims << " dims, got " << shape_str(shape));
+  Layout l;
+  l.rank = int(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) l.shape[d] = shape[d];
+  return l;
+}
+
+// dx_add, another gradient of x that a fused backward adds to dx before its rounding, is
+// undefined or contiguous of x's dtype and size.
+inline void check_dx_add(const char* op, const Tensor& dx_add, const Tensor& x) {
+  DL_CHECK(!dx_add.defined() || (dx_add.is_contiguous() && dx_add.dtype() == x.dtype() &&
+                                 dx_add.numel() == x.numel()),
+           op, "the gradient added to dx must be contiguous, of x's dtype and size");
+}
+
+// Strides that read x as if broadcast to `out`, and whether they are out's row-major ones.
+inline std::pair<Strides, bool> read_strides(const Tensor& x, const Shape& out) {
+  Shape st = detail::broadcast_strides(x.shape(), x.strides(), out);
+  Shape dense = contiguous_strides(out);
+  bool is_dense = true;
+  for (size_t d = 0; d < out.size(); ++d)
+    if (out[d] != 1 && st[d] != dense[d]) is_dense = false;
+  Strides s;
+  for (size_t d = 0; d < st.size(); ++d) s.v[d] = st[d];
+  return {s, is_dense};
+}
+
+}  // namespace driftless::ops::gpu

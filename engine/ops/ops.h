@@ -1,7 +1,6 @@
-// The generic differentiable ops: each computes its output on
-// the inputs' device (CPU bodies in engine/ops/*.cpp, CUDA bodies in engine/ops/cuda/) and
-// records one autograd node. Floating ops take f32 or f64, and bf16 on cuda (computed in
-// fp32, rounded once); bf16 is rejected on cpu.
+// The generic differentiable ops, each one autograd node on its inputs' device; the file under
+// each heading holds its CPU body and its CUDA body's host side (ARCHITECTURE.md "Generic ops").
+// Floating ops take f32 or f64, and bf16 on cuda (fp32 math, one rounding); not bf16 on cpu.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -1,5 +1,7 @@
 // Reductions over one dim (sum, mean) and over everything (sum_all). Accumulation is in
 // double on cpu; on cuda in fp32 (f64 for f64) in a fixed order (engine/ops/cuda/reduce.cu).
+#include "engine/ops/cuda/reduce.h"
+
 #include <vector>
 
 #include "engine/ops/cuda/backend.h"
@@ -9,6 +11,61 @@
 namespace driftless::ops {
 
 using autograd::Context;
+
+// ---- the CUDA body: host side of the kernels of cuda/reduce.cu ----
+namespace gpu {
+
+Tensor sum_to(const Tensor& x, const Shape& shape, double factor) {
+  const char* op = "sum_to";
+  Tensor out = empty_cuda(shape, x.dtype());
+  if (out.numel() == 0) return out;
+  const size_t rank = x.shape().size(), lead = rank - shape.size();
+  // Split x's dims into kept (size equal in shape) and reduced (broadcast) ones, dropping
+  // size-1 dims, which move nothing.
+  ReduceLayout L;
+  Shape kept_shape, kept_st, red_shape, red_st;
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t n = x.shape()[d];
+    if (n == 1) continue;
+    const bool reduced = d < lead || shape[d - lead] == 1;
+    (reduced ? red_shape : kept_shape).push_back(n);
+    (reduced ? red_st : kept_st).push_back(x.strides()[d]);
+  }
+  for (int64_t n : red_shape) L.n_red *= n;
+  for (int64_t n : kept_shape) L.n_out *= n;
+  if (L.n_red == 0) {
+    out.zero_();
+    return out;
+  }
+  if (L.n_out == 1) {
+    // Everything reduces to one value: the two-pass full reduction over a dense copy.
+    Tensor xc = x.contiguous();
+    const int parts = sum_all_parts(xc.numel());
+    Tensor scratch = Tensor::empty({parts}, acc_dtype(x.dtype()), Device::cuda);
+    launch_sum_all(x.dtype(), xc.raw_data(), xc.numel(), false, false, scratch.raw_data(),
+                   out.raw_data(), out.dtype(), factor);
+    return out;
+  }
+  DL_CHECK(kept_shape.size() <= size_t(kMaxDims) && red_shape.size() <= size_t(kMaxDims), op,
+           "too many dims in " << shape_str(x.shape()));
+  L.kept_rank = int(kept_shape.size());
+  L.red_rank = int(red_shape.size());
+  for (int d = 0; d < L.kept_rank; ++d) {
+    L.kept_shape[d] = kept_shape[size_t(d)];
+    L.kept_strides[d] = kept_st[size_t(d)];
+  }
+  for (int d = 0; d < L.red_rank; ++d) {
+    L.red_shape[d] = red_shape[size_t(d)];
+    L.red_strides[d] = red_st[size_t(d)];
+  }
+  const int64_t chunks = reduce_chunks(L);
+  Tensor scratch = chunks > 1 ? empty_cuda({chunks * L.n_out}, acc_dtype(x.dtype())) : Tensor();
+  launch_reduce(x.dtype(), x.raw_data(), L, out.raw_data(), factor,
+                scratch.defined() ? scratch.raw_data() : nullptr);
+  return out;
+}
+
+}  // namespace gpu
 
 namespace {
 

@@ -1,16 +1,60 @@
 // Llama's RMSNorm over the last dim as one node with a hand-written fused backward, modelled
 // on layer_norm (norm.cpp): forward saves the per-row reciprocal rms, backward makes dx and
 // dweight in one pass over the rows. CUDA bodies in engine/ops/cuda/rms_norm.cu.
+#include "engine/ops/cuda/rms_norm.h"
+
 #include <cmath>
 #include <vector>
 
-#include "engine/ops/cuda/backend.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 
 namespace driftless::ops {
 
 using autograd::Context;
+
+// ---- the CUDA body: host side of the kernels of cuda/rms_norm.cu ----
+namespace gpu {
+
+namespace {
+
+std::vector<Tensor> rms_norm_forward(const Tensor& x, const Tensor& w, double eps) {
+  const int64_t c = x.size(-1), rows = x.numel() / c;
+  Tensor out = empty_cuda(x.shape(), x.dtype());
+  Tensor rstd = empty_cuda({rows}, acc_dtype(x.dtype()));
+  launch_rms_norm_forward(x.dtype(), x.raw_data(), w.raw_data(), out.raw_data(), rstd.raw_data(),
+                          rows, c, eps);
+  return {out, rstd};
+}
+
+std::vector<Tensor> rms_norm_backward(const Tensor& g_in, const Tensor& x, const Tensor& w,
+                                      const Tensor& rstd, bool want_w, const Tensor& dw_into,
+                                      const Tensor& dx_add) {
+  Tensor g = g_in.contiguous();
+  check_dx_add("rms_norm", dx_add, x);
+  const int64_t c = x.size(-1), rows = c == 0 ? 0 : x.numel() / c;
+  Tensor dx = empty_cuda(x.shape(), x.dtype());
+  const bool into = want_w && dw_into.defined() && acc_dtype(x.dtype()) == DType::f32;
+  DL_CHECK(!into || (dw_into.dtype() == DType::f32 && dw_into.is_contiguous() &&
+                     dw_into.shape() == Shape({c})),
+           "rms_norm", "the weight gradient accumulates into contiguous f32 (" << c << ")");
+  Tensor dw = want_w ? (into ? dw_into : empty_cuda({c}, x.dtype())) : Tensor();
+  Tensor scratch;
+  if (want_w) {
+    scratch = empty_cuda({std::max<int64_t>(rms_norm_chunks(rows) * c, 1)}, acc_dtype(x.dtype()));
+    if (rows == 0 && !into) dw.zero_();
+  }
+  launch_rms_norm_backward(x.dtype(), g.raw_data(), x.raw_data(), w.raw_data(), rstd.raw_data(),
+                           dx_add.defined() ? dx_add.raw_data() : nullptr, dx.raw_data(),
+                           dw.defined() ? dw.raw_data() : nullptr,
+                           scratch.defined() ? scratch.raw_data() : nullptr, rows, c, into);
+  if (into) return {dx, Tensor()};
+  return {dx, dw};
+}
+
+}  // namespace
+
+}  // namespace gpu
 
 namespace {
 

@@ -1,10 +1,11 @@
 // Rotary position embedding of a fused QKV row (HF Llama's rotate_half convention) as one
 // node: the forward rotates each Q and K head by its token's angles, the backward by the
 // opposite angles (the transpose), V passes through. CUDA body in engine/ops/cuda/rope.cu.
+#include "engine/ops/cuda/rope.h"
+
 #include <cmath>
 #include <vector>
 
-#include "engine/ops/cuda/backend.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 #include "engine/ops/rope_freq.h"
@@ -12,6 +13,30 @@
 namespace driftless::ops {
 
 using autograd::Context;
+
+// ---- the CUDA body: host side of the kernels of cuda/rope.cu ----
+namespace gpu {
+
+namespace {
+
+Tensor rope(const Tensor& x, const Tensor& positions, int64_t rotated, int64_t d,
+            const std::vector<float>& inv_freq, bool inverse) {
+  DL_CHECK(positions.device() == Device::cuda && positions.dtype() == DType::i32 &&
+               positions.is_contiguous(),
+           "rope", "positions must be contiguous i32 on the GPU");
+  DL_CHECK(inv_freq.size() <= size_t(kRopeMaxHalf), "rope",
+           "head dim " << d << " is over the cuda kernel's " << 2 * kRopeMaxHalf);
+  RopeFreqs freqs;
+  for (size_t i = 0; i < inv_freq.size(); ++i) freqs.inv_freq[i] = inv_freq[i];
+  Tensor out = empty_cuda(x.shape(), x.dtype());
+  launch_rope(x.dtype(), x.raw_data(), positions.data<int32_t>(), out.raw_data(), x.size(0),
+              x.size(1), rotated, d, freqs, inverse);
+  return out;
+}
+
+}  // namespace
+
+}  // namespace gpu
 
 namespace {
 

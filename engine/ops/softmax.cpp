@@ -1,17 +1,44 @@
 // softmax and log_softmax over any dim (max-subtracted, accumulation in double), each one
 // node whose backward uses only its own output: softmax dx = y (g - <g, y>), log_softmax
 // dx = g - exp(y) sum(g). CUDA bodies in engine/ops/cuda/softmax.cu.
+#include "engine/ops/cuda/softmax.h"
+
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "engine/ops/cuda/backend.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 
 namespace driftless::ops {
 
 using autograd::Context;
+
+// ---- the CUDA body: host side of the kernels of cuda/softmax.cu ----
+namespace gpu {
+
+namespace {
+
+Tensor softmax_forward(const Tensor& x_in, int64_t d, bool log) {
+  Tensor x = x_in.contiguous();
+  detail::Dims3 s = detail::dims3(x.shape(), d);
+  Tensor y = empty_cuda(x.shape(), x.dtype());
+  launch_softmax_forward(x.dtype(), x.raw_data(), y.raw_data(), s.outer, s.n, s.inner, log);
+  return y;
+}
+
+Tensor softmax_backward(const Tensor& g_in, const Tensor& y, int64_t d, bool log) {
+  Tensor g = g_in.contiguous();
+  detail::Dims3 s = detail::dims3(y.shape(), d);
+  Tensor dx = empty_cuda(y.shape(), y.dtype());
+  launch_softmax_backward(y.dtype(), g.raw_data(), y.raw_data(), dx.raw_data(), s.outer, s.n,
+                          s.inner, log);
+  return dx;
+}
+
+}  // namespace
+
+}  // namespace gpu
 
 namespace {
 

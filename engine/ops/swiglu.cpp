@@ -1,16 +1,44 @@
 // SwiGLU of a fused gate/up projection, silu(gate) * up, as one node: the Llama MLP's
 // activation without materialising silu(gate) or splitting the projection's output. CUDA
 // bodies in engine/ops/cuda/swiglu.cu (one elementwise kernel each way).
+#include "engine/ops/cuda/swiglu.h"
+
 #include <cmath>
 #include <vector>
 
-#include "engine/ops/cuda/backend.h"
 #include "engine/ops/op_utils.h"
 #include "engine/ops/ops.h"
 
 namespace driftless::ops {
 
 using autograd::Context;
+
+// ---- the CUDA body: host side of the kernels of cuda/swiglu.cu ----
+namespace gpu {
+
+namespace {
+
+Tensor swiglu_forward(const Tensor& gate_up) {
+  const int64_t two_f = gate_up.size(-1), rows = two_f == 0 ? 0 : gate_up.numel() / two_f;
+  Shape shape = gate_up.shape();
+  shape.back() = two_f / 2;
+  Tensor out = empty_cuda(shape, gate_up.dtype());
+  launch_swiglu_forward(gate_up.dtype(), gate_up.raw_data(), out.raw_data(), rows, two_f / 2);
+  return out;
+}
+
+Tensor swiglu_backward(const Tensor& g_in, const Tensor& gate_up) {
+  Tensor g = g_in.contiguous();
+  const int64_t two_f = gate_up.size(-1), rows = two_f == 0 ? 0 : gate_up.numel() / two_f;
+  Tensor d = empty_cuda(gate_up.shape(), gate_up.dtype());
+  launch_swiglu_backward(gate_up.dtype(), g.raw_data(), gate_up.raw_data(), d.raw_data(), rows,
+                         two_f / 2);
+  return d;
+}
+
+}  // namespace
+
+}  // namespace gpu
 
 namespace {
 

@@ -29,19 +29,15 @@ void adamw_update(Device device, const AdamWKernelArgs& args, const std::vector<
       }
       return;
     case Device::cuda:
-#ifdef DRIFTLESS_HAVE_CUDA
       if (runs.empty()) return;
       DL_CHECK(device_runs.defined() && device_runs.device() == Device::cuda &&
                    device_runs.numel() == int64_t(4 * runs.size()),
                kOp, "the run table on the device does not match the runs");
-      return adamw_update_cuda(args, static_cast<const AdamWRun*>(device_runs.raw_data()),
-                               int64_t(runs.size()),
-                               runs.back().chunk_begin + (runs.back().n + kAdamWChunk - 1) / kAdamWChunk);
-#else
-      break;
-#endif
+      return adamw_update_cuda(
+          args, static_cast<const AdamWRun*>(device_runs.raw_data()), int64_t(runs.size()),
+          runs.back().chunk_begin + (runs.back().n + kAdamWChunk - 1) / kAdamWChunk);
   }
-  DL_FAIL(kOp, "expected parameters on cpu, got cuda (this driftless was built without CUDA)");
+  DL_FAIL(kOp, "expected parameters on cpu or cuda");
 }
 
 AdamW::AdamW(const AdamWConfig& config, std::vector<ParamRange> ranges, int64_t slab_numel,

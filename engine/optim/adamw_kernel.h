@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/core/dtype.h"
+#include "engine/ops/cuda/entry.h"
 
 namespace driftless {
 class Tensor;
@@ -53,9 +54,9 @@ void adamw_update(Device device, const AdamWKernelArgs& args, const std::vector<
 // One run of args.n elements at args' pointers, with args.weight_decay.
 void adamw_update_cpu(const AdamWKernelArgs& args);
 // Same f32 operations in the same order, so both backends agree bit for bit. Defined in
-// engine/ops/cuda/optim.cu (driftless_optim compiles no CUDA sources), CUDA builds only.
+// engine/ops/cuda/optim.cu (driftless_optim compiles no CUDA sources).
 // runs: n_runs AdamWRun on the device; chunks: their chunks in all.
-void adamw_update_cuda(const AdamWKernelArgs& args, const AdamWRun* runs, int64_t n_runs,
-                       int64_t chunks);
+DL_CUDA_ENTRY(void adamw_update_cuda(const AdamWKernelArgs& args, const AdamWRun* runs,
+                                     int64_t n_runs, int64_t chunks))
 
 }  // namespace driftless::optim

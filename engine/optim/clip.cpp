@@ -5,9 +5,8 @@
 
 #include <cmath>
 
-#ifdef DRIFTLESS_HAVE_CUDA
-#include "engine/ops/cuda/backend.h"
-#endif
+#include "engine/ops/cuda/elementwise.h"
+#include "engine/ops/cuda/reduce.h"
 
 namespace driftless::optim {
 
@@ -26,13 +25,22 @@ void check_grads(const Tensor& g) {
            "expected gradients on cpu, got cuda (this driftless was built without CUDA)");
 #endif
 }
+
+// Sum of squares of contiguous cuda x in double, two fixed passes (reduce.cu).
+double sum_squares_cuda(const Tensor& x) {
+  const int parts = ops::gpu::sum_all_parts(x.numel());
+  Tensor scratch = Tensor::empty({parts}, DType::f64, Device::cuda);
+  Tensor out = Tensor::empty({}, DType::f64, Device::cuda);
+  if (x.numel() == 0) return 0.0;
+  ops::gpu::launch_sum_all(x.dtype(), x.raw_data(), x.numel(), true, true, scratch.raw_data(),
+                           out.raw_data(), DType::f64, 1.0);
+  return out.item();
+}
 }  // namespace
 
 double grad_norm_squared(const Tensor& grads) {
   check_grads(grads);
-#ifdef DRIFTLESS_HAVE_CUDA
-  if (grads.device() == Device::cuda) return ops::gpu::sum_squares(grads);
-#endif
+  if (grads.device() == Device::cuda) return sum_squares_cuda(grads);
   return visit_dtype(grads.dtype(), [&](auto z) -> double {
     using T = decltype(z);
     if constexpr (std::is_floating_point_v<T>) {
@@ -54,9 +62,8 @@ double clip_coefficient(double norm, double max_norm) {
 
 void scale_grads(const Tensor& grads, double factor) {
   check_grads(grads);
-#ifdef DRIFTLESS_HAVE_CUDA
-  if (grads.device() == Device::cuda) return ops::gpu::scale_inplace(grads, factor);
-#endif
+  if (grads.device() == Device::cuda)
+    return ops::gpu::launch_scale_inplace(grads.dtype(), grads.raw_data(), grads.numel(), factor);
   visit_dtype(grads.dtype(), [&](auto z) {
     using T = decltype(z);
     if constexpr (std::is_floating_point_v<T>) {

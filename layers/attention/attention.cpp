@@ -36,17 +36,6 @@ struct BuiltinBinder {
 
 namespace detail {
 
-#ifndef DRIFTLESS_HAVE_CUDA
-AttentionOutputs cuda_forward(const ResolvedAttention&, const Tensor&, const Tensor&, const Tensor&,
-                              const AttentionSpec&) {
-  DL_FAIL(kOp, "tensors are on cuda but this build has no CUDA backend (DRIFTLESS_CUDA=OFF)");
-}
-AttentionGrads cuda_backward(const ResolvedAttention&, const Tensor&, const Tensor&, const Tensor&,
-                             const AttentionSpec&, const Tensor&, const Tensor&, const Tensor&) {
-  DL_FAIL(kOp, "tensors are on cuda but this build has no CUDA backend (DRIFTLESS_CUDA=OFF)");
-}
-#endif
-
 std::pair<Tensor, Tensor> learnable_inputs(const AttentionSpec& spec) {
   Tensor table;
   if (spec.score_mod.kind == ScoreModKind::relative_position)

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "engine/autograd/autograd.h"
+#include "engine/ops/cuda/entry.h"
 #include "layers/attention/cpu/flash_cpu.h"
 #include "layers/attention/score_mod.h"
 #include "layers/attention/spec.h"
@@ -91,13 +92,15 @@ inline Tensor as_compute(const Tensor& t, DType ct) {
   return t.defined() ? t.to(Device::cpu, ct).contiguous() : Tensor();
 }
 
-// The CUDA path (cuda/attention_cuda.cpp; without CUDA in the build these throw). Built-in
-// modifiers none, softcap and ALiBi; f32 and bf16.
-AttentionOutputs cuda_forward(const ResolvedAttention& r, const Tensor& q, const Tensor& k,
-                              const Tensor& v, const AttentionSpec& spec);
-AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const Tensor& k,
-                             const Tensor& v, const AttentionSpec& spec, const Tensor& out,
-                             const Tensor& lse, const Tensor& dout);
+// The CUDA path (cuda/attention_cuda.cpp; DL_CUDA_ENTRY: without CUDA in the build these
+// throw). Built-in modifiers none, softcap and ALiBi; f32 and bf16.
+DL_CUDA_ENTRY(AttentionOutputs cuda_forward(const ResolvedAttention& r, const Tensor& q,
+                                            const Tensor& k, const Tensor& v,
+                                            const AttentionSpec& spec))
+DL_CUDA_ENTRY(AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q,
+                                           const Tensor& k, const Tensor& v,
+                                           const AttentionSpec& spec, const Tensor& out,
+                                           const Tensor& lse, const Tensor& dout))
 
 // The one place that picks the backend of a call: true for cuda (every tensor must then be
 // on cuda, and the modifier must be a built-in or an expression), false for the CPU kernels.

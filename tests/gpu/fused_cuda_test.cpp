@@ -18,7 +18,7 @@
 #include "engine/autograd/autograd.h"
 #include "engine/core/device_ops.h"
 #include "engine/ops/cuda/cublaslt.h"
-#include "engine/ops/cuda/kernels.cuh"
+#include "engine/ops/cuda/reduce.h"
 #include "engine/ops/ops.h"
 #include "layers/linear.h"
 #include "tests/gpu/fused_check.h"

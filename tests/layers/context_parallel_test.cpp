@@ -145,10 +145,13 @@ RankResult run_rank(const GptConfig& cfg, const std::vector<data::PackedSequence
     const size_t per = inputs[size_t(i)].size() / seqs.size();
     for (size_t j = 0; j < seqs.size(); ++j)
       for (size_t c = 0; c < per; ++c)
-        slice.push_back({&inputs[size_t(i)][j * per + c], int64_t(j), int64_t(j),
-                         wholes[size_t(i)].empty()         ? nullptr
-                         : kind == ContextParallel::hybrid ? &wholes[size_t(i)][j * per + c]
-                                                           : &wholes[size_t(i)][j]});
+        slice.push_back(
+            {std::make_shared<const data::ModelInput>(inputs[size_t(i)][j * per + c]), int64_t(j),
+             int64_t(j),
+             wholes[size_t(i)].empty() ? nullptr
+             : kind == ContextParallel::hybrid
+                 ? std::make_shared<const data::ModelInput>(wholes[size_t(i)][j * per + c])
+                 : std::make_shared<const data::ModelInput>(wholes[size_t(i)][j])});
     losses.push_back(model.loss(slice, 1.0 / double(tokens), o));
   }
   RankResult res;

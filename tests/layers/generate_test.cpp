@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <set>
 
 #include "engine/autograd/autograd.h"
@@ -49,7 +50,8 @@ std::vector<float> uncached_last_logits(const Gpt& weights, const std::vector<in
   ForwardOptions o;
   o.training = false;
   o.route = &route;
-  Tensor logits = fresh.logits({{&in, 0, 0}}, o);  // (n, V)
+  Tensor logits =
+      fresh.logits({{std::make_shared<const data::ModelInput>(in), 0, 0}}, o);  // (n, V)
   EXPECT_TRUE(logits.requires_grad());
   return logits.narrow(0, n - 1, 1).to_vector<float>();
 }

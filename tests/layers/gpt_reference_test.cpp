@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "data/sampler.h"
@@ -202,7 +203,8 @@ double step_loss(Gpt& model, const ReferenceCase& c, int m) {
     for (const auto& s : c.sequences)
       inputs[size_t(i)].push_back(data::make_model_input(s, {i, m, 0, 1}, 0));
     for (size_t b = 0; b < c.sequences.size(); ++b)
-      slice.push_back({&inputs[size_t(i)][b], int64_t(b), int64_t(b)});
+      slice.push_back(
+          {std::make_shared<const data::ModelInput>(inputs[size_t(i)][b]), int64_t(b), int64_t(b)});
     losses.push_back(model.loss(slice, 1.0 / double(loss_tokens(c)), o));
   }
   double total = 0;
@@ -275,7 +277,8 @@ TEST_F(GptReference, LossLogitsAndGradientsMatchPyTorch) {
   for (const auto& s : case_.sequences)
     inputs.push_back(data::make_model_input(s, {0, 1, 0, 1}, 0));
   std::vector<PartInput> slice;
-  for (size_t b = 0; b < inputs.size(); ++b) slice.push_back({&inputs[b], int64_t(b), int64_t(b)});
+  for (size_t b = 0; b < inputs.size(); ++b)
+    slice.push_back({std::make_shared<const data::ModelInput>(inputs[b]), int64_t(b), int64_t(b)});
   BufferRoute route;
   model->prepare_route(route, int64_t(inputs.size()), int64_t(case_.sequences[0].tokens.size()));
   Tensor logits = [&] {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 
 #include "data/sampler.h"
 #include "engine/autograd/autograd.h"
@@ -45,7 +46,7 @@ std::vector<float> gradients(Gpt& model, const std::vector<data::PackedSequence>
     for (size_t b = 0; b < seqs.size(); ++b)
       inputs[size_t(i)].push_back(data::make_model_input(seqs[b], {i, m, 0, 1}, 0));
     for (size_t b = 0; b < seqs.size(); ++b)
-      slice.push_back({&inputs[size_t(i)][b], int64_t(b),
+      slice.push_back({std::make_shared<const data::ModelInput>(inputs[size_t(i)][b]), int64_t(b),
                        reversed_slots ? int64_t(seqs.size() - 1 - b) : int64_t(b)});
     losses.push_back(model.loss(slice, 1.0 / double(tokens), o));
   }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include "engine/autograd/autograd.h"
@@ -59,7 +60,8 @@ Step step(Gpt& model, const std::vector<data::PackedSequence>& seqs, int m,
       inputs[size_t(i)].push_back(std::move(in));
     }
     for (size_t b = 0; b < seqs.size(); ++b)
-      slice.push_back({&inputs[size_t(i)][b], int64_t(b), int64_t(b)});
+      slice.push_back(
+          {std::make_shared<const data::ModelInput>(inputs[size_t(i)][b]), int64_t(b), int64_t(b)});
     losses.push_back(model.loss(slice, 1.0 / double(tokens), o));
     r.loss += losses.back().to_vector<float>()[0];
   }
@@ -306,7 +308,7 @@ std::vector<float> rotated_rows(Gpt& model, const data::PackedSequence& seq, int
       data::ModelInput in = data::make_model_input(seq, {i, m, c, P}, 0);
       if (in.query_begin > 0)
         for (int32_t& p : in.position_index) p += shift;
-      model.loss({{&in, 0, 0}}, 1.0, o);
+      model.loss({{std::make_shared<const data::ModelInput>(in), 0, 0}}, 1.0, o);
     }
   return sink.out;
 }

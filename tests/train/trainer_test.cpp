@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -159,7 +160,8 @@ TEST(Trainer, EvaluateIsTheTokenMeanLossOfTheValidationBatches) {
       const data::ModelInput in = data::make_model_input(seq, {0, 1, 0, 1}, 0);
       layers::ForwardOptions fo;
       fo.training = false;  // whole sequences: the local route
-      const Tensor logits = t.model().logits({{&in, 0, int64_t(s)}}, fo);  // (S, V)
+      const Tensor logits = t.model().logits(
+          {{std::make_shared<const data::ModelInput>(in), 0, int64_t(s)}}, fo);  // (S, V)
       const int64_t V = logits.size(1);
       const std::vector<float> l = logits.to_vector<float>();
       for (size_t i = 0; i < seq.labels.size(); ++i) {

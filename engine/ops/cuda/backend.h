@@ -1,21 +1,25 @@
-// The CUDA bodies of the generic ops (ops.h), one function per op body, called from each
-// op's device dispatch in engine/ops/*.cpp. Inputs arrive validated; outputs are fresh
-// contiguous cuda tensors. f32, bf16 (computed in fp32, rounded once) and f64. Built only
-// with CUDA; engine/ops/cuda_stub.cpp stands in otherwise.
+// The CUDA bodies that code outside their op's own file calls directly: the GEMMs (matmul,
+// the fused Linear layers of layers/linear.cpp, the chunked LM loss), element-wise kernels
+// (the loss's scaling, linear's GELU gradient), sum_to and the cross-entropy passes; every
+// other CUDA body stays in its op's file (ARCHITECTURE.md "Generic ops"). Inputs arrive
+// validated; outputs are fresh contiguous cuda tensors. f32, bf16 (fp32 math, one rounding), f64.
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <vector>
 
 #include "engine/core/tensor.h"
+#include "engine/ops/cuda/entry.h"
 
 namespace driftless::ops::gpu {
 
+// ---- cuda/gemm.cpp (cuBLAS, cuBLASLt) ----
 // c (batch, m, n) = op(a_i) op(b_i) for each batch item i, a_i at a + i * stride_a
 // elements (stride 0: the same matrix for every item), a stored (ra, ca), b (rb, cb),
 // row-major, contiguous. cuBLAS, fp32 accumulation (f64 for f64), no TF32.
-void gemm(DType dtype, const void* a, int64_t ra, int64_t ca, bool ta, int64_t stride_a,
-          const void* b, int64_t rb, int64_t cb, bool tb, int64_t stride_b, void* c, int64_t batch);
+DL_CUDA_ENTRY(void gemm(DType dtype, const void* a, int64_t ra, int64_t ca, bool ta,
+                        int64_t stride_a, const void* b, int64_t rb, int64_t cb, bool tb,
+                        int64_t stride_b, void* c, int64_t batch))
 
 // f32 c (m, n) = op(a) op(b), or += with accumulate, for one matrix stored as in gemm; a and
 // b share dtype ab (f32 or bf16). The fp32 output of bf16 operands (layers/lm_loss: logits
@@ -23,29 +27,32 @@ void gemm(DType dtype, const void* a, int64_t ra, int64_t ca, bool ta, int64_t s
 // a, b and c in elements when they are wider than stored (0: contiguous); padding rows to
 // a multiple of 8 elements keeps the tensor-core kernels (odd strides fall back to
 // byte-aligned ones, several times slower).
-void gemm_f32_out(DType ab, const void* a, int64_t ra, int64_t ca, bool ta, const void* b,
-                  int64_t rb, int64_t cb, bool tb, void* c, bool accumulate, int64_t lda = 0,
-                  int64_t ldb = 0, int64_t ldc = 0);
+DL_CUDA_ENTRY(void gemm_f32_out(DType ab, const void* a, int64_t ra, int64_t ca, bool ta,
+                                const void* b, int64_t rb, int64_t cb, bool tb, void* c,
+                                bool accumulate, int64_t lda = 0, int64_t ldb = 0, int64_t ldc = 0))
 // x (N, in), weight (out, in), bias (out) or undefined, contiguous, one dtype -> x w^T + b
 // (N, out) [+ residual (N, out), contiguous, same dtype]; the bias is added in cuBLASLt's
 // epilogue and the residual as its C operand (beta = 1) where it has an algorithm.
-Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                      const Tensor& residual = Tensor());
+DL_CUDA_ENTRY(Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                    const Tensor& residual = Tensor()))
 // Same arguments -> {gelu(x w^T + b), x w^T + b} (both (N, out)): in bf16 one GEMM with
 // the GELU_AUX_BIAS epilogue writes both where cuBLASLt has an algorithm (out % 8 == 0);
 // otherwise linear_forward then the gelu kernel.
-std::vector<Tensor> linear_gelu_forward(const Tensor& x, const Tensor& weight, const Tensor& bias);
+DL_CUDA_ENTRY(std::vector<Tensor> linear_gelu_forward(const Tensor& x, const Tensor& weight,
+                                                      const Tensor& bias))
 // A Linear's parameter gradients added straight into f32 storage: dw (out, in) += dy^T x and,
 // when db is defined, db (out) += the column sums of dy (a deterministic column-sum kernel
 // that adds in place, launch_bias_grad). dy (N, out) and x (N, in) are
 // contiguous and share a dtype (f32 or bf16); dw and db are contiguous f32.
-void linear_param_grads(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db);
+DL_CUDA_ENTRY(void linear_param_grads(const Tensor& dy, const Tensor& x, const Tensor& dw,
+                                      const Tensor& db))
 // dpre (N, in) = (dy w) * gelu_tanh'(pre), the input gradient of a Linear (w (out, in))
 // whose input was gelu(pre), as one bf16 GEMM with the DGELU epilogue; undefined when that
 // is not available (not bf16, in % 8 != 0, or cuBLASLt has no algorithm), for the caller's
 // unfused path. pre is the pre-activation linear_gelu_forward returned.
-Tensor linear_dgelu_input_grad(const Tensor& dy, const Tensor& w, const Tensor& pre);
+DL_CUDA_ENTRY(Tensor linear_dgelu_input_grad(const Tensor& dy, const Tensor& w, const Tensor& pre))
 
+// ---- elementwise.cpp, activation.cpp (elementwise.cu) ----
 enum class Binary { add, sub, mul };
 // a, b broadcast to out_shape (any strides).
 Tensor binary(Binary kind, const Tensor& a, const Tensor& b, const Shape& out_shape);
@@ -53,51 +60,12 @@ enum class Unary { copy, scale, add_scalar, neg, gelu };
 // x broadcast to out_shape (copy is broadcast_to); s is the scalar of scale/add_scalar.
 Tensor unary(Unary kind, const Tensor& x, const Shape& out_shape, double s = 0);
 Tensor gelu_backward(const Tensor& g, const Tensor& x);
-// Keeps element c of row r when uniform01(seed, row_ids[r] * row_len + c) >= p (row_ids:
-// i64 on the device, one per row of x; ops.h dropout).
-Tensor dropout(const Tensor& x, double p, uint64_t seed, const Tensor& row_ids, int64_t row_len);
 
+// ---- reduce.cpp (reduce.cu) ----
 // Sums x down to `shape` (a numpy broadcast source of x's shape), times factor.
 Tensor sum_to(const Tensor& x, const Shape& shape, double factor = 1.0);
 
-// {out, mean, rstd}; mean and rstd are f32 (f64 for f64) of shape (rows).
-std::vector<Tensor> layer_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b,
-                                       double eps);
-// {dx, dweight or undefined, dbias or undefined}. With dw_into / db_into (f32 (C), the
-// parameters' gradient storage; bf16 or f32 x) the weight and bias gradients are added there
-// instead, and returned undefined. With dx_add (contiguous, x's shape and dtype: another
-// gradient of x) dx is dx + dx_add, summed before the rounding.
-std::vector<Tensor> layer_norm_backward(const Tensor& g, const Tensor& x, const Tensor& w,
-                                        const Tensor& mean, const Tensor& rstd, bool want_w,
-                                        bool want_b, const Tensor& dw_into = Tensor(),
-                                        const Tensor& db_into = Tensor(),
-                                        const Tensor& dx_add = Tensor());
-
-// {out, rstd}; rstd is f32 (f64 for f64) of shape (rows). bf16 rounds the normalised row
-// before the weight multiplies it, as HF's LlamaRMSNorm does.
-std::vector<Tensor> rms_norm_forward(const Tensor& x, const Tensor& w, double eps);
-// {dx, dweight or undefined}. With dw_into (f32 (C), the weight's gradient storage; bf16 or
-// f32 x) the weight gradient is added there instead and returned undefined. With dx_add
-// (contiguous, x's shape and dtype: another gradient of x) dx is dx + dx_add, summed before
-// the rounding.
-std::vector<Tensor> rms_norm_backward(const Tensor& g, const Tensor& x, const Tensor& w,
-                                      const Tensor& rstd, bool want_w,
-                                      const Tensor& dw_into = Tensor(),
-                                      const Tensor& dx_add = Tensor());
-
-// gate_up (..., 2F) contiguous -> silu(gate) * up (..., F); the backward gives d(gate_up).
-Tensor swiglu_forward(const Tensor& gate_up);
-Tensor swiglu_backward(const Tensor& g, const Tensor& gate_up);
-
-// x (N, W) contiguous, positions (N) i32 on cuda: the first `rotated` heads of d columns of
-// each row turned by angles f32(pos) * inv_freq[i] (d / 2 of them, at most kRopeMaxHalf),
-// by the opposite angles when `inverse` (the backward), the rest of the row copied.
-Tensor rope(const Tensor& x, const Tensor& positions, int64_t rotated, int64_t d,
-            const std::vector<float>& inv_freq, bool inverse);
-
-Tensor softmax_forward(const Tensor& x, int64_t dim, bool log);
-Tensor softmax_backward(const Tensor& g, const Tensor& y, int64_t dim, bool log);
-
+// ---- loss.cpp (softmax.cu) ----
 // logits (N, V) contiguous, targets (N) i64 on cuda, mask (N) or undefined.
 // Returns {loss (), lse (N) f32/f64}.
 // With row_loss_into (as in cross_entropy_forward_backward) the per-row losses go there and
@@ -125,22 +93,10 @@ std::vector<Tensor> cross_entropy_forward_backward(const Tensor& go, const Tenso
                                                    const Tensor& into = Tensor(),
                                                    const Tensor& row_loss_into = Tensor());
 
-// weight (V, C) contiguous; ids (host values, validated) -> (ids_shape..., C).
-Tensor embedding_forward(const Tensor& weight, const std::vector<int64_t>& ids,
-                         const Shape& ids_shape);
-// The weight gradient (weight_shape, g's dtype); with `into` (f32 (V, C), the weight's
-// gradient storage) the row sums, in f32, are added there instead (only the rows some id
-// hits are touched) and an undefined tensor is returned.
-Tensor embedding_backward(const Tensor& g, const std::vector<int64_t>& ids,
-                          const Shape& weight_shape, const Tensor& into = Tensor());
-
+// ---- elementwise.cpp (elementwise.cu) ----
 // dst += src * scale (dst f32) or dst = bf16(src * scale) (dst bf16): src and dst contiguous
 // of one numel, src f32, scale a one-element f32 cuda tensor (an upstream gradient, read on
 // the device: no sync). The product is rounded before the add, as mul then add would round.
 void scaled_into(const Tensor& src, const Tensor& scale, const Tensor& dst);
-
-// Sum of squares of a contiguous f32/f64/bf16 cuda tensor, in double, two fixed passes.
-double sum_squares(const Tensor& x);
-void scale_inplace(const Tensor& x, double factor);
 
 }  // namespace driftless::ops::gpu

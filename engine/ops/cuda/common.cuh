@@ -11,7 +11,7 @@
 
 #include "engine/core/cuda/check.h"
 #include "engine/core/cuda/strided_offset.cuh"
-#include "engine/ops/cuda/kernels.cuh"
+#include "engine/ops/cuda/elementwise.h"  // Layout, Strides
 
 namespace driftless::ops::gpu {
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "engine/core/tensor.h"
+#include "engine/ops/cuda/entry.h"
 
 namespace driftless::ops::gpu {
 
@@ -34,7 +35,8 @@ struct LtMatmul {
   int64_t rb = 0, cb = 0;
   bool tb = false;
   void* d = nullptr;
-  int64_t lda = 0, ldb = 0, ldd = 0;  // row strides in elements when wider than stored; 0: contiguous
+  int64_t lda = 0, ldb = 0,
+          ldd = 0;          // row strides in elements when wider than stored; 0: contiguous
   bool accumulate = false;  // d = product + c (beta = 1) instead of d = product
   const void* c = nullptr;  // accumulate's addend, laid out like d (ldd, `out`); null: d itself
   LtEpilogue epilogue = LtEpilogue::none;
@@ -46,13 +48,13 @@ struct LtMatmul {
 // cuBLASLt offers no algorithm for this combination (shape, alignment, epilogue, types),
 // so the caller takes its unfused path. The chosen algorithm is cached by value (bounded),
 // so a given problem always runs the same kernel: results are reproducible run to run.
-bool lt_matmul(const LtMatmul& p);
+DL_CUDA_ENTRY(bool lt_matmul(const LtMatmul& p))
 
 // How many products with this epilogue cuBLASLt has run in this process: tests check that
 // the fused paths are taken, not only that the fallbacks are right.
-int64_t lt_matmul_count(LtEpilogue epilogue);
+DL_CUDA_ENTRY(int64_t lt_matmul_count(LtEpilogue epilogue))
 // How many of them added a separate C operand (out = a b + c with c != out: a Linear's
 // residual fused into the product).
-int64_t lt_matmul_with_c_count();
+DL_CUDA_ENTRY(int64_t lt_matmul_with_c_count())
 
 }  // namespace driftless::ops::gpu

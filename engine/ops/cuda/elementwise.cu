@@ -5,6 +5,7 @@
 #include "engine/core/cuda/launch.cuh"
 #include "engine/core/random.h"
 #include "engine/ops/cuda/common.cuh"
+#include "engine/ops/cuda/elementwise.h"
 
 namespace driftless::ops::gpu {
 namespace {

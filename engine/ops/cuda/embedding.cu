@@ -3,6 +3,7 @@
 // order), from a per-row position list built on the host. No atomics.
 #include "engine/core/cuda/launch.cuh"
 #include "engine/ops/cuda/common.cuh"
+#include "engine/ops/cuda/embedding.h"
 
 namespace driftless::ops::gpu {
 namespace {

@@ -14,7 +14,7 @@
 #include "engine/ops/cuda/backend.h"
 #include "engine/ops/cuda/cublas_handle.h"
 #include "engine/ops/cuda/cublaslt.h"
-#include "engine/ops/cuda/kernels.cuh"
+#include "engine/ops/cuda/reduce.h"
 
 namespace driftless::ops::gpu {
 

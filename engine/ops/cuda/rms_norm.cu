@@ -8,6 +8,7 @@
 
 #include "engine/core/cuda/launch.cuh"
 #include "engine/ops/cuda/common.cuh"
+#include "engine/ops/cuda/rms_norm.h"
 
 namespace driftless::ops::gpu {
 namespace {

@@ -8,6 +8,7 @@
 
 #include "engine/core/cuda/launch.cuh"
 #include "engine/ops/cuda/common.cuh"
+#include "engine/ops/cuda/rope.h"
 
 namespace driftless::ops::gpu {
 namespace {

@@ -10,6 +10,7 @@
 
 #include "engine/core/cuda/launch.cuh"
 #include "engine/ops/cuda/common.cuh"
+#include "engine/ops/cuda/softmax.h"
 
 namespace driftless::ops::gpu {
 namespace {

@@ -6,6 +6,7 @@
 
 #include "engine/core/cuda/launch.cuh"
 #include "engine/ops/cuda/common.cuh"
+#include "engine/ops/cuda/swiglu.h"
 
 namespace driftless::ops::gpu {
 namespace {

@@ -159,7 +159,7 @@ Tensor AllToAllRoute::attend(const RouteCall& call, const Tensor& qkv) {
   std::vector<int64_t> k_rows;
   std::vector<Tensor> k_parts, v_parts;
   for (int64_t j = 0; j < n; ++j) {
-    const data::ModelInput* w = slice[size_t(j)].whole;
+    const data::ModelInput* w = slice[size_t(j)].whole.get();
     const data::ModelInput& local = *slice[size_t(j)].input;
     DL_CHECK(w && w->num_queries() == L, "all-to-all route",
              "sequence " << j << " needs its whole micro-sequence of " << L << " rows");

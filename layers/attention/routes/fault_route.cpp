@@ -2,6 +2,7 @@
 #include "layers/attention/routes/fault_route.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "engine/autograd/autograd.h"
 
@@ -79,15 +80,10 @@ Tensor FaultRoute::attend(const RouteCall& call, const Tensor& qkv) {
   Tensor in = qkv;
   if (here && faults_.drop_kv_grad_slice)
     in = drop_kv_grad(qkv, call.shape.heads * call.shape.head_dim);
-  std::vector<data::ModelInput> shifted;
   std::vector<PartInput> slice = *call.slice;
-  if (here && faults_.cu_seqlens_k_from_begin) {
-    shifted.reserve(slice.size());
-    for (auto& s : slice) {
-      shifted.push_back(shifted_cu_seqlens_k(*s.input));
-      s.input = &shifted.back();
-    }
-  }
+  if (here && faults_.cu_seqlens_k_from_begin)
+    for (auto& s : slice)
+      s.input = std::make_shared<const data::ModelInput>(shifted_cu_seqlens_k(*s.input));
   RouteCall c = call;
   c.slice = &slice;
   exchange_->skip = false;

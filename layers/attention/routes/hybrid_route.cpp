@@ -32,7 +32,7 @@ Tensor HybridRoute::attend(const RouteCall& call, const Tensor& qkv) {
     DL_CHECK(slice[j].slot == slice[j + 1].slot, kOp,
              "the two chunks of a sequence must share a K/V slot");
     for (size_t c = j; c < j + 2; ++c) {
-      const data::ModelInput* w = slice[c].whole;
+      const data::ModelInput* w = slice[c].whole.get();
       const data::ModelInput& mine = *slice[c].input;
       DL_CHECK(w && w->num_queries() == G * mine.num_queries() &&
                    mine.query_begin == w->query_begin + gx.rank() * mine.num_queries(),
@@ -41,7 +41,7 @@ Tensor HybridRoute::attend(const RouteCall& call, const Tensor& qkv) {
                         << " of its ring chunk (PartInput::whole), got rows [" << mine.query_begin
                         << ", " << mine.query_end << ")");
     }
-    seqs.push_back({{slice[j].whole, slice[j + 1].whole}, slice[j].slot});
+    seqs.push_back({{slice[j].whole.get(), slice[j + 1].whole.get()}, slice[j].slot});
   }
   // Each ring chunk is one all-to-all "sequence": its rows in order, the group's heads.
   Tensor heads = tokens_to_heads(qkv, chunks, H, Hkv, gx);  // (chunks Lc, (Hg + 2 Hkvg) D)

@@ -252,7 +252,7 @@ Tensor RingRoute::attend(const RouteCall& call, const Tensor& qkv) {
   for (size_t j = 0; j < slice.size(); j += 2) {
     DL_CHECK(slice[j].slot == slice[j + 1].slot, "ring route",
              "the two chunks of a sequence must share a K/V slot");
-    seqs.push_back({{slice[j].input, slice[j + 1].input}, slice[j].slot});
+    seqs.push_back({{slice[j].input.get(), slice[j + 1].input.get()}, slice[j].slot});
   }
   const QkvParts p = split_qkv(qkv, a.heads, a.kv_heads, a.head_dim);
   AttentionSpec base;

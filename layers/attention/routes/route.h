@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "data/model_input.h"
@@ -13,15 +14,16 @@
 
 namespace driftless::layers {
 
-// One sequence of the micro-batch slice the model runs now.
+// One sequence of the micro-batch slice the model runs now: an entry of the step plan's
+// forward (train/step_plan.h), whose inputs it shares with the copies that recompute keeps.
 struct PartInput {
-  const data::ModelInput* input = nullptr;
+  std::shared_ptr<const data::ModelInput> input;
   int64_t slot = 0;             // which K/V buffer sequence it uses
   int64_t global_sequence = 0;  // index in the step's global batch (for tensor logs)
   // Context parallel a2a: the whole micro-sequence (SequencePart {i, m, 0, 1}), whose rows
   // this rank attends for its heads. Ring: the slice lists chunks r and 2P-1-r of each
-  // sequence as two consecutive entries with the same slot.
-  const data::ModelInput* whole = nullptr;
+  // sequence as two consecutive entries with the same slot. Null for the other routes.
+  std::shared_ptr<const data::ModelInput> whole;
 };
 
 // The attention layers' shape: what a route needs to size its buffers and cut QKV.
