@@ -109,4 +109,44 @@ __device__ __forceinline__ bool step_full(const Problem& p, const Doc& doc, int 
   return q0 + kStep <= q_len && j0 + n_keys <= k_len && lo_b <= j0 && hi_a >= j0 + n_keys - 1;
 }
 
+// A thread's dS^T values of one 16-query k step (keys kr and kr + 8 of the tile, query
+// columns c, c + 1 and c + 8, c + 9 as the bf16 pairs of a[]) into the shared (keys x kStep
+// queries) tile that dQ = dS K reads as its M-major A operand (tile_addr<kStep>).
+template <int kStep>
+__device__ __forceinline__ void store_ds_t(uint32_t tile, int kr, int c, int t4,
+                                           const uint32_t (&a)[4]) {
+  const uint32_t at = 4 * t4;
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_addr<kStep>(tile, kr, c >> 3) + at),
+               "r"(a[0]));
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_addr<kStep>(tile, kr + 8, c >> 3) + at),
+               "r"(a[1]));
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_addr<kStep>(tile, kr, (c >> 3) + 1) + at),
+               "r"(a[2]));
+  asm volatile(
+      "st.shared.b32 [%0], %1;\n" ::"r"(tile_addr<kStep>(tile, kr + 8, (c >> 3) + 1) + at),
+      "r"(a[3]));
+}
+
+// dK (times the softmax scale) and dV of a thread's keys kr and kr + 8 of the key tile at
+// j0 (those inside the tile's nk keys), as bf16 rows of dkv_heads heads, kv head kh.
+template <int D>
+__device__ __forceinline__ void store_dkv(const Problem& p, const Doc& doc, int j0, int kh, int nk,
+                                          int kr, int t4, const float (&dk_acc)[D / 8][4],
+                                          const float (&dv_acc)[D / 8][4], bf16* dk, bf16* dv,
+                                          int dkv_heads) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = kr + 8 * r;
+    if (row >= nk) continue;
+    const int64_t off = ((doc.k_offset + j0 + row) * dkv_heads + kh) * D;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      *reinterpret_cast<uint32_t*>(dk + off + n * 8 + 2 * t4) =
+          pack_bf16(dk_acc[n][2 * r] * p.scale, dk_acc[n][2 * r + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(dv + off + n * 8 + 2 * t4) =
+          pack_bf16(dv_acc[n][2 * r], dv_acc[n][2 * r + 1]);
+    }
+  }
+}
+
 }  // namespace driftless::layers::gpu::fast::bwd

@@ -190,20 +190,6 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
         }
         uint32_t ap[2][KH][4], as[2][KH][4];
         // kDq: thread's dS^T values (keys jr - j0, queries c .. c + 1) into the shared tile.
-        auto store_ds = [&](uint32_t tile, int kk, int hf, const uint32_t(&a)[4]) {
-          const int c = hf * (kBQ / 2) + kk * 16, kr = warp * 16 + g;
-          const uint32_t at = 4 * t4;
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_addr<kBQ>(tile, kr, c >> 3) + at),
-                       "r"(a[0]));
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_addr<kBQ>(tile, kr + 8, c >> 3) + at),
-                       "r"(a[1]));
-          asm volatile(
-              "st.shared.b32 [%0], %1;\n" ::"r"(tile_addr<kBQ>(tile, kr, (c >> 3) + 1) + at),
-              "r"(a[2]));
-          asm volatile(
-              "st.shared.b32 [%0], %1;\n" ::"r"(tile_addr<kBQ>(tile, kr + 8, (c >> 3) + 1) + at),
-              "r"(a[3]));
-        };
         // dQ (kBQ queries x D) = dS K over the tile's keys: A is dS^T read M-major, B the K
         // tile read N-major; with two warpgroups, warpgroup wg takes the 64-column atom wg
         // of K (1024 bytes apart in an 8-row group), so dQ's columns 64 wg ..
@@ -233,7 +219,7 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
           for (int kk = 0; kk < KH; ++kk) {
             c_to_a(ap[hf][kk], st[hf][2 * kk], st[hf][2 * kk + 1]);
             c_to_a(as[hf][kk], dpt[hf][2 * kk], dpt[hf][2 * kk + 1]);
-            if constexpr (kDq) store_ds(sdS, kk, hf, as[hf][kk]);
+            if constexpr (kDq) store_ds_t<kBQ>(sdS, warp * 16 + g, hf * (kBQ / 2) + kk * 16, t4, as[hf][kk]);
           }
           if constexpr (kDq)
             if (hf == 1) dq_product();  // ahead of the second half's dV, dK products
@@ -307,19 +293,7 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
       __syncthreads();  // every pair's adds done
       mod0.param_grad_end(pg);
     }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = warp * 16 + g + 8 * r;
-    if (row >= nk) continue;
-    const int64_t off = ((doc.k_offset + j0 + row) * dkv_heads + kh) * D;
-#pragma unroll
-    for (int n = 0; n < ND; ++n) {
-      *reinterpret_cast<uint32_t*>(dk + off + n * 8 + 2 * t4) =
-          pack_bf16(dk_acc[n][2 * r] * p.scale, dk_acc[n][2 * r + 1] * p.scale);
-      *reinterpret_cast<uint32_t*>(dv + off + n * 8 + 2 * t4) =
-          pack_bf16(dv_acc[n][2 * r], dv_acc[n][2 * r + 1]);
-    }
-  }
+  store_dkv<D>(p, doc, j0, kh, nk, warp * 16 + g, t4, dk_acc, dv_acc, dk, dv, dkv_heads);
 }
 
 }  // namespace driftless::layers::gpu::fast::bwd

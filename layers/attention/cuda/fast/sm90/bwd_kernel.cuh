@@ -30,7 +30,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     return;
   }
   regs_inc<T::kConsumerRegs>();
-  const int cw = wg - 1;
+  const int cw = wg - 1, lane = int(threadIdx.x) & 31;
+  // The thread's first key of the tile: 16 keys a consumer warp, rows g and g + 8 of them.
+  const int key_row = (cw * 4 + (int(threadIdx.x) >> 5) % 4) * 16 + (lane >> 2);
   PipeState<1> kv;
   PipeState<T::kStages> st;
   bool first_dq = true;
@@ -38,7 +40,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     const BwdItem b = BwdItem::make<T, M>(p, tiles, w);
     BwdAccum<T::kD> acc;
     bwd_consume<T, M>(p, b, mod, sm, cw, kv, st, first_dq, acc);
-    bwd_store_dkv<T::kD>(p, b, cw, acc, dk, dv, dkv_heads);
+    bwd::store_dkv<T::kD>(p, b.doc, b.j0, b.kh, b.nk, key_row, lane & 3, acc.dk, acc.dv, dk, dv,
+                          dkv_heads);
   }
 }
 

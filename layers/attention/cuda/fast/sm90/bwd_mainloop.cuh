@@ -259,21 +259,6 @@ __device__ void bwd_consume(const Problem& p, const BwdItem& b, const M& mod0, c
       wg_commit();
     }
     uint32_t ap[2][KH][4], as[2][KH][4];
-    // The thread's dS^T values (keys 16 warp + g (+ 8), queries c .. c + 1) into the shared
-    // tile (keys x queries, 128 bytes a key).
-    auto store_ds = [&](int kk, int hf, const uint32_t(&a)[4]) {
-      const int c = hf * (BM / 2) + kk * 16, kr = warp * 16 + g;
-      const uint32_t at = 4 * t4;
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_addr<BM>(ds_s, kr, c >> 3) + at),
-                   "r"(a[0]));
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_addr<BM>(ds_s, kr + 8, c >> 3) + at),
-                   "r"(a[1]));
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile_addr<BM>(ds_s, kr, (c >> 3) + 1) + at),
-                   "r"(a[2]));
-      asm volatile(
-          "st.shared.b32 [%0], %1;\n" ::"r"(tile_addr<BM>(ds_s, kr + 8, (c >> 3) + 1) + at),
-          "r"(a[3]));
-    };
     float dq[NDQ][4];
     // dQ (BM queries x this warpgroup's 64 columns) = dS K over the tile's keys: A is dS^T
     // read M-major, B the K tile's half cw read N-major.
@@ -300,7 +285,7 @@ __device__ void bwd_consume(const Problem& p, const BwdItem& b, const M& mod0, c
       for (int kk = 0; kk < KH; ++kk) {
         c_to_a(ap[hf][kk], st_[hf][2 * kk], st_[hf][2 * kk + 1]);
         c_to_a(as[hf][kk], dpt[hf][2 * kk], dpt[hf][2 * kk + 1]);
-        store_ds(kk, hf, as[hf][kk]);
+        bwd::store_ds_t<BM>(ds_s, warp * 16 + g, hf * (BM / 2) + kk * 16, t4, as[hf][kk]);
       }
       if (hf == 1) dq_product();  // ahead of the second half's dV, dK products
       wg_fence();
@@ -341,29 +326,6 @@ __device__ void bwd_consume(const Problem& p, const BwdItem& b, const M& mod0, c
   }
   release(sm.kv_empty());
   kv.advance();
-}
-
-// dK (scaled) and dV of the warpgroup's keys that lie in the document, as bf16 rows of
-// dkv_heads heads.
-template <int D>
-__device__ __forceinline__ void bwd_store_dkv(const Problem& p, const BwdItem& b, int cw,
-                                              const BwdAccum<D>& acc, bf16* dk, bf16* dv,
-                                              int dkv_heads) {
-  const int warp = cw * 4 + ((threadIdx.x >> 5) & 3), lane = threadIdx.x & 31, g = lane >> 2,
-            t4 = lane & 3;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = warp * 16 + g + 8 * r;
-    if (row >= b.nk) continue;
-    const int64_t off = ((b.doc.k_offset + b.j0 + row) * dkv_heads + b.kh) * D;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      *reinterpret_cast<uint32_t*>(dk + off + n * 8 + 2 * t4) =
-          pack_bf16(acc.dk[n][2 * r] * p.scale, acc.dk[n][2 * r + 1] * p.scale);
-      *reinterpret_cast<uint32_t*>(dv + off + n * 8 + 2 * t4) =
-          pack_bf16(acc.dv[n][2 * r], acc.dv[n][2 * r + 1]);
-    }
-  }
 }
 
 }  // namespace driftless::layers::gpu::fast::sm90
