@@ -68,8 +68,11 @@ __device__ __forceinline__ void p_ds(const Problem& p, const Doc& doc, const Til
                                      float (&st)[N][4], float (&dpt)[N][4], const float2 (&l2)[N],
                                      const float2 (&dl2)[N], Acc& pg) {
   const int q_len = int(doc.q_len), shift = int(doc.k_len) - q_len;
-  with_visible_block<M>(tile.vis_lo, tile.vis_hi, q0, kStep, [&](auto shown) {
-    constexpr bool kShown = decltype(shown)::value;
+  // Two bodies, with and without the element mask, a uniform branch between them: with a
+  // run-time `full` inside the loop the compiler evaluated every element's mask test on
+  // every step ahead of the branch (two hundred instructions a step).
+  auto body = [&](auto shown, auto masked) {
+    constexpr bool kShown = decltype(shown)::value, kMasked = decltype(masked)::value;
 #pragma unroll
     for (int n = 0; n < N; ++n)
 #pragma unroll
@@ -79,7 +82,7 @@ __device__ __forceinline__ void p_ds(const Problem& p, const Doc& doc, const Til
         const float dot = st[n][e];
         const float l = log2_lse((e & 1) ? l2[n].y : l2[n].x);
         float pr = mod_p_dx<kShown>(mod, dot, i + shift, j, l, &dx);
-        if (!full) {
+        if constexpr (kMasked) {
           int lo, hi;
           row_keys(p, doc, i, &lo, &hi);
           if (i >= q_len || j < lo || j > hi) pr = 0.f;
@@ -93,6 +96,12 @@ __device__ __forceinline__ void p_ds(const Problem& p, const Doc& doc, const Til
           dpt[n][e] = pr * (dpt[n][e] - ((e & 1) ? dl2[n].y : dl2[n].x)) * dx;
         }
       }
+  };
+  with_visible_block<M>(tile.vis_lo, tile.vis_hi, q0, kStep, [&](auto shown) {
+    if (full)
+      body(shown, BoolTag<false>{});
+    else
+      body(shown, BoolTag<true>{});
   });
 }
 

@@ -19,8 +19,8 @@
 // dkv_kernel<..., kDq = true>, which also computes dQ = dS K of every step and adds it to
 // dq_acc with vector atomic adds, over k_tiles_by_head's schedule, then dq_from_acc_kernel;
 // no dq_kernel. Faster than the deterministic backward (BENCHMARKS.md). At D = 128 on sm_90a
-// the built-in modifiers' dK/dV pass is sm90/bwd_sm90.cu's warp-specialised kernel instead
-// (TMA loads, dQ added by TMA reductions) when DRIFTLESS_ATTN_BWD_SM90=1 (bwd_sm90.h).
+// without grouped heads, the built-in modifiers' dK/dV pass is sm90/bwd_sm90.cu's
+// warp-specialised kernel instead (TMA loads, dQ added by TMA reductions; bwd_sm90.h).
 #include <algorithm>
 #include <type_traits>
 
@@ -230,7 +230,7 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
   };
   auto launch_kv = [&](const Geometry& g, const DkvArgs& a) {
     if constexpr (W) {
-      if (a.atomic && sm90::dkv_atomic_runs(D))
+      if (a.atomic && sm90::dkv_atomic_runs(D, a.p.heads / a.p.kv_heads))
         return sm90::dkv_atomic(a.p, mod, a.tiles, int(g.grid), a.dout, a.lse, a.delta, a.dk,
                                 a.dv, a.dkv_heads, a.dq_acc);
       if (a.atomic) return launch_dkv<D, M, W, true>(g, mod, a);

@@ -35,6 +35,13 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 #endif
 }
+// An arrival on `bar` once every cp.async the thread issued before it has completed (.noinc:
+// it counts against the barrier's expected arrivals, so the count includes it).
+__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
+#ifdef DL_WGMMA
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
 // Returns once the phase of parity `parity` has completed (a fresh barrier is in phase 0, so
 // waiting for parity 1 returns at once: producers start there on their "empty" barriers).
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {

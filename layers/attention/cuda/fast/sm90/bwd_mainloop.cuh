@@ -50,14 +50,14 @@ struct BwdSmem {
   __device__ uint32_t step_empty(int s) const { return bar(2 + T::kStages + s); }
 
   // Thread 0; a CTA barrier follows. kv_full: the producer's one arrival (plus its TMA
-  // bytes); step_full: two, both lane 0's in program order: Q and dO's (plus their TMA
-  // bytes, or after the zero-filled rows) and then lse and delta's; empty barriers: one
-  // arrival per consumer warp.
+  // bytes); step_full: lane 0's for Q and dO (plus their TMA bytes, or after the
+  // zero-filled rows) and each producer lane's once its cp.async copies of lse and delta
+  // rows have landed; empty barriers: one arrival per consumer warp.
   __device__ void init() const {
     mbar_init(kv_full(), 1);
     mbar_init(kv_empty(), T::kConsumerWarps);
     for (int s = 0; s < T::kStages; ++s) {
-      mbar_init(step_full(s), 2);
+      mbar_init(step_full(s), 1 + 32);
       mbar_init(step_empty(s), T::kConsumerWarps);
     }
     mbar_init_fence();
@@ -91,8 +91,8 @@ struct BwdItem {
 
 // The producer warp: for every item with steps, K and V once the consumers have released the
 // previous item's, then each step's Q, dO (TMA boxes, or zero-filled rows for a partial
-// tile at the document's end), lse and delta (the lanes' loads and stores while the TMA
-// runs; zeros past the document, whose P the mask zeroes) into the next stage of the ring.
+// tile at the document's end), lse and delta (the lanes' cp.async copies while the TMA runs;
+// zeros past the document, whose P the mask zeroes) into the next stage of the ring.
 template <class T, class M>
 __device__ void bwd_produce(const BwdMaps& maps, const Problem& p, const Tile* tiles,
                             StaticScheduler sched, const BwdSmem<T>& sm, const bf16* dout,
@@ -155,17 +155,16 @@ __device__ void bwd_produce(const BwdMaps& maps, const Problem& p, const Tile* t
         __syncwarp();
         if (lane == 0) mbar_arrive(full);
       }
-      float* sl = sm.lse_rows(st.stage);
-      float* sd = sm.delta_rows(st.stage);
+      // lse and delta by cp.async, whose completion the lane's arrival on `full` waits for
+      // (stores by the lanes, ordered by the barrier too, were each a hazard to racecheck);
+      // zeros past the document (a row inside it addressed, nothing read).
+      const uint32_t sl = smem_u32(sm.lse_rows(st.stage)), sd = smem_u32(sm.delta_rows(st.stage));
       for (int r = lane; r < T::kBlockM; r += 32) {
-        // (a row inside the document: the load stays in bounds whether or not it is used)
         const int64_t row = h * p.t_q + qrow + min(r, n - 1);
-        const float l = lse[row], d = delta[row];
-        sl[r] = r < n ? l : 0.f;
-        sd[r] = r < n ? d : 0.f;
+        cp_async4(sl + 4 * r, lse + row, r < n);
+        cp_async4(sd + 4 * r, delta + row, r < n);
       }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(full);
+      cp_async_mbar_arrive(full);
       st.advance();
     }
   }
@@ -232,7 +231,9 @@ __device__ void bwd_consume(const Problem& p, const BwdItem& b, const M& mod0, c
     for (int e = 0; e < 4; ++e) acc.dk[n][e] = acc.dv[n][e] = 0.f;
   if (b.n_steps == 0) return;
   const int jr[2] = {b.j0 + warp * 16 + g, b.j0 + warp * 16 + g + 8};  // this thread's keys
+  // Every lane's reads of the stage come before lane 0's arrival (the producer overwrites it).
   auto release = [&](uint32_t bar) {
+    __syncwarp();
     if (lane == 0) mbar_arrive(bar);
   };
   typename GradAccOf<M>::type pg{};
@@ -268,7 +269,7 @@ __device__ void bwd_consume(const Problem& p, const BwdItem& b, const M& mod0, c
       wg_fence();
 #pragma unroll
       for (int kk = 0; kk < T::kBlockN / 16; ++kk)
-        wgmma_ss<1, 1>(dq, sw128_desc(ds_s + kk * 2048, 1024, 1024),
+        wgmma_ss<1, 1>(dq, desc_at(sw128_desc(ds_s, 1024, 1024), kk * 2048),
                        desc_mn_major(sm.k() + cw * T::kBlockN * 128, T::kBlockN, kk), kk);
       wg_commit();
     };

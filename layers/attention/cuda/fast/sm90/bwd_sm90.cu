@@ -7,6 +7,7 @@
 #include "layers/attention/cuda/fast/sm90/bwd_sm90.h"
 
 #include <algorithm>
+#include <string>
 
 #include "engine/core/cuda/check.h"
 #include "engine/core/cuda/launch.cuh"
@@ -16,9 +17,10 @@
 
 namespace driftless::layers::gpu::fast::sm90 {
 
-bool dkv_atomic_runs(int64_t head_dim) {
-  static const bool on = env_value("DRIFTLESS_ATTN_BWD_SM90") == "1";
-  return on && head_dim == 128;
+bool dkv_atomic_runs(int64_t head_dim, int64_t group) {
+  static const std::string mode = env_value("DRIFTLESS_ATTN_BWD_SM90");
+  if (head_dim != 128 || mode == "0") return false;
+  return group == 1 || mode == "1";
 }
 
 template <class M>

@@ -5,13 +5,13 @@
 
 namespace driftless::layers::gpu::fast::sm90 {
 
-// True where the sm_90a dK/dV kernel takes the atomic-dQ pass: head dim 128 and
-// DRIFTLESS_ATTN_BWD_SM90=1 (read once). Off by default: it is the development path of the
-// FlashAttention-3 backward, measured slower than fast_dkv.cuh's two-warpgroup kernel
-// (BENCHMARKS.md, the warp-specialised dK/dV kernel), and its current code has not run on a
-// GPU; switched on only to test and time it. Its
-// key tiles are kBwdBlockK x 2 = 128 keys, as fast_dkv.cuh's two-warpgroup kernel's.
-bool dkv_atomic_runs(int64_t head_dim);
+// True where the sm_90a dK/dV kernel takes the atomic-dQ pass: head dim 128 without
+// grouped heads (query heads per K/V head `group` == 1), where it is measured faster than
+// fast_dkv.cuh's two-warpgroup kernel (BENCHMARKS.md, the warp-specialised dK/dV kernel).
+// DRIFTLESS_ATTN_BWD_SM90 (read once) overrides: 0 never, 1 at head dim 128 with any group
+// (GQA, still slower there). Its key tiles are kBwdBlockK x 2 = 128 keys, as fast_dkv.cuh's
+// two-warpgroup kernel's.
+bool dkv_atomic_runs(int64_t head_dim, int64_t group);
 
 // dk, dv (rows of dkv_heads heads) and the f32 sums dq_acc (T_q, H, D; zeroed, added to) of
 // the built-in modifier M over the key tiles (k_tiles_by_head's, 128 keys, on the device).

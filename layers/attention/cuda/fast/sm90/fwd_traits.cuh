@@ -85,15 +85,23 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32) |
          (uint64_t(1) << 62);
 }
+// The descriptor d of a tile moved `bytes` further on (a multiple of 16): an add to the
+// address field, which does not carry out since shared addresses stay below 2^18. Unrolled,
+// `bytes` is a constant and each product's descriptor one add to its tile's (the address
+// masked and shifted per product was a sixth of the dK/dV consumers' instructions).
+__device__ __forceinline__ uint64_t desc_at(uint64_t d, uint32_t bytes) {
+  return d + uint64_t(bytes >> 4);
+}
 // K-major operand (the tile's rows are M or N, its columns K): rows row0.. (a multiple of 8),
 // k step kd of 16 columns; 8-row groups 1024 bytes apart.
 __device__ __forceinline__ uint64_t desc_k_major(uint32_t tile, int rows, int kd, int row0 = 0) {
-  return sw128_desc(tile + uint32_t((kd >> 2) * rows * 128 + row0 * 128 + (kd & 3) * 32), 16, 1024);
+  return desc_at(sw128_desc(tile, 16, 1024),
+                 uint32_t((kd >> 2) * rows * 128 + row0 * 128 + (kd & 3) * 32));
 }
 // MN-major B operand (the tile's rows are K, its columns N): k step kk of 16 rows; the
 // 64-column halves (along N) rows * 128 bytes apart, 8-row groups (along K) 1024.
 __device__ __forceinline__ uint64_t desc_mn_major(uint32_t tile, int rows, int kk) {
-  return sw128_desc(tile + uint32_t(kk * 2048), uint32_t(rows * 128), 1024);
+  return desc_at(sw128_desc(tile, uint32_t(rows * 128), 1024), uint32_t(kk * 2048));
 }
 
 }  // namespace driftless::layers::gpu::fast::sm90
