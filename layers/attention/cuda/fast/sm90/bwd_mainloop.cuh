@@ -3,8 +3,8 @@
 //
 // An item is one key tile of kBlockN keys and one kv head (k_tiles_by_head); its steps are
 // (query head of the GQA group, query tile of kBlockM rows), heads outermost (bwd_step.cuh
-// query_steps). A consumer step: S^T = K Q^T and dP^T = V dO^T in two halves of 32 queries
-// (the element-wise work of one half runs while the tensor cores do the other's products);
+// query_steps). A consumer step: S^T = K Q^T and dP^T = V dO^T in kSplit parts of the
+// queries (the element-wise work of one part runs while the tensor cores do the next's);
 // P^T and dS^T stay in registers as the A operand of dV += P^T dO and dK += dS^T Q; dS^T
 // also goes to shared memory, where both warpgroups' halves make the A operand of
 // dQ = dS K (each warpgroup computes 64 of dQ's columns over all 128 keys). dQ goes to a
@@ -220,7 +220,8 @@ __device__ void bwd_consume(const Problem& p, const BwdItem& b, const M& mod0, c
                             int cw, PipeState<1>& kv, PipeState<T::kStages>& st, bool& first_dq,
                             BwdAccum<T::kD>& acc) {
   constexpr int D = T::kD, KD = D / 16, ND = D / 8, BM = T::kBlockM;
-  constexpr int NH = BM / 16, KH = BM / 32;  // per half: 8-query chunks, 16-query k steps
+  constexpr int SP = T::kSplit, PQ = BM / SP;  // parts of a step, queries a part
+  constexpr int NH = PQ / 8, KH = PQ / 16;     // per part: 8-query chunks, 16-query k steps
   constexpr int NDQ = ND / T::kConsumers;    // 8-column chunks of dQ this warpgroup computes
   static_assert(NDQ * 8 == 64, "a warpgroup's dQ columns are one 64-column half of K");
   const int lw = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
@@ -245,21 +246,27 @@ __device__ void bwd_consume(const Problem& p, const BwdItem& b, const M& mod0, c
     const uint32_t q_s = sm.q(buf), do_s = sm.dout(buf), ds_s = sm.ds(buf);
     const bool full = bwd::step_full<BM>(p, b.doc, q0, b.j0, T::kBlockN);
     mbar_wait(sm.step_full(buf), st.phase);
-    float st_[2][NH][4], dpt[2][NH][4];
+    float2 l2[SP][NH], dl2[SP][NH];
+    if constexpr (T::kEarlyLse) {
+#pragma unroll
+      for (int hf = 0; hf < SP; ++hf)
+        bwd::load_lse_delta(l2[hf], dl2[hf], sm.lse_rows(buf), sm.delta_rows(buf), hf * PQ, t4);
+    }
+    float st_[SP][NH][4], dpt[SP][NH][4];
     wg_fence();
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
+    for (int hf = 0; hf < SP; ++hf) {
 #pragma unroll
       for (int kd = 0; kd < KD; ++kd)
         wgmma_ss<0>(st_[hf], desc_k_major(sm.k(), T::kBlockN, kd, cw * 64),
-                    desc_k_major(q_s, BM, kd, hf * BM / 2), kd);
+                    desc_k_major(q_s, BM, kd, hf * PQ), kd);
 #pragma unroll
       for (int kd = 0; kd < KD; ++kd)
         wgmma_ss<0>(dpt[hf], desc_k_major(sm.v(), T::kBlockN, kd, cw * 64),
-                    desc_k_major(do_s, BM, kd, hf * BM / 2), kd);
+                    desc_k_major(do_s, BM, kd, hf * PQ), kd);
       wg_commit();
     }
-    uint32_t ap[2][KH][4], as[2][KH][4];
+    uint32_t ap[SP][KH][4], as[SP][KH][4];
     float dq[NDQ][4];
     // dQ (BM queries x this warpgroup's 64 columns) = dS K over the tile's keys: A is dS^T
     // read M-major, B the K tile's half cw read N-major.
@@ -274,21 +281,21 @@ __device__ void bwd_consume(const Problem& p, const BwdItem& b, const M& mod0, c
       wg_commit();
     };
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      float2 l2[NH], dl2[NH];
-      bwd::load_lse_delta(l2, dl2, sm.lse_rows(buf), sm.delta_rows(buf), hf * (BM / 2), t4);
-      wg_wait<1>();  // this half's S^T, dP^T done (the other group may still run)
+    for (int hf = 0; hf < SP; ++hf) {
+      if constexpr (!T::kEarlyLse)
+        bwd::load_lse_delta(l2[hf], dl2[hf], sm.lse_rows(buf), sm.delta_rows(buf), hf * PQ, t4);
+      wg_wait<SP - 1>();  // this part's S^T, dP^T done (the next part's may still run)
       wg_hold(st_[hf]);
       wg_hold(dpt[hf]);
-      bwd::p_ds<BM>(p, b.doc, b.tile, mod, full, q0, hf * (BM / 2), t4, jr, st_[hf], dpt[hf], l2,
-                    dl2, pg);
+      bwd::p_ds<BM>(p, b.doc, b.tile, mod, full, q0, hf * PQ, t4, jr, st_[hf], dpt[hf], l2[hf],
+                    dl2[hf], pg);
 #pragma unroll
       for (int kk = 0; kk < KH; ++kk) {
         c_to_a(ap[hf][kk], st_[hf][2 * kk], st_[hf][2 * kk + 1]);
         c_to_a(as[hf][kk], dpt[hf][2 * kk], dpt[hf][2 * kk + 1]);
-        bwd::store_ds_t<BM>(ds_s, warp * 16 + g, hf * (BM / 2) + kk * 16, t4, as[hf][kk]);
+        bwd::store_ds_t<BM>(ds_s, warp * 16 + g, hf * PQ + kk * 16, t4, as[hf][kk]);
       }
-      if (hf == 1) dq_product();  // ahead of the second half's dV, dK products
+      if (hf == SP - 1) dq_product();  // ahead of the last part's dV, dK products
       wg_fence();
 #pragma unroll
       for (int kk = 0; kk < KH; ++kk)
@@ -298,7 +305,7 @@ __device__ void bwd_consume(const Problem& p, const BwdItem& b, const M& mod0, c
         wgmma_rs<1>(acc.dk, as[hf][kk], desc_mn_major(q_s, BM, hf * KH + kk));
       wg_commit();
     }
-    wg_wait<1>();  // dQ's product done; the second half's dV, dK products may run on
+    wg_wait<1>();  // dQ's product done; the last part's dV, dK products may run on
     wg_hold(dq);
     // dQ into the shared f32 tile (box = 32 columns), once the dQ warp's TMA has read the
     // previous step's.

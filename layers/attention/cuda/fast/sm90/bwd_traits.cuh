@@ -31,6 +31,13 @@ struct BwdTraits {
   // bookkeeping spills a little instead.
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static constexpr int kStages = 2;  // query steps in flight (Q, dO, lse, delta)
+  // A consumer step's queries come in kSplit parts: the element-wise work of one part runs
+  // while the tensor cores do the next part's S^T, dP^T (2: m64n32 products, K and V read
+  // once a part; 1: m64n64, read once a step). kEarlyLse: each part's lse and delta are read
+  // from shared memory before the step's products are issued (else just before the part's
+  // element-wise work, behind the products' operand reads).
+  static constexpr int kSplit = 2;
+  static constexpr bool kEarlyLse = false;
   static constexpr int kHalves = D / 64;
   static constexpr int kDqBoxes = D / 32;  // f32 boxes of 32 columns
 
