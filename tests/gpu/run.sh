@@ -11,7 +11,7 @@
 # gpu-racecheck.log; a reported error fails the run), QUICK=1 (the kernel loop: builds driftless
 # and test_gpu only, runs the fast attention's tests on their small and odd shapes, the
 # schedules' and the atomic dQ's tests, the latter again with the sm_90a dK/dV kernel on
-# every head-dim-128 shape (DRIFTLESS_ATTN_BWD_SM90=1), then `driftless bench attention`; no
+# every shape (DRIFTLESS_ATTN_BWD_SM90=1), then `driftless bench attention`; no
 # training, no regression).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,7 +39,7 @@ if [ "$quick" = 1 ]; then
     --gtest_filter='AttentionFast*:AttentionSchedule*' 2>&1 | tee "$log_dir/gpu-tests.log" |
     grep -E "^\[  (PASSED|FAILED|SKIPPED) " || status=1
   grep -q "^\[  FAILED" "$log_dir/gpu-tests.log" && status=1
-  # The atomic dQ with the sm_90a dK/dV kernel on GQA shapes too (sm90/bwd_sm90.h).
+  # The atomic dQ with the sm_90a dK/dV kernel on GQA and head-dim-64 shapes too (sm90/bwd_sm90.h).
   DRIFTLESS_ATTN_BWD_SM90=1 DRIFTLESS_ATTN_FAST_QUICK=1 "$build/tests/test_gpu" \
     --gtest_filter='AttentionFast.AtomicDq*' 2>&1 | tee "$log_dir/gpu-tests-bwd-sm90.log" |
     grep -E "^\[  (PASSED|FAILED|SKIPPED) " || status=1

@@ -87,8 +87,9 @@ std::vector<Tile> k_tiles_by_head(const Problem& p, const std::vector<Doc>& docs
 // CTAs per SM at this head dim): k_tiles_by_head's concurrent_ctas.
 int64_t atomic_dkv_concurrent_ctas(int64_t head_dim);
 // Key rows per dK/dV CTA, the block_k of k_tiles (the deterministic backward) and
-// k_tiles_by_head (atomic: the atomic dQ's backward): kBwdBlockK, or 128 in the atomic mode at
-// D = 128 on the wgmma kernels (two warpgroups a CTA; fast_dkv.cuh DkvWarpgroups).
+// k_tiles_by_head (atomic: the atomic dQ's backward): kBwdBlockK, or 128 in the atomic mode on
+// the wgmma kernels at D = 128 (two warpgroups a CTA; fast_dkv.cuh DkvWarpgroups, or the
+// sm_90a kernel, sm90/bwd_sm90.h) and at D = 64 where the sm_90a kernel takes it.
 int dkv_block_k(int64_t head_dim, bool atomic);
 
 // p with its row strides filled in (Problem::q_row_heads = H, k/v_row_heads = H_kv where 0:

@@ -30,6 +30,7 @@
 #include "layers/attention/cuda/fast/fast_dkv.cuh"
 #include "layers/attention/cuda/fast/fast_dq.cuh"
 #include "layers/attention/cuda/fast/sm90/bwd_sm90.h"
+#include "layers/attention/cuda/fast/sm90/tensor_maps.h"
 #include "layers/attention/cuda/fast/wgmma.cuh"
 
 namespace driftless::layers::gpu::fast {
@@ -231,7 +232,7 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
   auto launch_kv = [&](const Geometry& g, const DkvArgs& a) {
     if constexpr (W) {
       if (a.atomic && sm90::dkv_atomic_runs(D, a.p.heads / a.p.kv_heads))
-        return sm90::dkv_atomic(a.p, mod, a.tiles, int(g.grid), a.dout, a.lse, a.delta, a.dk,
+        return sm90::dkv_atomic<D>(a.p, mod, a.tiles, int(g.grid), a.dout, a.lse, a.delta, a.dk,
                                 a.dv, a.dkv_heads, a.dq_acc);
       if (a.atomic) return launch_dkv<D, M, W, true>(g, mod, a);
     }
@@ -259,12 +260,14 @@ int64_t concurrent_dkv_ctas() {
 
 int dkv_block_k(int64_t head_dim, bool atomic) {
   if (!atomic || !use_wgmma()) return kBK;
+  if (sm90::dkv_atomic_runs(head_dim, 1)) return 2 * kBK;  // its tiles, at either head dim
   return kBK * (head_dim == 64 ? bwd::DkvWarpgroups<64, true, true>::value
                                : bwd::DkvWarpgroups<128, true, true>::value);
 }
 
 int64_t atomic_dkv_concurrent_ctas(int64_t head_dim) {
   if (!atomic_dq()) return 0;
+  if (head_dim == 64 && sm90::dkv_atomic_runs(64, 1)) return sm90::sm_count();  // one an SM
   if (head_dim == 64) {
     static const int64_t d64 = concurrent_dkv_ctas<64>();
     return d64;

@@ -103,9 +103,10 @@ __global__ void __launch_bounds__(kThreads* kWG, (W && D == 64) ? 3 : 1)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int wg = kWG == 1 ? 0 : warp >> 2;  // warpgroup: keys 64 wg .. (a constant for one)
 
-  // The query steps on the two-warpgroup kernel's grid (the atomic mode's at D = 128), so
-  // both modes sum a key's query rows in the same chunks and dk, dv keep the same bits.
-  constexpr int kAnchor = W && D == 128 ? kBK * DkvWarpgroups<D, W, true>::value : kKeys;
+  // The query steps of the wgmma kernels on the grid of 128-key tiles (the two-warpgroup
+  // kernel's at D = 128, the sm_90a kernel's, sm90/bwd_*, at both head dims), so every
+  // mode sums a key's query rows in the same chunks and dk, dv keep the same bits.
+  constexpr int kAnchor = W ? 2 * kBK : kKeys;
   const QuerySteps qs = query_steps<kAnchor, kBQ, M>(p, doc, tile, nk);
   const int i_begin = qs.i_begin, n_qt = qs.n_qt;
   const int n_steps = int(group) * n_qt;

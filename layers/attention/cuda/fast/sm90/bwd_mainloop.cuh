@@ -7,7 +7,7 @@
 // queries (the element-wise work of one part runs while the tensor cores do the next's);
 // P^T and dS^T stay in registers as the A operand of dV += P^T dO and dK += dS^T Q; dS^T
 // also goes to shared memory, where both warpgroups' halves make the A operand of
-// dQ = dS K (each warpgroup computes 64 of dQ's columns over all 128 keys). dQ goes to a
+// dQ = dS K (each warpgroup computes D / 2 of dQ's columns over all 128 keys). dQ goes to a
 // shared f32 tile that the dQ warp adds to the global sums with one TMA reduction a box,
 // off the consumers' path.
 #pragma once
@@ -222,8 +222,13 @@ __device__ void bwd_consume(const Problem& p, const BwdItem& b, const M& mod0, c
   constexpr int D = T::kD, KD = D / 16, ND = D / 8, BM = T::kBlockM;
   constexpr int SP = T::kSplit, PQ = BM / SP;  // parts of a step, queries a part
   constexpr int NH = PQ / 8, KH = PQ / 16;     // per part: 8-query chunks, 16-query k steps
-  constexpr int NDQ = ND / T::kConsumers;    // 8-column chunks of dQ this warpgroup computes
-  static_assert(NDQ * 8 == 64, "a warpgroup's dQ columns are one 64-column half of K");
+  constexpr int NDQ = T::kDqCols / 8;        // 8-column chunks of dQ this warpgroup computes
+  // Its first column dq_c0 lies in K's 64-column half dq_c0 / 64, (dq_c0 % 64) x 2 bytes into
+  // the rows: the B operand of its dQ product starts there (at head dim 64, a warpgroup's 32
+  // columns start 64 bytes into the 128-byte swizzled rows, which the swizzle of the absolute
+  // address keeps in place, as the K-major operands' 32-byte k steps).
+  const int dq_c0 = cw * T::kDqCols;
+  const uint32_t k_dq = sm.k() + uint32_t(dq_c0 / 64) * T::kBlockN * 128 + uint32_t(dq_c0 % 64) * 2;
   const int lw = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int warp = cw * 4 + lw;  // consumer warp: keys 16 warp .. of the tile
 #pragma unroll
@@ -268,8 +273,8 @@ __device__ void bwd_consume(const Problem& p, const BwdItem& b, const M& mod0, c
     }
     uint32_t ap[SP][KH][4], as[SP][KH][4];
     float dq[NDQ][4];
-    // dQ (BM queries x this warpgroup's 64 columns) = dS K over the tile's keys: A is dS^T
-    // read M-major, B the K tile's half cw read N-major.
+    // dQ (BM queries x this warpgroup's kDqCols columns) = dS K over the tile's keys: A is
+    // dS^T read M-major, B the K tile's columns from dq_c0 read N-major.
     auto dq_product = [&] {
       fence_proxy_async();
       named_sync(T::kDsBarrier, T::kConsumerThreads);  // every warp's rows of dS^T written
@@ -277,7 +282,7 @@ __device__ void bwd_consume(const Problem& p, const BwdItem& b, const M& mod0, c
 #pragma unroll
       for (int kk = 0; kk < T::kBlockN / 16; ++kk)
         wgmma_ss<1, 1>(dq, desc_at(sw128_desc(ds_s, 1024, 1024), kk * 2048),
-                       desc_mn_major(sm.k() + cw * T::kBlockN * 128, T::kBlockN, kk), kk);
+                       desc_mn_major(k_dq, T::kBlockN, kk), kk);
       wg_commit();
     };
 #pragma unroll
@@ -316,7 +321,7 @@ __device__ void bwd_consume(const Problem& p, const BwdItem& b, const M& mod0, c
       const int row = lw * 16 + g + 8 * r;
 #pragma unroll
       for (int n = 0; n < NDQ; ++n) {
-        const int col = cw * 64 + n * 8 + 2 * t4;
+        const int col = dq_c0 + n * 8 + 2 * t4;
         const uint32_t at = sm.dq() + (col >> 5) * T::kDqBoxBytes + row * 128 +
                             ((((col & 31) >> 2) ^ (row & 7)) << 4) + (t4 & 1) * 8;
         asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(dq[n][2 * r]),

@@ -19,16 +19,17 @@ namespace driftless::layers::gpu::fast::sm90 {
 
 bool dkv_atomic_runs(int64_t head_dim, int64_t group) {
   static const std::string mode = env_value("DRIFTLESS_ATTN_BWD_SM90");
-  if (head_dim != 128 || mode == "0") return false;
-  return group == 1 || mode == "1";
+  if (mode == "1") return head_dim == 128 || head_dim == 64;
+  return mode != "0" && head_dim == 128 && group == 1;
 }
 
-template <class M>
+template <int D, class M>
 void dkv_atomic(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, const void* dout,
                 const float* lse, const float* delta, void* dk, void* dv, int dkv_heads,
                 float* dq_acc) {
-  using T = BwdTraits<128>;
-  DL_CHECK(p.head_dim == T::kD, "attention", "the sm_90a dK/dV kernel takes head dim 128");
+  using T = BwdTraits<D>;
+  DL_CHECK(p.head_dim == T::kD, "attention",
+           "the sm_90a dK/dV kernel of head dim " << D << " called at " << p.head_dim);
   if (n_tiles == 0) return;
   BwdMaps maps;
   encode_rows_map(maps.q, p.q, p.t_q, p.heads, p.q_row_heads, T::kD, T::kBlockM);
@@ -50,12 +51,15 @@ void dkv_atomic(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, 
   DL_CUDA_LAUNCH_CHECK();
 }
 
-#define DL_DKV_ATOMIC(M)                                                                        \
-  template void dkv_atomic<M>(const Problem&, const M&, const Tile*, int, const void*,          \
-                              const float*, const float*, void*, void*, int, float*);
-DL_DKV_ATOMIC(ModNone)
-DL_DKV_ATOMIC(ModSoftcap)
-DL_DKV_ATOMIC(ModAlibi)
+#define DL_DKV_ATOMIC(D, M)                                                                     \
+  template void dkv_atomic<D, M>(const Problem&, const M&, const Tile*, int, const void*,       \
+                                 const float*, const float*, void*, void*, int, float*);
+DL_DKV_ATOMIC(128, ModNone)
+DL_DKV_ATOMIC(128, ModSoftcap)
+DL_DKV_ATOMIC(128, ModAlibi)
+DL_DKV_ATOMIC(64, ModNone)
+DL_DKV_ATOMIC(64, ModSoftcap)
+DL_DKV_ATOMIC(64, ModAlibi)
 #undef DL_DKV_ATOMIC
 
 }  // namespace driftless::layers::gpu::fast::sm90

@@ -17,7 +17,7 @@ namespace driftless::layers::gpu::fast::sm90 {
 
 template <int D>
 struct BwdTraits {
-  static_assert(D == 128, "the sm_90a dK/dV kernel runs at head dim 128");
+  static_assert(D == 64 || D == 128, "head dims 64 and 128");
   static constexpr int kD = D;
   static constexpr int kBlockN = 128;         // keys a work item (a CTA's tile)
   static constexpr int kBlockM = kBwdBlockQ;  // query rows a step
@@ -39,7 +39,9 @@ struct BwdTraits {
   static constexpr int kSplit = 2;
   static constexpr bool kEarlyLse = false;
   static constexpr int kHalves = D / 64;
-  static constexpr int kDqBoxes = D / 32;  // f32 boxes of 32 columns
+  static constexpr int kDqBoxes = D / 32;             // f32 boxes of 32 columns
+  static constexpr int kDqCols = D / kConsumers;      // dQ columns a consumer computes
+  static_assert(kDqCols % 32 == 0, "a consumer's dQ columns are whole f32 boxes");
 
   static constexpr uint32_t kKvBytes = kBlockN * D * 2, kQBytes = kBlockM * D * 2;
   static constexpr uint32_t kDsBytes = kBlockN * kBlockM * 2;  // dS^T (keys x queries) bf16
