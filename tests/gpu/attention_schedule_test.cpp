@@ -40,9 +40,9 @@ const std::vector<layers::gpu::Doc> kDocs = {{0, 100, 0, 100},
                                              {400, 64, 400, 64},
                                              {464, 50, 464, 130}};
 
-// k_tiles at both key tiles the dK/dV kernel takes (fast_attention.h dkv_block_k: 64 keys,
-// or 128 with two warpgroups in the atomic mode at D = 128): each document's tiles start at 0,
-// block_k, ... below its length, each once, heaviest (most query rows) first.
+// k_tiles at both key tiles the dK/dV kernels take (fast_attention.h dkv_block_k: 64 keys,
+// or 128 in the atomic mode with two warpgroups or the sm_90a kernel): each document's tiles
+// start at 0, block_k, ... below its length, each once, heaviest (most query rows) first.
 TEST(AttentionSchedule, KeyTilesCoverEveryKeyOnceAtEitherBlockSize) {
   const layers::gpu::Problem p = causal_problem(6, 3);
   for (const int block_k : {64, 128}) {

@@ -258,16 +258,16 @@ int64_t concurrent_dkv_ctas() {
 
 }  // namespace
 
-int dkv_block_k(int64_t head_dim, bool atomic) {
+int dkv_block_k(int64_t head_dim, bool atomic, bool builtin) {
   if (!atomic || !use_wgmma()) return kBK;
-  if (sm90::dkv_atomic_runs(head_dim, 1)) return 2 * kBK;  // its tiles, at either head dim
+  if (builtin && sm90::dkv_atomic_runs(head_dim, 1)) return 2 * kBK;  // its tiles, either dim
   return kBK * (head_dim == 64 ? bwd::DkvWarpgroups<64, true, true>::value
                                : bwd::DkvWarpgroups<128, true, true>::value);
 }
 
-int64_t atomic_dkv_concurrent_ctas(int64_t head_dim) {
+int64_t atomic_dkv_concurrent_ctas(int64_t head_dim, bool builtin) {
   if (!atomic_dq()) return 0;
-  if (head_dim == 64 && sm90::dkv_atomic_runs(64, 1)) return sm90::sm_count();  // one an SM
+  if (builtin && head_dim == 64 && sm90::dkv_atomic_runs(64, 1)) return sm90::sm_count();
   if (head_dim == 64) {
     static const int64_t d64 = concurrent_dkv_ctas<64>();
     return d64;
