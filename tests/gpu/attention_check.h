@@ -50,6 +50,20 @@ struct Problem {
   std::vector<bool> q_pad, k_pad;  // rows that belong to no document
 };
 
+// The score_mod of a case with a score and/or mask expression: the checked programs and their
+// tables (the attention op's inputs; also what the expression tests prefetch).
+inline ScoreModSpec expression_mod(const Case& c) {
+  std::vector<Tensor> params;
+  for (const layers::expr::ParamDecl& d : c.decls)
+    params.push_back(
+        Tensor::from_vector(std::vector<float>(d.init.begin(), d.init.end()), Shape(d.shape)));
+  return ScoreModSpec::make_expression(
+      c.expression.empty() ? nullptr
+                           : layers::expr::compile_score_mod(c.expression, c.decls, int(c.heads)),
+      c.mask.empty() ? nullptr : layers::expr::compile_mask_mod(c.mask, c.decls, int(c.heads)),
+      params);
+}
+
 // bf16_values: q, k, v and dout hold bf16-representable values (the bf16 criterion's
 // inputs); false: any f32 values (attention_cuda_test.cpp's f32 comparison).
 inline Problem make(const Case& c, uint64_t seed, bool bf16_values = true) {
@@ -90,17 +104,7 @@ inline Problem make(const Case& c, uint64_t seed, bool bf16_values = true) {
     for (int64_t h = 0; h < c.heads; ++h) slopes.push_back(std::pow(2.0f, -float(h + 1)));
     s.score_mod = ScoreModSpec::make_alibi(Tensor::from_vector(slopes));
   }
-  if (!c.expression.empty() || !c.mask.empty()) {
-    std::vector<Tensor> params;
-    for (const layers::expr::ParamDecl& d : c.decls)
-      params.push_back(
-          Tensor::from_vector(std::vector<float>(d.init.begin(), d.init.end()), Shape(d.shape)));
-    s.score_mod = ScoreModSpec::make_expression(
-        c.expression.empty() ? nullptr
-                             : layers::expr::compile_score_mod(c.expression, c.decls, int(c.heads)),
-        c.mask.empty() ? nullptr : layers::expr::compile_mask_mod(c.mask, c.decls, int(c.heads)),
-        params);
-  }
+  if (!c.expression.empty() || !c.mask.empty()) s.score_mod = expression_mod(c);
   const int64_t tq = cq.back(), tk = ck.back();
   auto bf = [bf16_values](Tensor t) { return bf16_values ? t.to(DType::bf16).to(DType::f32) : t; };
   p.q = bf(Tensor::randn({tq, c.heads, c.head_dim}, seed, DType::f32, 0.0, 1.5));

@@ -7,8 +7,8 @@
 // repeatable in both backwards and bitwise that of the accumulator without register runs.
 // Masks (mask_mod) alone and with scores, the same way, and the tiles a mask hides whole
 // skipped with the bits of running every tile. Also: the built-ins written as expressions,
-// bitwise, and the process kernel cache (one compile per expression structure, pass and head
-// dim).
+// bitwise. Each test compiles its programs ahead, on every core at once, through the run's one
+// kernel cache (attention_expr_check.h; the cache's own tests: attention_expr_cache_test.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,10 +19,8 @@
 
 #include "layers/attention/attention.h"
 #include "tests/gpu/attention_check.h"
+#include "tests/gpu/attention_expr_check.h"
 #include "tests/gpu/gpu_test_util.h"
-#ifdef DRIFTLESS_HAVE_CUDA
-#include "layers/attention/jit/kernel_cache.h"
-#endif
 
 namespace driftless {
 namespace {
@@ -36,14 +34,10 @@ struct Expr {
   bool causal_only = false;      // defined on causal pairs only (NaN where k > q)
 };
 
-constexpr int64_t kHeads = 4, kKvHeads = 2;  // GQA 2:1
-
 std::vector<Expr> expressions() {
-  std::vector<double> slopes, bias;
-  for (int64_t h = 0; h < kHeads; ++h) slopes.push_back(std::pow(2.0, -double(h + 1)));
+  const std::vector<double> slopes = head_slopes();
   // A per-head bias by distance, (H, 64): distances past 63 share the last entry.
-  for (int64_t h = 0; h < kHeads; ++h)
-    for (int64_t d = 0; d < 64; ++d) bias.push_back(0.5 * std::sin(0.3 * double(d + 7 * h)));
+  const std::vector<double> bias = distance_bias();
   return {
       {"softcap", "30 * tanh(score / 30)", {}},
       {"alibi", "score - slope[h] * abs(q - k)", {{"slope", {kHeads}, slopes, false}}},
@@ -124,22 +118,24 @@ void expect_matches_cpu(const Case& c, uint64_t seed) {
   expect_padding(p, c, atomic);
 }
 
-TEST(AttentionExprCuda, MatchesTheCpuExpressionWithinTwiceTheBf16Error) {
+TEST_F(AttentionExprCuda, MatchesTheCpuExpressionWithinTwiceTheBf16Error) {
   DL_REQUIRE_GPU();
   uint64_t seed = testing::fresh_seed("attention expr");
+  std::vector<Case> all;
   for (const Expr& e : expressions())
-    for (const Case& c : cases(e)) expect_matches_cpu(c, seed += 10);
+    for (const Case& c : cases(e)) all.push_back(c);
+  prefetch(all);
+  for (const Case& c : all) expect_matches_cpu(c, seed += 10);
 }
 
 // Mask expressions in the kernels (a hidden pair's value is -inf, fast/mod_expr.cuh): alone (the
 // identity score) and with a score expression, reading a table, depending on the head, and
 // hiding every key of some rows (k > 2 under causal masking: rows 0 to 2 of each document see
 // nothing, so their out is 0 and their lse -inf, as on the CPU).
-TEST(AttentionExprCuda, MasksMatchTheCpuWithinTwiceTheBf16Error) {
+TEST_F(AttentionExprCuda, MasksMatchTheCpuWithinTwiceTheBf16Error) {
   DL_REQUIRE_GPU();
   uint64_t seed = testing::fresh_seed("attention expr mask");
-  std::vector<double> slopes, width{3, 9, 17, 40};
-  for (int64_t h = 0; h < kHeads; ++h) slopes.push_back(std::pow(2.0, -double(h + 1)));
+  const std::vector<double> slopes = head_slopes(), width{3, 9, 17, 40};
   const std::vector<ParamDecl> decls{{"slope", {kHeads}, slopes, false},
                                      {"width", {kHeads}, width, false}};
   struct Masked {
@@ -152,13 +148,16 @@ TEST(AttentionExprCuda, MasksMatchTheCpuWithinTwiceTheBf16Error) {
       {"table_window", "30 * tanh(score / 30)", "q - k < width[h]"},
       {"rows_see_nothing", "", "k > 2"},
   };
+  std::vector<Case> all;
   for (const Masked& m : masks) {
     Expr e{m.name, m.score, decls};
     for (Case c : cases(e)) {
       c.mask = m.mask;
-      expect_matches_cpu(c, seed += 10);
+      all.push_back(c);
     }
   }
+  prefetch(all);
+  for (const Case& c : all) expect_matches_cpu(c, seed += 10);
 }
 
 // A score of -inf on a pair the masks show makes its row NaN on the GPU, as on the CPU
@@ -167,13 +166,14 @@ TEST(AttentionExprCuda, MasksMatchTheCpuWithinTwiceTheBf16Error) {
 // as a hidden one. out is NaN on the rows where the CPU's is, and only there; the lse of those
 // rows is not finite. A -inf on pairs the masks hide (causal masking, a mask_mod) changes
 // nothing: those calls match the CPU within twice the bf16 error, gradients included.
-TEST(AttentionExprCuda, MinusInfinityOnShownPairsMakesTheirRowsNaNAsOnTheCpu) {
+TEST_F(AttentionExprCuda, MinusInfinityOnShownPairsMakesTheirRowsNaNAsOnTheCpu) {
   DL_REQUIRE_GPU();
   uint64_t seed = testing::fresh_seed("attention expr minus inf");
   struct Shown {
     const char *name, *score;
   };
   // -inf on the diagonal (every causal row sees it), and on one pair: (q 5, k 0) of each document.
+  std::vector<Case> shown;
   for (const Shown& s : {Shown{"diagonal", "score + log(q - k + 0.0)"},
                          Shown{"one_pair", "score + log(abs(q - 5) + k + 0.0)"}})
     for (int64_t d : {64, 128})
@@ -185,45 +185,51 @@ TEST(AttentionExprCuda, MinusInfinityOnShownPairsMakesTheirRowsNaNAsOnTheCpu) {
                d,
                causal};
         c.expression = s.score;
-        SCOPED_TRACE(c.name);
-        const Problem p = make(c, seed += 10);
-        const Result cpu = run(p, DType::f64, Device::cpu);
-        const Result gpu = run(p, DType::bf16, Device::cuda);
-        const std::vector<double> oc = cpu.t[0].to(Device::cpu, DType::f64).to_vector<double>();
-        const std::vector<double> og = gpu.t[0].to(Device::cpu, DType::f64).to_vector<double>();
-        const std::vector<double> lc = cpu.t[1].to(Device::cpu, DType::f64).to_vector<double>();
-        const std::vector<double> lg = gpu.t[1].to(Device::cpu, DType::f64).to_vector<double>();
-        ASSERT_EQ(oc.size(), og.size());
-        ASSERT_EQ(lc.size(), lg.size());
-        int64_t nan_rows = 0, out_differ = 0, lse_differ = 0;
-        for (size_t i = 0; i < oc.size(); ++i)
-          out_differ += std::isnan(oc[i]) != std::isnan(og[i]) ? 1 : 0;
-        for (size_t i = 0; i < lc.size(); ++i) {
-          nan_rows += std::isnan(lc[i]) ? 1 : 0;
-          // A NaN row's lse is not finite on the GPU; every other row's lse is finite on both
-          // devices or on neither (-inf: a row that sees nothing, or padding).
-          lse_differ += std::isnan(lc[i]) ? (std::isfinite(lg[i]) ? 1 : 0)
-                                          : (std::isfinite(lc[i]) != std::isfinite(lg[i]) ? 1 : 0);
-        }
-        EXPECT_GT(nan_rows, 0) << "the CPU made no row NaN";
-        EXPECT_EQ(out_differ, 0) << "of " << oc.size() << " outputs, " << out_differ
-                                 << " are NaN on one device only";
-        EXPECT_EQ(lse_differ, 0) << "of " << lc.size() << " lse, " << lse_differ
-                                 << " are finite on one device only";
+        shown.push_back(c);
       }
   // -inf where causal masking hides the pair (k > q), and where a mask_mod hides it (k = q - 1).
   Expr hidden_by_causal{"minus_inf_causal_hidden", "score + log(where(k > q, 0.0, 1.0))", {}, true};
-  for (const Case& c : cases(hidden_by_causal)) expect_matches_cpu(c, seed += 10);
+  std::vector<Case> hidden = cases(hidden_by_causal);
   Expr hidden_by_mask{"minus_inf_mask_hidden", "score + log(abs(q - k - 1) + 0.0)", {}};
   for (Case c : cases(hidden_by_mask)) {
     c.mask = "q - k != 1";
-    expect_matches_cpu(c, seed += 10);
+    hidden.push_back(c);
   }
+  prefetch(shown, false);
+  prefetch(hidden);
+  for (const Case& c : shown) {
+    SCOPED_TRACE(c.name);
+    const Problem p = make(c, seed += 10);
+    const Result cpu = run(p, DType::f64, Device::cpu);
+    const Result gpu = run(p, DType::bf16, Device::cuda);
+    const std::vector<double> oc = cpu.t[0].to(Device::cpu, DType::f64).to_vector<double>();
+    const std::vector<double> og = gpu.t[0].to(Device::cpu, DType::f64).to_vector<double>();
+    const std::vector<double> lc = cpu.t[1].to(Device::cpu, DType::f64).to_vector<double>();
+    const std::vector<double> lg = gpu.t[1].to(Device::cpu, DType::f64).to_vector<double>();
+    ASSERT_EQ(oc.size(), og.size());
+    ASSERT_EQ(lc.size(), lg.size());
+    int64_t nan_rows = 0, out_differ = 0, lse_differ = 0;
+    for (size_t i = 0; i < oc.size(); ++i)
+      out_differ += std::isnan(oc[i]) != std::isnan(og[i]) ? 1 : 0;
+    for (size_t i = 0; i < lc.size(); ++i) {
+      nan_rows += std::isnan(lc[i]) ? 1 : 0;
+      // A NaN row's lse is not finite on the GPU; every other row's lse is finite on both
+      // devices or on neither (-inf: a row that sees nothing, or padding).
+      lse_differ += std::isnan(lc[i]) ? (std::isfinite(lg[i]) ? 1 : 0)
+                                      : (std::isfinite(lc[i]) != std::isfinite(lg[i]) ? 1 : 0);
+    }
+    EXPECT_GT(nan_rows, 0) << "the CPU made no row NaN";
+    EXPECT_EQ(out_differ, 0) << "of " << oc.size() << " outputs, " << out_differ
+                             << " are NaN on one device only";
+    EXPECT_EQ(lse_differ, 0) << "of " << lc.size() << " lse, " << lse_differ
+                             << " are finite on one device only";
+  }
+  for (const Case& c : hidden) expect_matches_cpu(c, seed += 10);
 }
 
 // What the kernels do not take is refused before any work, naming what they take: a mask on
 // f32 tensors, or at head dim 96.
-TEST(AttentionExprCuda, MasksOutsideTheFastKernelsFailClearly) {
+TEST_F(AttentionExprCuda, MasksOutsideTheFastKernelsFailClearly) {
   DL_REQUIRE_GPU();
   for (int64_t d : {64, 96}) {
     Case c{"mask_refused", {{65, 65}}, kHeads, kKvHeads, d};
@@ -242,23 +248,12 @@ TEST(AttentionExprCuda, MasksOutsideTheFastKernelsFailClearly) {
   }
 }
 
-// p on CUDA with the learnable tables' accumulator adding one atomic pair a contribution, as
-// before its register runs (param_grad.cuh; DRIFTLESS_GRAD_RUNS=0 compiles another program).
-// The runs regroup integer sums modulo 2^64 only, so the tables' gradient keeps these bits.
-Result run_without_grad_runs(const Problem& p) {
-  ::setenv("DRIFTLESS_GRAD_RUNS", "0", 1);
-  Result r = run(p, DType::bf16, Device::cuda);
-  ::unsetenv("DRIFTLESS_GRAD_RUNS");
-  return r;
-}
-
 // A mask with a learnable score table: a hidden pair adds nothing to the table's gradient.
-TEST(AttentionExprCuda, MaskedLearnableTableGradientMatchesTheCpu) {
+TEST_F(AttentionExprCuda, MaskedLearnableTableGradientMatchesTheCpu) {
   DL_REQUIRE_GPU();
   uint64_t seed = testing::fresh_seed("attention expr mask learnable");
-  std::vector<double> bias;
-  for (int64_t h = 0; h < kHeads; ++h)
-    for (int64_t d = 0; d < 64; ++d) bias.push_back(0.5 * std::sin(0.3 * double(d + 7 * h)));
+  const std::vector<double> bias = distance_bias();
+  std::vector<Case> all;
   for (int64_t d : {64, 128}) {
     Case c{"mask_learn_bias_d" + std::to_string(d),
            {{7, 7, 3, 2}, {65, 100, 5, 0}, {300, 300}},
@@ -268,6 +263,10 @@ TEST(AttentionExprCuda, MaskedLearnableTableGradientMatchesTheCpu) {
     c.expression = "score + bias[h, min(abs(q - k), 63)]";
     c.mask = "q - k < 24 || k < 4";
     c.decls = {{"bias", {kHeads, 64}, bias, true}};
+    all.push_back(c);
+  }
+  prefetch_with_and_without_grad_runs(all);
+  for (const Case& c : all) {
     SCOPED_TRACE(c.name);
     Problem p = make(c, seed += 10);
     const Result ref = run(p, DType::f64, Device::cpu);
@@ -304,12 +303,10 @@ TEST(AttentionExprCuda, MaskedLearnableTableGradientMatchesTheCpu) {
 // the blocks left of the diagonal, every block of an always-true mask) skip the mask's
 // evaluation, which DRIFTLESS_MASK_TILE_SKIP=0 turns off too: the same bits, also for a
 // learnable table's gradient (the dK/dV kernel's param_grad adds skip the mask there).
-TEST(AttentionExprCuda, SkippedMaskTilesGiveTheSameBits) {
+TEST_F(AttentionExprCuda, SkippedMaskTilesGiveTheSameBits) {
   DL_REQUIRE_GPU();
   uint64_t seed = testing::fresh_seed("attention expr mask skip");
-  std::vector<double> bias;
-  for (int64_t h = 0; h < kHeads; ++h)
-    for (int64_t d = 0; d < 64; ++d) bias.push_back(0.5 * std::sin(0.3 * double(d + 7 * h)));
+  const std::vector<double> bias = distance_bias();
   struct Skip {
     const char* mask;
     layers::PositionShift shift;
@@ -325,19 +322,27 @@ TEST(AttentionExprCuda, SkippedMaskTilesGiveTheSameBits) {
                         {"k >= 0", {}},
                         {"q - k < 256", {}, true},
                         {"k < 64 || k <= q", {300, 40}, true}};
+  auto case_of = [&](const Skip& skip, int64_t d) {
+    Case c{std::string("skip_d") + std::to_string(d),
+           {{1100, 1100}, {2500, 2500}, {300, 300}, {7, 7, 2, 2}},
+           kHeads,
+           kKvHeads,
+           d};
+    c.mask = skip.mask;
+    c.shift = skip.shift;
+    if (skip.learnable) {
+      c.expression = "score + bias[h, min(abs(q - k), 63)]";
+      c.decls = {{"bias", {kHeads, 64}, bias, true}};
+    }
+    return c;
+  };
+  std::vector<Case> all;
+  for (const Skip& skip : skips)
+    for (int64_t d : {64, 128}) all.push_back(case_of(skip, d));
+  prefetch(all);
   for (const Skip& skip : skips)
     for (int64_t d : {64, 128}) {
-      Case c{std::string("skip_d") + std::to_string(d),
-             {{1100, 1100}, {2500, 2500}, {300, 300}, {7, 7, 2, 2}},
-             kHeads,
-             kKvHeads,
-             d};
-      c.mask = skip.mask;
-      c.shift = skip.shift;
-      if (skip.learnable) {
-        c.expression = "score + bias[h, min(abs(q - k), 63)]";
-        c.decls = {{"bias", {kHeads, 64}, bias, true}};
-      }
+      const Case c = case_of(skip, d);
       SCOPED_TRACE(std::string(skip.mask) + " shift " + std::to_string(skip.shift.q) + "," +
                    std::to_string(skip.shift.k) + (skip.learnable ? " learnable" : "") + " " +
                    c.name);
@@ -375,17 +380,16 @@ TEST(AttentionExprCuda, SkippedMaskTilesGiveTheSameBits) {
 // error on dq, dk and dv (the reason is below), and the gradient bitwise the same
 // over two runs of each backward (deterministic, and atomic dQ: its dK/dV kernel is another)
 // and to the accumulator without register runs (run_without_grad_runs).
-TEST(AttentionExprCuda, LearnableTableGradientsMatchTheCpuAndRepeatBitwise) {
+TEST_F(AttentionExprCuda, LearnableTableGradientsMatchTheCpuAndRepeatBitwise) {
   DL_REQUIRE_GPU();
   uint64_t seed = testing::fresh_seed("attention expr learnable");
-  std::vector<double> bias;
-  for (int64_t h = 0; h < kHeads; ++h)
-    for (int64_t d = 0; d < 64; ++d) bias.push_back(0.5 * std::sin(0.3 * double(d + 7 * h)));
+  const std::vector<double> bias = distance_bias();
   const ParamDecl table{"bias", {kHeads, 64}, bias, true}, temp{"temp", {}, {0.9}, true};
   const std::vector<Expr> exprs = {
       {"learn_bias", "score + bias[h, min(abs(q - k), 63)]", {table}},
       {"learn_temp_bias", "temp * score + bias[h, min(abs(q - k), 63)]", {table, temp}},
   };
+  std::vector<Case> all;
   for (const Expr& e : exprs)
     for (int64_t d : {64, 128}) {
       Case c{e.name + "_d" + std::to_string(d),
@@ -395,67 +399,79 @@ TEST(AttentionExprCuda, LearnableTableGradientsMatchTheCpuAndRepeatBitwise) {
              d};
       c.expression = e.source;
       c.decls = e.decls;
-      SCOPED_TRACE(c.name);
-      Problem p = make(c, seed += 10);
-      const Result ref = run(p, DType::f64, Device::cpu);
-      const Result cpu = run_bf16_reference(p);
-      ASSERT_TRUE(ref.dparams.defined() && cpu.dparams.defined());
-      bool zero_ref = false;
-      const double ec = err(cpu.dparams, ref.dparams, "dparams", &zero_ref);
-      ASSERT_FALSE(zero_ref) << "the tables' gradient is all zero: the test checks nothing";
-      for (bool deterministic : {true, false}) {
-        p.spec.deterministic = deterministic;
-        const char* mode = deterministic ? "deterministic" : "atomic dQ";
-        const Result gpu = run(p, DType::bf16, Device::cuda);
-        const Result gpu2 = run(p, DType::bf16, Device::cuda);
-        ASSERT_TRUE(gpu.dparams.defined()) << mode << ": no gradient of the tables";
-        ASSERT_EQ(gpu.dparams.numel(), ref.dparams.numel()) << mode;
-        std::printf("[attention expr] %-24s %-13s", c.name.c_str(), mode);
-        double level = 0;  // the bf16 reference's largest error on dq, dk and dv
-        for (int i : {2, 3, 4}) {
-          bool z = false;
-          const double eci = err(cpu.t[i], ref.t[i], kNames[i], &z);
-          const double eg = err(gpu.t[i], ref.t[i], kNames[i], &z);
-          EXPECT_LE(eg, bound_of(i, eci, z))
-              << mode << " " << kNames[i] << ": cuda error " << eg << ", bf16 reference " << eci;
-          std::printf(" %s %.2e/%.2e", kNames[i], eg, eci);
-          level = std::max(level, eci);
-        }
-        const double eg = err(gpu.dparams, ref.dparams, "dparams", &zero_ref);
-        std::printf(" dparams %.2e/%.2e\n", eg, ec);
-        // Loosened from 2x the bf16 reference's error alone, which failed correct kernels: the
-        // error is relative to the largest entry, here temp's, one sum over every pair whose
-        // terms cancel, so the reference's own error on it is a draw, which fell to a tenth to
-        // a quarter of its largest error on dq, dk and dv in three of twelve draws on an H200
-        // (3.8e-4 against 4.0e-3, 7.4e-4 against 3.1e-3, 1.1e-3 against 4.1e-3; the kernel's
-        // 1.3e-3, 9.2e-3, 3.8e-3). The floor, 4x those gradients' error, still fails a wrong
-        // derivative or a lost contribution (errors of order 1).
-        EXPECT_LE(eg, std::max(bound_of(2, ec, false), 4 * level))
-            << mode << " tables' gradient: cuda error " << eg << ", bf16 reference " << ec
-            << " (on dq, dk, dv at most " << level << ")";
-        EXPECT_TRUE(same_bits(gpu.dparams, gpu2.dparams))
-            << mode << ": the tables' gradient is not bitwise repeatable";
-        EXPECT_TRUE(same_bits(gpu.dparams, run_without_grad_runs(p).dparams))
-            << mode << ": the register runs changed the tables' gradient";
-        expect_padding(p, c, gpu);
-      }
+      all.push_back(c);
     }
+  prefetch_with_and_without_grad_runs(all);
+  for (const Case& c : all) {
+    SCOPED_TRACE(c.name);
+    Problem p = make(c, seed += 10);
+    const Result ref = run(p, DType::f64, Device::cpu);
+    const Result cpu = run_bf16_reference(p);
+    ASSERT_TRUE(ref.dparams.defined() && cpu.dparams.defined());
+    bool zero_ref = false;
+    const double ec = err(cpu.dparams, ref.dparams, "dparams", &zero_ref);
+    ASSERT_FALSE(zero_ref) << "the tables' gradient is all zero: the test checks nothing";
+    for (bool deterministic : {true, false}) {
+      p.spec.deterministic = deterministic;
+      const char* mode = deterministic ? "deterministic" : "atomic dQ";
+      const Result gpu = run(p, DType::bf16, Device::cuda);
+      const Result gpu2 = run(p, DType::bf16, Device::cuda);
+      ASSERT_TRUE(gpu.dparams.defined()) << mode << ": no gradient of the tables";
+      ASSERT_EQ(gpu.dparams.numel(), ref.dparams.numel()) << mode;
+      std::printf("[attention expr] %-24s %-13s", c.name.c_str(), mode);
+      double level = 0;  // the bf16 reference's largest error on dq, dk and dv
+      for (int i : {2, 3, 4}) {
+        bool z = false;
+        const double eci = err(cpu.t[i], ref.t[i], kNames[i], &z);
+        const double eg = err(gpu.t[i], ref.t[i], kNames[i], &z);
+        EXPECT_LE(eg, bound_of(i, eci, z))
+            << mode << " " << kNames[i] << ": cuda error " << eg << ", bf16 reference " << eci;
+        std::printf(" %s %.2e/%.2e", kNames[i], eg, eci);
+        level = std::max(level, eci);
+      }
+      const double eg = err(gpu.dparams, ref.dparams, "dparams", &zero_ref);
+      std::printf(" dparams %.2e/%.2e\n", eg, ec);
+      // Loosened from 2x the bf16 reference's error alone, which failed correct kernels: the
+      // error is relative to the largest entry, here temp's, one sum over every pair whose
+      // terms cancel, so the reference's own error on it is a draw, which fell to a tenth to
+      // a quarter of its largest error on dq, dk and dv in three of twelve draws on an H200
+      // (3.8e-4 against 4.0e-3, 7.4e-4 against 3.1e-3, 1.1e-3 against 4.1e-3; the kernel's
+      // 1.3e-3, 9.2e-3, 3.8e-3). The floor, 4x those gradients' error, still fails a wrong
+      // derivative or a lost contribution (errors of order 1).
+      EXPECT_LE(eg, std::max(bound_of(2, ec, false), 4 * level))
+          << mode << " tables' gradient: cuda error " << eg << ", bf16 reference " << ec
+          << " (on dq, dk, dv at most " << level << ")";
+      EXPECT_TRUE(same_bits(gpu.dparams, gpu2.dparams))
+          << mode << ": the tables' gradient is not bitwise repeatable";
+      EXPECT_TRUE(same_bits(gpu.dparams, run_without_grad_runs(p).dparams))
+          << mode << ": the register runs changed the tables' gradient";
+      expect_padding(p, c, gpu);
+    }
+  }
 }
 
 // A ring call's first document starts mid-document (AttentionSpec::first_doc_shift): the
 // expression kernels add the shift to document 0's positions as the CPU path does, and a
 // planted wrong shift must be seen (the check has teeth).
-TEST(AttentionExprCuda, FirstDocumentShiftGivesDocumentPositions) {
+TEST_F(AttentionExprCuda, FirstDocumentShiftGivesDocumentPositions) {
   DL_REQUIRE_GPU();
   uint64_t seed = testing::fresh_seed("attention expr shift");
   std::vector<Expr> exprs = expressions();
   exprs.push_back({"key_ramp", "score + 0.5 * min(k, 63)", {}});  // the key's own position
-  for (const Expr& e : exprs) {
-    if (e.name == "softcap") continue;  // reads no position
+  auto case_of = [](const Expr& e) {
     Case c{e.name + "_shift", {{65, 130}, {40, 40}, {7, 7, 2, 2}}, kHeads, kKvHeads, 64};
     c.expression = e.source;
     c.decls = e.decls;
     c.shift = {37, 5};  // queries 37 - 5 = 32 rows further on than bottom-right alignment says
+    return c;
+  };
+  std::vector<Case> all;
+  for (const Expr& e : exprs)
+    if (e.name != "softcap") all.push_back(case_of(e));  // softcap reads no position
+  prefetch(all, false);
+  for (const Expr& e : exprs) {
+    if (e.name == "softcap") continue;
+    const Case c = case_of(e);
     SCOPED_TRACE(c.name);
     Problem p = make(c, seed += 10);
     const Result ref = run(p, DType::f64, Device::cpu);
@@ -488,11 +504,10 @@ TEST(AttentionExprCuda, FirstDocumentShiftGivesDocumentPositions) {
 // bits in the deterministic mode, and all but the atomic dQ in the other. (Not the identity
 // expression against no modifier: the kernels without one take the row maximum over the raw
 // products and fold the scale into the exponent's FMA, a different rounding.)
-TEST(AttentionExprCuda, BuiltinsAsExpressionsAreBitwiseTheBuiltins) {
+TEST_F(AttentionExprCuda, BuiltinsAsExpressionsAreBitwiseTheBuiltins) {
   DL_REQUIRE_GPU();
   uint64_t seed = testing::fresh_seed("attention expr builtins");
-  std::vector<double> slopes;
-  for (int64_t h = 0; h < kHeads; ++h) slopes.push_back(std::pow(2.0, -double(h + 1)));
+  const std::vector<double> slopes = head_slopes();
   struct Pair {
     const char* name;
     decltype(Case::mod) mod;
@@ -535,34 +550,6 @@ TEST(AttentionExprCuda, BuiltinsAsExpressionsAreBitwiseTheBuiltins) {
         seed += 10;
       }
 }
-
-#ifdef DRIFTLESS_HAVE_CUDA
-// The kernels of an expression compile once per (structure, pass, head dim): a second run, or
-// another constant, hits the cache; another expression compiles. Memory-only cache, fresh.
-TEST(AttentionExprCuda, KernelCacheCompilesOncePerStructure) {
-  DL_REQUIRE_GPU();
-  namespace jit = layers::jit;
-  jit::configure_process_kernel_cache({64, ""});
-  auto run_expr = [](const std::string& source) {
-    Case c{"cache", {{65, 65}, {7, 7}}, kHeads, kKvHeads, 64};
-    c.expression = source;
-    const Problem p = make(c, 77);
-    run(p, DType::bf16, Device::cuda);  // forward and backward: two programs
-  };
-  auto compiles = [] { return jit::process_kernel_cache().stats().compiles; };
-  run_expr("score - 0.25 * abs(q - k) + 0.5");
-  const int64_t first = compiles();
-  EXPECT_EQ(first, 2) << "forward and backward programs";
-  run_expr("score - 0.25 * abs(q - k) + 0.5");
-  EXPECT_EQ(compiles(), first) << "the same expression compiled again";
-  run_expr("score - 0.125 * abs(q - k) + 1.5");
-  EXPECT_EQ(compiles(), first) << "another constant compiled again";
-  run_expr("score - 0.25 * abs(q - k) * 0.5");
-  EXPECT_EQ(compiles(), first + 2) << "another expression did not compile";
-  EXPECT_GT(jit::process_kernel_cache().stats().hits, 0);
-  jit::configure_process_kernel_cache({64, jit::default_cache_dir()});  // the defaults again
-}
-#endif
 
 }  // namespace
 }  // namespace driftless

@@ -4,15 +4,19 @@
 # (configs/regress/gpu_vs_cpu.yaml: cuda f32 and bf16 against cpu f32), on a machine that
 # has a GPU; there a GPU test that cannot open the device fails (DRIFTLESS_GPU_REQUIRED=1) instead of
 # skipping. Logs go to ${OUT:-build-gpu}/gpu-tests.log, gpu-train.log, gpu-regress.log.
+# The score-expression tests (AttentionExprCuda, and again on the mma.sync kernels) compile
+# their kernels with NVRTC, each test's programs on every core at once, into one kernel cache
+# that every test process of the run and later runs of the build share: the build's
+# tests/kernel-cache, or $DRIFTLESS_KERNEL_CACHE where set (tests/gpu/attention_expr_check.h).
 # Environment: BUILD (build dir), CMAKE_ARGS (extra configure flags, e.g.
 # -DCMAKE_CUDA_ARCHITECTURES=90a to halve compile time), TARGETS (build only these targets,
 # space-separated; default all), SANITIZE=1 (also compute-sanitizer memcheck and racecheck on
 # the fast attention tests, DRIFTLESS_ATTN_FAST_QUICK's small and odd shapes; gpu-memcheck.log,
-# gpu-racecheck.log; a reported error fails the run), QUICK=1 (the kernel loop: builds driftless
-# and test_gpu only, runs the fast attention's tests on their small and odd shapes, the
-# schedules' and the atomic dQ's tests, the latter again with the sm_90a dK/dV kernel on
-# every shape (DRIFTLESS_ATTN_BWD_SM90=1), then `driftless bench attention`; no
-# training, no regression).
+# gpu-racecheck.log; a reported error fails the run), QUICK=1 (the kernel loop, meant to take at
+# most 3 minutes once built: builds driftless and test_gpu only, runs the fast attention's
+# tests on their small and odd shapes, the schedules' and the atomic dQ's tests, the latter
+# again with the sm_90a dK/dV kernel on every shape (DRIFTLESS_ATTN_BWD_SM90=1), then
+# `driftless bench attention`; no expression tests, no training, no regression).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build-gpu}

@@ -1,17 +1,21 @@
 // Run-time compiled attention kernels on the GPU (jit_launch.h): program -> kernel cache
 // (compile with NVRTC on a miss) -> module loaded through the driver (entry points fetched from
-// the runtime, as sm90/tensor_maps.cpp does, so nothing links libcuda) -> launches.
+// the runtime, as sm90/tensor_maps.cpp does, so nothing links libcuda) -> launches; prefetch
+// fetches the programs of calls known ahead, several at a time.
 #include "layers/attention/jit/jit_launch.h"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <utility>
 
 #include "engine/core/cuda/check.h"
@@ -129,6 +133,32 @@ const MadeProgram& program(const expr::Program& score, const expr::Program* mask
   return *p;
 }
 
+// The spec of an expression's program for `pass` on the current device.
+ProgramSpec program_spec(Pass pass, int head_dim, bool shifted) {
+  ProgramSpec spec;
+  spec.pass = pass;
+  spec.head_dim = head_dim;
+  spec.wgmma = gpu::fast::use_wgmma();
+  spec.arch = device_arch();
+  // DRIFTLESS_GRAD_RUNS=n: n register runs in the learnable tables' accumulator (0: one
+  // atomic pair a contribution; a test compares the bits of both).
+  if (const std::string runs = env_value("DRIFTLESS_GRAD_RUNS"); !runs.empty())
+    spec.grad_runs = std::atoi(runs.c_str());
+  spec.shifted = shifted;
+  return spec;
+}
+
+// The loaded kernels of a made program, through the process kernel cache.
+std::shared_ptr<const LoadedProgram> fetch(const MadeProgram& made) {
+  const AttentionProgram& prog = made.program;
+  auto lp = std::static_pointer_cast<const LoadedProgram>(process_kernel_cache().get(
+      made.key, [&] { return to_binary(compile_program(prog)); }, load));
+  DL_CHECK(lp->functions.size() == prog.kernels.size(), kOp,
+           "a cached attention program has " << lp->functions.size() << " kernels, not "
+                                             << prog.kernels.size());
+  return lp;
+}
+
 // The loaded program of (expression, pass) on the current device, and its modifier's bytes.
 struct Kernels {
   std::shared_ptr<const LoadedProgram> program;
@@ -137,25 +167,11 @@ struct Kernels {
 
 Kernels kernels(const BoundExpr& e, Pass pass, const gpu::Problem& p) {
   DL_CHECK(e.score != nullptr, kOp, "no score expression bound");
-  ProgramSpec spec;
-  spec.pass = pass;
-  spec.head_dim = int(p.head_dim);
-  spec.wgmma = gpu::fast::use_wgmma();
-  spec.arch = device_arch();
-  // DRIFTLESS_GRAD_RUNS=n: n register runs in the learnable tables' accumulator (0: one
-  // atomic pair a contribution; a test compares the bits of both).
-  if (const std::string runs = env_value("DRIFTLESS_GRAD_RUNS"); !runs.empty())
-    spec.grad_runs = std::atoi(runs.c_str());
-  spec.shifted = e.shift_q != 0 || e.shift_k != 0;
-  const MadeProgram& made = program(*e.score, e.mask, spec);
-  const AttentionProgram& prog = made.program;
+  const MadeProgram& made = program(
+      *e.score, e.mask, program_spec(pass, int(p.head_dim), e.shift_q != 0 || e.shift_k != 0));
   Kernels k;
-  k.program = std::static_pointer_cast<const LoadedProgram>(process_kernel_cache().get(
-      made.key, [&] { return to_binary(compile_program(prog)); }, load));
-  DL_CHECK(k.program->functions.size() == prog.kernels.size(), kOp,
-           "a cached attention program has " << k.program->functions.size() << " kernels, not "
-                                             << prog.kernels.size());
-  k.mod = pack_mod(prog, *e.score, e.params, e.head_offset, p.scale, e.grad_acc, e.shift_q,
+  k.program = fetch(made);
+  k.mod = pack_mod(made.program, *e.score, e.params, e.head_offset, p.scale, e.grad_acc, e.shift_q,
                    e.shift_k, e.mask);
   return k;
 }
@@ -287,6 +303,48 @@ void backward(const gpu::Problem& p, const BoundExpr& e, const gpu::fast::Tile* 
     void* args[] = {&sums, &grad, &n};
     launch(*k.program, k.program->functions.size() - 1, {unsigned((n + 255) / 256), 256, 0}, args);
   }
+}
+
+size_t prefetch(const std::vector<ProgramUse>& uses, int threads) {
+  int dev = 0;
+  DL_CUDA_CHECK(cudaGetDevice(&dev));
+  std::vector<std::shared_ptr<const expr::Program>> identities;  // alive while programs are made
+  std::vector<const MadeProgram*> todo;
+  for (const ProgramUse& u : uses) {
+    DL_CHECK(u.score != nullptr || u.mask != nullptr, kOp, "a program use without an expression");
+    const expr::Program* score = u.score;
+    if (score == nullptr) {
+      identities.push_back(identity_score(*u.mask));
+      score = identities.back().get();
+    }
+    // The backward's pass as backward() picks it: an atomic-dQ call (attention_cuda.cpp: not
+    // deterministic, and gpu::fast::atomic_dq()) on the wgmma kernels.
+    const bool atomic = !u.deterministic && gpu::fast::atomic_dq() && gpu::fast::use_wgmma();
+    for (Pass pass : {Pass::forward, atomic ? Pass::backward_atomic : Pass::backward}) {
+      const MadeProgram* made = &program(*score, u.mask, program_spec(pass, u.head_dim, u.shifted));
+      if (std::none_of(todo.begin(), todo.end(),
+                       [&](const MadeProgram* t) { return t->key == made->key; }))
+        todo.push_back(made);
+    }
+  }
+  std::atomic<size_t> next{0};
+  std::mutex failed_mutex;
+  std::exception_ptr failed;
+  auto work = [&] {
+    try {
+      DL_CUDA_CHECK(cudaSetDevice(dev));  // the caller's device: the modules load there
+      for (size_t i = next++; i < todo.size(); i = next++) fetch(*todo[i]);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(failed_mutex);
+      if (!failed) failed = std::current_exception();
+    }
+  };
+  std::vector<std::thread> pool;
+  const size_t n = std::min(todo.size(), size_t(std::max(threads, 1)));
+  for (size_t i = 0; i < n; ++i) pool.emplace_back(work);
+  for (std::thread& t : pool) t.join();
+  if (failed) std::rethrow_exception(failed);
+  return todo.size();
 }
 
 }  // namespace driftless::layers::jit
