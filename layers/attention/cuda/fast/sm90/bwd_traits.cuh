@@ -39,8 +39,8 @@ struct BwdTraits {
   static constexpr int kSplit = 2;
   static constexpr bool kEarlyLse = false;
   static constexpr int kHalves = D / 64;
-  static constexpr int kDqBoxes = D / 32;             // f32 boxes of 32 columns
-  static constexpr int kDqCols = D / kConsumers;      // dQ columns a consumer computes
+  static constexpr int kDqBoxes = D / 32;         // f32 boxes of 32 columns
+  static constexpr int kDqCols = D / kConsumers;  // dQ columns a consumer computes
   static_assert(kDqCols % 32 == 0, "a consumer's dQ columns are whole f32 boxes");
 
   static constexpr uint32_t kKvBytes = kBlockN * D * 2, kQBytes = kBlockM * D * 2;
