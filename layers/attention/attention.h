@@ -92,7 +92,7 @@ inline Tensor as_compute(const Tensor& t, DType ct) {
   return t.defined() ? t.to(Device::cpu, ct).contiguous() : Tensor();
 }
 
-// The CUDA path (cuda/attention_cuda.cpp; DL_CUDA_ENTRY: without CUDA in the build these
+// The CUDA path (attention_cuda.cpp; DL_CUDA_ENTRY: without CUDA in the build these
 // throw). Built-in modifiers none, softcap and ALiBi; f32 and bf16.
 DL_CUDA_ENTRY(AttentionOutputs cuda_forward(const ResolvedAttention& r, const Tensor& q,
                                             const Tensor& k, const Tensor& v,

@@ -176,7 +176,7 @@ struct PairBox {
 // Interval arithmetic over the mask's integer subexpressions and three-valued logic over its
 // comparisons (mask_cover.cpp): conservative, never hidden (visible) where some pair of the box
 // is visible (hidden); a comparison of reals or of table entries is mixed. The CUDA host skips
-// the tiles a mask hides whole (layers/attention/cuda/attention_cuda.cpp).
+// the tiles a mask hides whole (layers/attention/attention_cuda.cpp).
 MaskCover mask_cover(const Program& mask, const PairBox& box);
 
 // Where the CUDA kernels' float value of a score expression lies over every pair, as interval
