@@ -270,13 +270,13 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
     Tensor dq_acc;  // the non-deterministic backward's f32 dQ sums
     if (!spec.deterministic && gpu::fast::atomic_dq())
       dq_acc = Tensor::empty({r.t_q * r.heads * r.head_dim}, DType::f32, Device::cuda);
-    const int block_k = gpu::fast::dkv_block_k(d.p.head_dim, dq_acc.defined(), !d.expression);
+    const int block_k = gpu::fast::dkv_block_k(d.p, dq_acc.defined(), !d.expression);
     bool k_dropped = false;
     const Tensor kt = device_tiles(narrow_tiles_by_mask(
         d,
         dq_acc.defined()
             ? gpu::fast::k_tiles_by_head(d.p, d.host_docs, block_k,
-                                         gpu::fast::atomic_dkv_concurrent_ctas(d.p.head_dim, !d.expression))
+                                         gpu::fast::atomic_dkv_concurrent_ctas(d.p, !d.expression))
             : gpu::fast::k_tiles(d.p, d.host_docs, block_k),
         block_k, false, true, &k_dropped));
     const int dq_rows = gpu::fast::dq_block_q(d.p.head_dim);

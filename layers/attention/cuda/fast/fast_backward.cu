@@ -231,7 +231,7 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
   };
   auto launch_kv = [&](const Geometry& g, const DkvArgs& a) {
     if constexpr (W) {
-      if (a.atomic && sm90::dkv_atomic_runs(D, a.p.heads / a.p.kv_heads))
+      if (a.atomic && sm90::dkv_atomic_runs(a.p))
         return sm90::dkv_atomic<D>(a.p, mod, a.tiles, int(g.grid), a.dout, a.lse, a.delta, a.dk,
                                 a.dv, a.dkv_heads, a.dq_acc);
       if (a.atomic) return launch_dkv<D, M, W, true>(g, mod, a);
@@ -258,16 +258,18 @@ int64_t concurrent_dkv_ctas() {
 
 }  // namespace
 
-int dkv_block_k(int64_t head_dim, bool atomic, bool builtin) {
+int dkv_block_k(const Problem& p, bool atomic, bool builtin) {
+  const int64_t head_dim = p.head_dim;
   if (!atomic || !use_wgmma()) return kBK;
-  if (builtin && sm90::dkv_atomic_runs(head_dim, 1)) return 2 * kBK;  // its tiles, either dim
+  if (builtin && sm90::dkv_atomic_runs(p)) return 2 * kBK;  // its tiles, at either head dim
   return kBK * (head_dim == 64 ? bwd::DkvWarpgroups<64, true, true>::value
                                : bwd::DkvWarpgroups<128, true, true>::value);
 }
 
-int64_t atomic_dkv_concurrent_ctas(int64_t head_dim, bool builtin) {
+int64_t atomic_dkv_concurrent_ctas(const Problem& p, bool builtin) {
+  const int64_t head_dim = p.head_dim;
   if (!atomic_dq()) return 0;
-  if (builtin && head_dim == 64 && sm90::dkv_atomic_runs(64, 1)) return sm90::sm_count();
+  if (head_dim == 64 && builtin && sm90::dkv_atomic_runs(p)) return sm90::sm_count();  // one CTA an SM
   if (head_dim == 64) {
     static const int64_t d64 = concurrent_dkv_ctas<64>();
     return d64;

@@ -27,19 +27,24 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t addr) {
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1024 >> 4) << 16) |
          (uint64_t((D * 16) >> 4) << 32) | (uint64_t(1) << 62);
 }
-// The descriptors below add their byte offset (a compile-time constant once unrolled) to the
-// tile's descriptor: one 64-bit add, no carry out of the 14-bit address field since shared
-// addresses stay below 2^18.
+// The descriptor d of a tile moved `bytes` further on (a multiple of 16; a compile-time
+// constant once unrolled): one 64-bit add, no carry out of the 14-bit address field since
+// shared addresses stay below 2^18. Every descriptor of a product's k step is its tile's
+// plus such an offset (masking and shifting each product's address instead was a sixth of
+// the sm_90a dK/dV consumers' instructions).
+__device__ __forceinline__ uint64_t desc_at(uint64_t d, uint32_t bytes) {
+  return d + uint64_t(bytes >> 4);
+}
 // K-major operand (the tile's rows are M or N, its columns K): rows from row0 (a multiple of
 // 8), k step kd of 16 columns.
 template <int D>
 __device__ __forceinline__ uint64_t wg_desc_k(uint32_t tile, int kd, int row0 = 0) {
-  return wg_desc<D>(tile) + uint64_t((row0 * D * 2 + (kd >> 2) * 1024 + (kd & 3) * 32) >> 4);
+  return desc_at(wg_desc<D>(tile), uint32_t(row0 * D * 2 + (kd >> 2) * 1024 + (kd & 3) * 32));
 }
 // N-major B operand (the tile's rows are K, its columns N): k step kk of 16 rows.
 template <int D>
 __device__ __forceinline__ uint64_t wg_desc_n(uint32_t tile, int kk) {
-  return wg_desc<D>(tile) + uint64_t((kk * 2 * (D * 16)) >> 4);
+  return desc_at(wg_desc<D>(tile), uint32_t(kk * 2 * (D * 16)));
 }
 
 // (Every instruction below is compiled only for sm_90a; elsewhere the W kernels are never

@@ -17,8 +17,9 @@
 
 namespace driftless::layers::gpu::fast::sm90 {
 
-bool dkv_atomic_runs(int64_t head_dim, int64_t group) {
+bool dkv_atomic_runs(const Problem& p) {
   static const std::string mode = env_value("DRIFTLESS_ATTN_BWD_SM90");
+  const int64_t head_dim = p.head_dim, group = p.heads / p.kv_heads;
   if (mode == "1") return head_dim == 128 || head_dim == 64;
   return mode != "0" && head_dim == 128 && group == 1;
 }

@@ -5,13 +5,14 @@
 
 namespace driftless::layers::gpu::fast::sm90 {
 
-// True where the sm_90a dK/dV kernel takes the atomic-dQ pass: head dim 128 without
-// grouped heads (query heads per K/V head `group` == 1), where it is measured faster than
-// fast_dkv.cuh's two-warpgroup kernel (BENCHMARKS.md, the warp-specialised dK/dV kernel).
+// True where the sm_90a dK/dV kernel takes the atomic-dQ pass of p (a built-in modifier's):
+// head dim 128 without grouped heads (one query head per K/V head), where it is measured
+// faster than fast_dkv.cuh's two-warpgroup kernel (BENCHMARKS.md, the warp-specialised dK/dV
+// kernel).
 // DRIFTLESS_ATTN_BWD_SM90 (read once) overrides: 0 never, 1 at head dims 128 and 64 with
 // any group (GQA, still slower at 128; head dim 64 not yet run on a GPU). Its key tiles are
 // 128 keys (dkv_block_k), as fast_dkv.cuh's two-warpgroup kernel's at head dim 128.
-bool dkv_atomic_runs(int64_t head_dim, int64_t group);
+bool dkv_atomic_runs(const Problem& p);
 
 // dk, dv (rows of dkv_heads heads) and the f32 sums dq_acc (T_q, H, D; zeroed, added to) of
 // the built-in modifier M over the key tiles (k_tiles_by_head's, 128 keys, on the device), at

@@ -14,6 +14,7 @@
 #include "layers/attention/rtc_std.h"
 
 #include "layers/attention/cuda/fast/fast_common.cuh"
+#include "layers/attention/cuda/fast/wgmma.cuh"
 
 namespace driftless::layers::gpu::fast::sm90 {
 
@@ -84,13 +85,6 @@ __device__ __forceinline__ void load_rows_zero_filled(uint32_t dst, const bf16* 
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32) |
          (uint64_t(1) << 62);
-}
-// The descriptor d of a tile moved `bytes` further on (a multiple of 16): an add to the
-// address field, which does not carry out since shared addresses stay below 2^18. Unrolled,
-// `bytes` is a constant and each product's descriptor one add to its tile's (the address
-// masked and shifted per product was a sixth of the dK/dV consumers' instructions).
-__device__ __forceinline__ uint64_t desc_at(uint64_t d, uint32_t bytes) {
-  return d + uint64_t(bytes >> 4);
 }
 // K-major operand (the tile's rows are M or N, its columns K): rows row0.. (a multiple of 8),
 // k step kd of 16 columns; 8-row groups 1024 bytes apart.
