@@ -155,9 +155,9 @@ __device__ void bwd_produce(const BwdMaps& maps, const Problem& p, const Tile* t
         __syncwarp();
         if (lane == 0) mbar_arrive(full);
       }
-      // lse and delta by cp.async, whose completion the lane's arrival on `full` waits for
-      // (stores by the lanes, ordered by the barrier too, were each a hazard to racecheck);
-      // zeros past the document (a row inside it addressed, nothing read).
+      // lse and delta by cp.async, whose completion the lane's arrival on `full` waits for (no
+      // producer registers hold them); zeros past the document (a row inside it addressed,
+      // nothing read).
       const uint32_t sl = smem_u32(sm.lse_rows(st.stage)), sd = smem_u32(sm.delta_rows(st.stage));
       for (int r = lane; r < T::kBlockM; r += 32) {
         const int64_t row = h * p.t_q + qrow + min(r, n - 1);
@@ -228,7 +228,8 @@ __device__ void bwd_consume(const Problem& p, const BwdItem& b, const M& mod0, c
   // columns start 64 bytes into the 128-byte swizzled rows, which the swizzle of the absolute
   // address keeps in place, as the K-major operands' 32-byte k steps).
   const int dq_c0 = cw * T::kDqCols;
-  const uint32_t k_dq = sm.k() + uint32_t(dq_c0 / 64) * T::kBlockN * 128 + uint32_t(dq_c0 % 64) * 2;
+  const uint32_t k_dq =
+      sm.k() + uint32_t(dq_c0 / 64) * T::kBlockN * 128 + uint32_t(dq_c0 % 64) * 2;
   const int lw = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int warp = cw * 4 + lw;  // consumer warp: keys 16 warp .. of the tile
 #pragma unroll
