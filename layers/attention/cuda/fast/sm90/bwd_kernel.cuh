@@ -9,8 +9,8 @@ namespace driftless::layers::gpu::fast::sm90 {
 template <class T, class M>
 __global__ void __launch_bounds__(T::kThreads, 1)
     dkv_dq_kernel(const __grid_constant__ BwdMaps maps, Problem p, M mod, const Tile* tiles,
-                  int n_items, const bf16* dout, const float* lse, const float* delta, bf16* dk,
-                  bf16* dv, int dkv_heads) {
+                  int n_items, int* item_counter, const bf16* dout, const float* lse,
+                  const float* delta, bf16* dk, bf16* dv, int dkv_heads) {
   cuda::dependent_kernel_begin();
   static_assert(!HasParamGrad<M>::value, "learnable tables take the dK/dV kernel of fast_dkv.cuh");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -18,15 +18,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const BwdSmem<T> sm{smem, smem_u32(smem)};
   if (threadIdx.x == 0) sm.init();
   __syncthreads();
-  const StaticScheduler sched{n_items};
   const int wg = int(threadIdx.x) / 128;
   if (wg == 0) {
     regs_dec<T::kProducerRegs>();
     const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) & 31;
     if (warp == 0)
-      bwd_produce<T, M>(maps, p, tiles, sched, sm, dout, lse, delta, lane);
+      bwd_produce<T, M>(maps, p, tiles, n_items, item_counter, sm, dout, lse, delta, lane);
     else if (warp == 1)
-      bwd_write_dq<T, M>(maps, p, tiles, sched, sm, lane);
+      bwd_write_dq<T, M>(maps, p, tiles, n_items, sm, lane);
     return;
   }
   regs_inc<T::kConsumerRegs>();
@@ -36,7 +35,8 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   PipeState<1> kv;
   PipeState<T::kStages> st;
   bool first_dq = true;
-  for (int w = sched.first(); sched.valid(w); w = sched.next(w)) {
+  ItemRing<T> ring;
+  for (int w = ring.take(sm, lane); w < n_items; w = ring.take(sm, lane)) {
     const BwdItem b = BwdItem::make<T, M>(p, tiles, w);
     BwdAccum<T::kD> acc;
     bwd_consume<T, M>(p, b, mod, sm, cw, kv, st, first_dq, acc);

@@ -15,7 +15,6 @@
 #include "layers/attention/cuda/fast/param_grad.cuh"
 #include "layers/attention/cuda/fast/sm90/async_copy.cuh"
 #include "layers/attention/cuda/fast/sm90/bwd_traits.cuh"
-#include "layers/attention/cuda/fast/sm90/tile_scheduler.cuh"
 
 namespace driftless::layers::gpu::fast::sm90 {
 
@@ -48,11 +47,19 @@ struct BwdSmem {
   __device__ uint32_t kv_empty() const { return bar(1); }
   __device__ uint32_t step_full(int s) const { return bar(2 + s); }
   __device__ uint32_t step_empty(int s) const { return bar(2 + T::kStages + s); }
+  __device__ uint32_t item_full(int s) const { return bar(2 + 2 * T::kStages + s); }
+  __device__ uint32_t item_empty(int s) const {
+    return bar(2 + 2 * T::kStages + T::kItemSlots + s);
+  }
+  __device__ volatile int* item_slot(int s) const {
+    return reinterpret_cast<volatile int*>(ptr + T::kItemOff) + s;
+  }
 
   // Thread 0; a CTA barrier follows. kv_full: the producer's one arrival (plus its TMA
   // bytes); step_full: lane 0's for Q and dO (plus their TMA bytes, or after the
   // zero-filled rows) and each producer lane's once its cp.async copies of lse and delta
-  // rows have landed; empty barriers: one arrival per consumer warp.
+  // rows have landed; empty barriers: one arrival per consumer warp; item_full: the
+  // producer's; item_empty: each reader warp's (the consumers' and the dQ warp's).
   __device__ void init() const {
     mbar_init(kv_full(), 1);
     mbar_init(kv_empty(), T::kConsumerWarps);
@@ -60,7 +67,43 @@ struct BwdSmem {
       mbar_init(step_full(s), 1 + 32);
       mbar_init(step_empty(s), T::kConsumerWarps);
     }
+    for (int s = 0; s < T::kItemSlots; ++s) {
+      mbar_init(item_full(s), 1);
+      mbar_init(item_empty(s), T::kConsumerWarps + 1);
+    }
     mbar_init_fence();
+  }
+};
+
+// The CTA's items, taken from the launch's list in its order as the CTA starts each, so a
+// CTA whose items were light takes more (the static bands of tile_scheduler.cuh left the
+// busiest SM ~10% over the mean; ncu): the producer warp takes them (its first is blockIdx.x,
+// then gridDim.x plus an atomic counter zeroed before the launch) and hands each index to
+// the consumers and the dQ warp through a ring of slots in shared memory. An index past the
+// list ends every role's loop. The list's order (k_tiles_by_head: runs of one document and
+// head, whose dQ sums stay in L2) is still the order the GPU works in.
+template <class T>
+struct ItemRing {
+  PipeState<T::kItemSlots> st;
+  // The producer warp, every lane: hand item w on once its slot is free.
+  __device__ __forceinline__ void put(const BwdSmem<T>& sm, int w, int lane) {
+    mbar_wait(sm.item_empty(st.stage), st.phase ^ 1u);
+    if (lane == 0) {
+      *sm.item_slot(st.stage) = w;
+      mbar_arrive(sm.item_full(st.stage));
+    }
+    __syncwarp();
+    st.advance();
+  }
+  // A reader warp, every lane: the next item; the warp's lanes read it before lane 0
+  // releases the slot.
+  __device__ __forceinline__ int take(const BwdSmem<T>& sm, int lane) {
+    mbar_wait(sm.item_full(st.stage), st.phase);
+    const int w = *sm.item_slot(st.stage);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(sm.item_empty(st.stage));
+    st.advance();
+    return w;
   }
 };
 
@@ -94,8 +137,8 @@ struct BwdItem {
 // tile at the document's end), lse and delta (the lanes' cp.async copies while the TMA runs;
 // zeros past the document, whose P the mask zeroes) into the next stage of the ring.
 template <class T, class M>
-__device__ void bwd_produce(const BwdMaps& maps, const Problem& p, const Tile* tiles,
-                            StaticScheduler sched, const BwdSmem<T>& sm, const bf16* dout,
+__device__ void bwd_produce(const BwdMaps& maps, const Problem& p, const Tile* tiles, int n_items,
+                            int* item_counter, const BwdSmem<T>& sm, const bf16* dout,
                             const float* lse, const float* delta, int lane) {
   constexpr int D = T::kD;
   if (lane == 0) {
@@ -107,9 +150,9 @@ __device__ void bwd_produce(const BwdMaps& maps, const Problem& p, const Tile* t
   const int64_t H = p.heads, QH = q_heads(p), KH = k_heads(p), VH = v_heads(p);
   PipeState<1> kv;
   PipeState<T::kStages> st;
-  for (int w = sched.first(); sched.valid(w); w = sched.next(w)) {
+  auto load_item = [&](int w) {
     const BwdItem b = BwdItem::make<T, M>(p, tiles, w);
-    if (b.n_steps == 0) continue;
+    if (b.n_steps == 0) return;
     const int krow = int(b.doc.k_offset) + b.j0;
     mbar_wait(sm.kv_empty(), kv.phase ^ 1u);
     if (b.nk == T::kBlockN) {
@@ -167,6 +210,15 @@ __device__ void bwd_produce(const BwdMaps& maps, const Problem& p, const Tile* t
       cp_async_mbar_arrive(full);
       st.advance();
     }
+  };
+  ItemRing<T> ring;
+  for (int w = int(blockIdx.x);;) {
+    ring.put(sm, w, lane);
+    if (w >= n_items) break;
+    int next = 0;  // taken now, its latency under the item's loads
+    if (lane == 0) next = int(gridDim.x) + atomicAdd(item_counter, 1);
+    load_item(w);
+    w = __shfl_sync(0xffffffffu, next, 0);
   }
   // Outlive every load issued: the consumers release each stage, and K and V, only after
   // waiting for them, so the CTA never exits with a copy into its shared memory in flight.
@@ -183,11 +235,12 @@ __device__ void bwd_produce(const BwdMaps& maps, const Problem& p, const Tile* t
 // it. The release of a step is signalled at the next step, so none is left pending at the
 // end.
 template <class T, class M>
-__device__ void bwd_write_dq(const BwdMaps& maps, const Problem& p, const Tile* tiles,
-                             StaticScheduler sched, const BwdSmem<T>& sm, int lane) {
+__device__ void bwd_write_dq(const BwdMaps& maps, const Problem& p, const Tile* tiles, int n_items,
+                             const BwdSmem<T>& sm, int lane) {
   if (lane == 0) tma_prefetch_map(maps.dq);
   bool first = true;
-  for (int w = sched.first(); sched.valid(w); w = sched.next(w)) {
+  ItemRing<T> ring;
+  for (int w = ring.take(sm, lane); w < n_items; w = ring.take(sm, lane)) {
     const BwdItem b = BwdItem::make<T, M>(p, tiles, w);
     for (int s = 0; s < b.n_steps; ++s) {
       if (!first) named_arrive(T::kDqEmpty, T::kDqThreads);
@@ -253,11 +306,6 @@ __device__ void bwd_consume(const Problem& p, const BwdItem& b, const M& mod0, c
     const bool full = bwd::step_full<BM>(p, b.doc, q0, b.j0, T::kBlockN);
     mbar_wait(sm.step_full(buf), st.phase);
     float2 l2[SP][NH], dl2[SP][NH];
-    if constexpr (T::kEarlyLse) {
-#pragma unroll
-      for (int hf = 0; hf < SP; ++hf)
-        bwd::load_lse_delta(l2[hf], dl2[hf], sm.lse_rows(buf), sm.delta_rows(buf), hf * PQ, t4);
-    }
     float st_[SP][NH][4], dpt[SP][NH][4];
     wg_fence();
 #pragma unroll
@@ -288,8 +336,7 @@ __device__ void bwd_consume(const Problem& p, const BwdItem& b, const M& mod0, c
     };
 #pragma unroll
     for (int hf = 0; hf < SP; ++hf) {
-      if constexpr (!T::kEarlyLse)
-        bwd::load_lse_delta(l2[hf], dl2[hf], sm.lse_rows(buf), sm.delta_rows(buf), hf * PQ, t4);
+      bwd::load_lse_delta(l2[hf], dl2[hf], sm.lse_rows(buf), sm.delta_rows(buf), hf * PQ, t4);
       wg_wait<SP - 1>();  // this part's S^T, dP^T done (the next part's may still run)
       wg_hold(st_[hf]);
       wg_hold(dpt[hf]);

@@ -2,7 +2,8 @@
 // persistent kernel, one CTA per SM, whose producer warp streams K, V and each query step's
 // Q, dO, lse and delta into mbarrier-guarded buffers, while two consumer warpgroups run the
 // products on wgmma and a dQ warp adds each step's dQ to the f32 sums by TMA reductions
-// (bwd_mainloop.cuh). Items come from k_tiles_by_head's schedule (tile_scheduler.cuh);
+// (bwd_mainloop.cuh). Items are k_tiles_by_head's key tiles, which the CTAs take in order as
+// each finishes one (bwd_mainloop.cuh ItemRing, over a counter zeroed before each launch);
 // constants are in bwd_traits.cuh.
 #include "layers/attention/cuda/fast/sm90/bwd_sm90.h"
 
@@ -19,10 +20,25 @@ namespace driftless::layers::gpu::fast::sm90 {
 
 bool dkv_atomic_runs(const Problem& p) {
   static const std::string mode = env_value("DRIFTLESS_ATTN_BWD_SM90");
-  const int64_t head_dim = p.head_dim, group = p.heads / p.kv_heads;
-  if (mode == "1") return head_dim == 128 || head_dim == 64;
-  return mode != "0" && head_dim == 128 && group == 1;
+  const int64_t head_dim = p.head_dim;
+  return mode != "0" && (head_dim == 128 || head_dim == 64);
 }
+
+namespace {
+
+// The launches' item counter of the current device, zeroed before each launch on the compute
+// stream the launch follows. One int a device, allocated once.
+int* item_counter() {
+  constexpr int kMaxDevices = 64;
+  static int* counters[kMaxDevices] = {};
+  int dev = 0;
+  DL_CUDA_CHECK(cudaGetDevice(&dev));
+  DL_CHECK(dev < kMaxDevices, "attention", "device " << dev << " of more than " << kMaxDevices);
+  if (counters[dev] == nullptr) DL_CUDA_CHECK(cudaMalloc(&counters[dev], sizeof(int)));
+  return counters[dev];
+}
+
+}  // namespace
 
 template <int D, class M>
 void dkv_atomic(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, const void* dout,
@@ -46,8 +62,10 @@ void dkv_atomic(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, 
     configured = true;
   }
   const unsigned grid = unsigned(std::min(n_tiles, sm_count()));
+  int* counter = item_counter();
+  DL_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), cuda::compute_stream()));
   cuda::launch(kernel, grid, unsigned(T::kThreads), size_t(T::kSmem), maps, p, mod, tiles, n_tiles,
-               static_cast<const bf16*>(dout), lse, delta, static_cast<bf16*>(dk),
+               counter, static_cast<const bf16*>(dout), lse, delta, static_cast<bf16*>(dk),
                static_cast<bf16*>(dv), dkv_heads);
   DL_CUDA_LAUNCH_CHECK();
 }

@@ -6,12 +6,10 @@
 namespace driftless::layers::gpu::fast::sm90 {
 
 // True where the sm_90a dK/dV kernel takes the atomic-dQ pass of p (a built-in modifier's):
-// head dim 128 without grouped heads (one query head per K/V head), where it is measured
-// faster than fast_dkv.cuh's two-warpgroup kernel (BENCHMARKS.md, the warp-specialised dK/dV
-// kernel).
-// DRIFTLESS_ATTN_BWD_SM90 (read once) overrides: 0 never, 1 at head dims 128 and 64 with
-// any group (GQA, still slower at 128; head dim 64 not yet run on a GPU). Its key tiles are
-// 128 keys (dkv_block_k), as fast_dkv.cuh's two-warpgroup kernel's at head dim 128.
+// head dims 64 and 128, grouped heads included, where it is measured faster than
+// fast_dkv.cuh's two-warpgroup kernel (BENCHMARKS.md, the sm_90a dK/dV kernel's dynamic
+// item order). DRIFTLESS_ATTN_BWD_SM90=0 (read once) turns it off. Its key tiles are 128
+// keys (dkv_block_k) at both head dims.
 bool dkv_atomic_runs(const Problem& p);
 
 // dk, dv (rows of dkv_heads heads) and the f32 sums dq_acc (T_q, H, D; zeroed, added to) of

@@ -33,11 +33,9 @@ struct BwdTraits {
   static constexpr int kStages = 2;  // query steps in flight (Q, dO, lse, delta)
   // A consumer step's queries come in kSplit parts: the element-wise work of one part runs
   // while the tensor cores do the next part's S^T, dP^T (2: m64n32 products, K and V read
-  // once a part; 1: m64n64, read once a step). kEarlyLse: each part's lse and delta are read
-  // from shared memory before the step's products are issued (else just before the part's
-  // element-wise work, behind the products' operand reads).
+  // once a part; 1: m64n64, read once a step: measured level with 2 at head dim 128).
   static constexpr int kSplit = 2;
-  static constexpr bool kEarlyLse = false;
+  static constexpr int kItemSlots = 2;  // items handed from the producer to the other roles
   static constexpr int kHalves = D / 64;
   static constexpr int kDqBoxes = D / 32;         // f32 boxes of 32 columns
   static constexpr int kDqCols = D / kConsumers;  // dQ columns a consumer computes
@@ -55,9 +53,11 @@ struct BwdTraits {
   static constexpr uint32_t kDqOff = kDsOff + 2 * kDsBytes;
   static constexpr uint32_t kLseOff = kDqOff + kDqBytes;
   static constexpr uint32_t kDeltaOff = kLseOff + kStages * kRowBytes;
-  static constexpr uint32_t kBarOff = kDeltaOff + kStages * kRowBytes;
-  // Barriers (8 bytes each): K/V full / empty, step full / empty per stage.
-  static constexpr int kBarriers = 2 + 2 * kStages;
+  static constexpr uint32_t kItemOff = kDeltaOff + kStages * kRowBytes;  // int a slot
+  static constexpr uint32_t kBarOff = kItemOff + 8 * ((kItemSlots * 4 + 7) / 8);
+  // Barriers (8 bytes each): K/V full / empty, step full / empty per stage, item full /
+  // empty per slot.
+  static constexpr int kBarriers = 2 + 2 * kStages + 2 * kItemSlots;
   static constexpr int kSmem = int(kBarOff) + kBarriers * 8 + kSmemAlign;
   static_assert(kSmem <= 227 * 1024, "an SM's shared memory");
 
