@@ -13,6 +13,7 @@
 #include "layers/attention/attention.h"
 #include "layers/attention/cuda/fast/fast_attention.h"
 #include "layers/attention/cuda/fast/mask_narrow.h"
+#include "layers/attention/cuda/fast/sm90/bwd_sm90.h"
 #include "layers/attention/cuda/flash_cuda.h"
 #include "layers/attention/jit/attention_program.h"
 #include "layers/attention/jit/jit_launch.h"
@@ -267,14 +268,23 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
     // The kernels write the gradients' rows as laid out above, heads packed within a row.
     const gpu::fast::OutRows rows{int(g.dq.strides()[0] / r.head_dim),
                                   int(g.dk.strides()[0] / r.head_dim)};
-    Tensor dq_acc;  // the non-deterministic backward's f32 dQ sums
-    if (!spec.deterministic && gpu::fast::atomic_dq())
+    // The f32 dQ sums of the atomic dQ (the non-deterministic backward) or of the ordered dQ
+    // (the deterministic backward on the sm_90a kernel, with its counters).
+    const bool ordered =
+        spec.deterministic && !d.expression && gpu::fast::sm90::dkv_ordered_runs(d.p, d.host_docs);
+    Tensor dq_acc, dq_counters;
+    if ((!spec.deterministic && gpu::fast::atomic_dq()) || ordered)
       dq_acc = Tensor::empty({r.t_q * r.heads * r.head_dim}, DType::f32, Device::cuda);
+    if (ordered)
+      dq_counters = Tensor::zeros(
+          {gpu::fast::sm90::ordered_dq_counters(d.p, int64_t(d.host_docs.size()))}, DType::i32,
+          Device::cuda);
     const int block_k = gpu::fast::dkv_block_k(d.p, dq_acc.defined(), !d.expression);
     bool k_dropped = false;
     const Tensor kt = device_tiles(narrow_tiles_by_mask(
         d,
-        dq_acc.defined()
+        ordered ? gpu::fast::k_tiles_by_head_descending(d.p, d.host_docs, block_k)
+        : dq_acc.defined()
             ? gpu::fast::k_tiles_by_head(d.p, d.host_docs, block_k,
                                          gpu::fast::atomic_dkv_concurrent_ctas(d.p, !d.expression))
             : gpu::fast::k_tiles(d.p, d.host_docs, block_k),
@@ -307,7 +317,8 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
       gpu::fast::backward(d.p, d.mod.desc, tiles_ptr(qt), tile_count(qt), tiles_ptr(kt),
                           tile_count(kt), d.q_padded, d.k_padded, oc.raw_data(), doc.raw_data(),
                           lc.data<float>(), delta.data<float>(), g.dq.raw_data(),
-                          g.dk.raw_data(), g.dv.raw_data(), rows, acc);
+                          g.dk.raw_data(), g.dv.raw_data(), rows, acc,
+                          ordered ? dq_counters.data<int32_t>() : nullptr);
     return g;
   }
   gpu::launch_backward(d.p, d.mod.desc, oc.raw_data(), doc.raw_data(), lc.data<float>(),

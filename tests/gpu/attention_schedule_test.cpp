@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "layers/attention/cuda/fast/fast_attention.h"
+#include "layers/attention/cuda/fast/sm90/bwd_sm90.h"
 
 // The schedules are compiled with the CUDA backend only (schedule.cpp sits with its kernels).
 #ifdef DRIFTLESS_HAVE_CUDA
@@ -150,6 +151,42 @@ TEST(AttentionSchedule, ByHeadEndsOnAHeaviestFirstBand) {
     }
     EXPECT_EQ(got, want) << "the band holds the last runs' tiles, each once";
   }
+}
+
+// k_tiles_by_head_descending, the ordered dQ's schedule: every key tile of every kv head once,
+// one (document, head) after another, longest documents first, each run's tiles by descending
+// start (a tile's dQ adds wait for the tiles above it, which must be taken first).
+TEST(AttentionSchedule, DescendingListsEveryTileOnceEachRunFromTheTop) {
+  const layers::gpu::Problem p = causal_problem(6, 3);
+  const std::vector<fast::Tile> plain = fast::k_tiles(p, kDocs, 128);
+  const std::vector<fast::Tile> by = fast::k_tiles_by_head_descending(p, kDocs, 128);
+  ASSERT_EQ(by.size(), plain.size() * 3);
+  std::map<std::tuple<int, int, int>, int> count;
+  for (const fast::Tile& t : by) ++count[{t.doc, t.start, t.head}];
+  for (const fast::Tile& t : plain)
+    for (int h = 0; h < 3; ++h) EXPECT_EQ((count[{t.doc, t.start, h}]), 1);
+  for (size_t i = 1; i < by.size(); ++i) {
+    if (by[i].doc == by[i - 1].doc && by[i].head == by[i - 1].head)
+      EXPECT_LT(by[i].start, by[i - 1].start) << "tile " << i << " above the one before it";
+    else
+      EXPECT_GE(kDocs[size_t(by[i - 1].doc)].q_len, kDocs[size_t(by[i].doc)].q_len)
+          << "tile " << i << ": documents out of length order";
+  }
+}
+
+// The ordered dQ's grid condition: every 128-key tile's first query row on the document's
+// 64-row grid (causal: k_len - q_len a multiple of 64; or no causal bound at all).
+TEST(AttentionSchedule, OrderedDqFitsOnlyTheQueryGrid) {
+  layers::gpu::Problem p = causal_problem(4, 4);
+  using Docs = std::vector<layers::gpu::Doc>;
+  EXPECT_TRUE(fast::sm90::ordered_dq_fits(p, Docs{{0, 100, 0, 100}, {100, 300, 100, 300}}));
+  EXPECT_TRUE(fast::sm90::ordered_dq_fits(p, Docs{{0, 100, 0, 164}}));   // 64 past keys
+  // 250 past keys: tile 256's first row is 6.
+  EXPECT_FALSE(fast::sm90::ordered_dq_fits(p, Docs{{0, 100, 0, 100}, {100, 50, 100, 300}}));
+  EXPECT_TRUE(fast::sm90::ordered_dq_fits(p, Docs{{0, 100, 0, 128}}));   // one tile: row 0
+  EXPECT_FALSE(fast::sm90::ordered_dq_fits(p, Docs{{0, 100, 0, 130}}));  // tile 128: row 98
+  p.causal = false;
+  EXPECT_TRUE(fast::sm90::ordered_dq_fits(p, Docs{{0, 50, 0, 200}}));
 }
 
 }  // namespace

@@ -83,6 +83,12 @@ std::vector<Tile> k_tiles(const Problem& p, const std::vector<Doc>& docs, int bl
 // the grid does not end on one run's heavy tiles while the rest of the GPU idles. 0: no band.
 std::vector<Tile> k_tiles_by_head(const Problem& p, const std::vector<Doc>& docs, int block_k,
                                   int64_t concurrent_ctas = 0);
+// The key tiles of every (document, kv head), longest documents first, each run's tiles by
+// descending start (no tail band): the ordered dQ's schedule, in which a tile's dQ adds wait
+// for those of the tiles above it (sm90/bwd_mainloop.cuh ordered_dq_*), so every tile a CTA
+// waits for was taken before its own.
+std::vector<Tile> k_tiles_by_head_descending(const Problem& p, const std::vector<Doc>& docs,
+                                             int block_k);
 // How many dK/dV CTAs of the atomic dQ backward run at once on the current device (SMs x
 // CTAs per SM for p's head dim and groups): k_tiles_by_head's concurrent_ctas. builtin: the
 // call's modifier is a built-in one (not a run-time compiled expression, jit/), which the
@@ -114,11 +120,13 @@ struct OutRows {
 // non-deterministic backward: where atomic_dq() holds, the dK/dV kernel then also computes
 // dQ and sums it into dq_acc with atomic adds (no dQ kernel; the bits of dq vary from run to
 // run), and k_tiles must be k_tiles_by_head's; elsewhere dq_acc is ignored and the
-// deterministic kernels run.
+// deterministic kernels run. dq_counters (with dq_acc, where sm90::dkv_ordered_runs holds):
+// sm90::ordered_dq_counters(p, documents) zeroed ints, k_tiles k_tiles_by_head_descending's,
+// and the adds to dq_acc come in one order (deterministic), with no dQ kernel.
 void backward(const Problem& p, const Mod& mod, const Tile* q_tiles, int n_q_tiles,
               const Tile* k_tiles, int n_k_tiles, bool q_padded, bool k_padded, const void* out,
               const void* dout, const float* lse, float* delta, void* dq, void* dk, void* dv,
-              OutRows rows = {}, float* dq_acc = nullptr);
+              OutRows rows = {}, float* dq_acc = nullptr, int* dq_counters = nullptr);
 
 // True when backward() takes a dq_acc (the wgmma kernels run).
 inline bool atomic_dq() { return use_wgmma(); }
@@ -159,6 +167,7 @@ struct DkvArgs {  // fast_dkv.cuh dkv_kernel; atomic: the kDq = true instance
   void *dk = nullptr, *dv = nullptr;
   int dkv_heads = 0;
   float* dq_acc = nullptr;
+  int* dq_counters = nullptr;  // the ordered dQ's (sm90/bwd_sm90.h dkv_atomic)
   bool atomic = false;
 };
 struct ModLauncher {

@@ -18,8 +18,8 @@
 // The non-deterministic backward (a dq_acc given, wgmma only) runs delta_kernel, then
 // dkv_kernel<..., kDq = true>, which also computes dQ = dS K of every step and adds it to
 // dq_acc with vector atomic adds, over k_tiles_by_head's schedule, then dq_from_acc_kernel;
-// no dq_kernel. Faster than the deterministic backward (BENCHMARKS.md). At D = 128 on sm_90a
-// without grouped heads, the built-in modifiers' dK/dV pass is sm90/bwd_sm90.cu's
+// no dq_kernel. Faster than the deterministic backward (BENCHMARKS.md). On sm_90a (head dims
+// 64 and 128, grouped heads included), the built-in modifiers' dK/dV pass is sm90/bwd_sm90.cu's
 // warp-specialised kernel instead (TMA loads, dQ added by TMA reductions; bwd_sm90.h).
 #include <algorithm>
 #include <type_traits>
@@ -151,7 +151,7 @@ template <int D, bool W, class LaunchDq, class LaunchDkv>
 void run_backward(const Problem& p, const Tile* q_tiles, int n_q_tiles, const Tile* k_tiles,
                   int n_k_tiles, const bf16* out, const bf16* dout, const float* lse,
                   float* delta, bf16* dq, bf16* dk, bf16* dv, const OutRows& out_rows,
-                  float* dq_acc, LaunchDq&& launch_dq, LaunchDkv&& launch_dkv) {
+                  float* dq_acc, int* dq_counters, LaunchDq&& launch_dq, LaunchDkv&& launch_dkv) {
   const bool atomic_dq = W && dq_acc != nullptr;
   if (!W || atomic_dq) {  // the wgmma dQ kernel computes delta itself
     const int64_t rows = p.t_q * p.heads;
@@ -174,6 +174,7 @@ void run_backward(const Problem& p, const Tile* q_tiles, int n_q_tiles, const Ti
     if (atomic_dq) {  // dq_acc zeroed by delta_kernel above
       const int64_t n = p.t_q * p.heads * D;
       kv.dq_acc = dq_acc;
+      kv.dq_counters = dq_counters;
       kv.atomic = true;
       if (n_k_tiles > 0) launch_dkv(dkv_geometry<D, W, true>(unsigned(n_k_tiles)), kv);
       cuda::launch(dq_from_acc_kernel, unsigned(std::min<int64_t>((n / 4 + 255) / 256, 8192)), 256,
@@ -217,7 +218,8 @@ void launch_dkv(const Geometry& g, const M& mod, const DkvArgs& a) {
 template <int D, class M, bool W>
 void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, const Tile* k_tiles,
             int n_k_tiles, const bf16* out, const bf16* dout, const float* lse, float* delta,
-            bf16* dq, bf16* dk, bf16* dv, const OutRows& out_rows, float* dq_acc) {
+            bf16* dq, bf16* dk, bf16* dv, const OutRows& out_rows, float* dq_acc,
+            int* dq_counters) {
   auto launch_dq = [&](const Geometry& g, const DqArgs& a) {
     static bool configured = false;
     if (!configured) {
@@ -230,16 +232,18 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
     DL_CUDA_LAUNCH_CHECK();
   };
   auto launch_kv = [&](const Geometry& g, const DkvArgs& a) {
+    DL_CHECK(a.dq_counters == nullptr || (W && sm90::dkv_atomic_runs(a.p)), "attention",
+             "the ordered dQ takes the sm_90a dK/dV kernel (sm90::dkv_ordered_runs)");
     if constexpr (W) {
       if (a.atomic && sm90::dkv_atomic_runs(a.p))
         return sm90::dkv_atomic<D>(a.p, mod, a.tiles, int(g.grid), a.dout, a.lse, a.delta, a.dk,
-                                a.dv, a.dkv_heads, a.dq_acc);
+                                a.dv, a.dkv_heads, a.dq_acc, a.dq_counters);
       if (a.atomic) return launch_dkv<D, M, W, true>(g, mod, a);
     }
     launch_dkv<D, M, W, false>(g, mod, a);
   };
   run_backward<D, W>(p, q_tiles, n_q_tiles, k_tiles, n_k_tiles, out, dout, lse, delta, dq, dk,
-                     dv, out_rows, dq_acc, launch_dq, launch_kv);
+                     dv, out_rows, dq_acc, dq_counters, launch_dq, launch_kv);
 }
 
 template <int D>
@@ -324,7 +328,7 @@ void dispatch_dim(const Problem& p, F&& f) {
 void backward(const Problem& problem, const Mod& mod, const Tile* q_tiles, int n_q_tiles,
               const Tile* k_tiles, int n_k_tiles, bool q_padded, bool k_padded, const void* out,
               const void* dout, const float* lse, float* delta, void* dq, void* dk, void* dv,
-              OutRows rows, float* dq_acc) {
+              OutRows rows, float* dq_acc, int* dq_counters) {
   const Problem p = with_row_strides(problem);
   const bool atomic_dq = dq_acc != nullptr && use_wgmma();
   if (!backward_prologue(p, q_padded, k_padded, dq, dk, dv, rows, atomic_dq)) return;
@@ -333,7 +337,8 @@ void backward(const Problem& problem, const Mod& mod, const Tile* q_tiles, int n
       launch<decltype(d)::value, decltype(m), decltype(w)::value>(
           p, m, q_tiles, n_q_tiles, k_tiles, n_k_tiles, static_cast<const bf16*>(out),
           static_cast<const bf16*>(dout), lse, delta, static_cast<bf16*>(dq),
-          static_cast<bf16*>(dk), static_cast<bf16*>(dv), rows, atomic_dq ? dq_acc : nullptr);
+          static_cast<bf16*>(dk), static_cast<bf16*>(dv), rows, atomic_dq ? dq_acc : nullptr,
+          atomic_dq ? dq_counters : nullptr);
     });
   });
 }
@@ -350,7 +355,7 @@ void backward_with(const Problem& problem, const ModLauncher& launch, const Tile
         p, q_tiles, n_q_tiles, k_tiles, n_k_tiles, static_cast<const bf16*>(out),
         static_cast<const bf16*>(dout), lse, delta, static_cast<bf16*>(dq),
         static_cast<bf16*>(dk), static_cast<bf16*>(dv), rows, atomic_dq ? dq_acc : nullptr,
-        launch.dq, launch.dkv);
+        nullptr, launch.dq, launch.dkv);
   });
 }
 

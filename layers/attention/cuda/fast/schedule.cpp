@@ -121,4 +121,18 @@ std::vector<Tile> k_tiles_by_head(const Problem& p, const std::vector<Doc>& docs
   return out;
 }
 
+std::vector<Tile> k_tiles_by_head_descending(const Problem& p, const std::vector<Doc>& docs,
+                                             int block_k) {
+  std::vector<size_t> order(docs.size());
+  for (size_t b = 0; b < order.size(); ++b) order[b] = b;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return docs[a].q_len > docs[b].q_len; });
+  std::vector<Tile> out;
+  for (size_t b : order)
+    for (int32_t h = 0; h < int32_t(p.kv_heads) && docs[b].k_len > 0; ++h)
+      for (int64_t j0 = (docs[b].k_len - 1) / block_k * block_k; j0 >= 0; j0 -= block_k)
+        out.push_back({int32_t(b), int32_t(j0), h});
+  return out;
+}
+
 }  // namespace driftless::layers::gpu::fast

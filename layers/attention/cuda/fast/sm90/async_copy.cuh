@@ -100,6 +100,28 @@ __device__ __forceinline__ void bulk_wait() {
   asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
+// A counter in global memory that orders the TMA reductions of several CTAs (the ordered dQ):
+// wait_counter returns once *c reaches `value` (acquire at GPU scope, then a proxy fence so the
+// thread's next bulk operations come after what the acquire made visible); bump_counter, once
+// the thread's bulk groups are complete (bulk_wait<0>), makes their writes visible to the
+// next waiter (proxy fence, then a release add).
+__device__ __forceinline__ void wait_counter(const int* c, int value) {
+#ifdef DL_WGMMA
+  int v = 0;
+  for (;;) {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(c) : "memory");
+    if (v >= value) break;
+    __nanosleep(32);
+  }
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void bump_counter(int* c) {
+#ifdef DL_WGMMA
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(c) : "memory");
+#endif
+}
 // Fetches a tensor map's 128-byte descriptor into the cache ahead of its first use.
 __device__ __forceinline__ void tma_prefetch_map(const void* tmap) {
 #ifdef DL_WGMMA

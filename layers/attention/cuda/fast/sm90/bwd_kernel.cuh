@@ -1,16 +1,17 @@
-// The sm_90a dK/dV kernel with the atomic dQ (bwd_sm90.cu launches it; bwd_mainloop.cuh holds
-// its roles), as a device-only header.
+// The sm_90a dK/dV kernel with the dQ added by TMA reductions, unordered (the atomic dQ) or
+// kOrdered (the deterministic one: bwd_mainloop.cuh ordered_dq_*), launched by bwd_sm90.cu;
+// bwd_mainloop.cuh holds its roles. A device-only header.
 #pragma once
 #include "engine/core/cuda/launch.cuh"
 #include "layers/attention/cuda/fast/sm90/bwd_mainloop.cuh"
 
 namespace driftless::layers::gpu::fast::sm90 {
 
-template <class T, class M>
+template <class T, class M, bool kOrdered>
 __global__ void __launch_bounds__(T::kThreads, 1)
     dkv_dq_kernel(const __grid_constant__ BwdMaps maps, Problem p, M mod, const Tile* tiles,
-                  int n_items, int* item_counter, const bf16* dout, const float* lse,
-                  const float* delta, bf16* dk, bf16* dv, int dkv_heads) {
+                  int n_items, int* item_counter, int* dq_counters, const bf16* dout,
+                  const float* lse, const float* delta, bf16* dk, bf16* dv, int dkv_heads) {
   cuda::dependent_kernel_begin();
   static_assert(!HasParamGrad<M>::value, "learnable tables take the dK/dV kernel of fast_dkv.cuh");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -25,7 +26,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     if (warp == 0)
       bwd_produce<T, M>(maps, p, tiles, n_items, item_counter, sm, dout, lse, delta, lane);
     else if (warp == 1)
-      bwd_write_dq<T, M>(maps, p, tiles, n_items, sm, lane);
+      bwd_write_dq<T, M, kOrdered>(maps, p, tiles, n_items, sm, dq_counters, lane);
     return;
   }
   regs_inc<T::kConsumerRegs>();

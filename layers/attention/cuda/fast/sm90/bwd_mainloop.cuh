@@ -229,25 +229,70 @@ __device__ void bwd_produce(const BwdMaps& maps, const Problem& p, const Tile* t
   mbar_wait(sm.kv_empty(), kv.phase ^ 1u);
 }
 
+// The ordered dQ (the deterministic backward): every (64-row query block, query head) has a
+// counter of the reductions added to its dQ rows so far, and key tile t adds its step there
+// only once every key tile above it that reaches the block has (descending t, the order in
+// which k_tiles_by_head_descending lists each run's tiles, so no tile waits on one taken after
+// it). Needs every tile's steps on the document's 64-row grid (sm90::dkv_ordered_runs). The
+// counters: (t_q / kBlockM + documents + 1) x heads ints, zeroed before the launch; block q0
+// / kBlockM of document d is row q_offset / kBlockM + d + q0 / kBlockM, which no other
+// document's blocks share.
+template <class T>
+__device__ __forceinline__ int* ordered_dq_counter(int* counters, const Problem& p,
+                                                   const BwdItem& b, int h, int q0) {
+  const int64_t row = b.doc.q_offset / T::kBlockM + b.tile.doc + q0 / T::kBlockM;
+  return counters + row * p.heads + h;
+}
+// Reductions that come before key tile b's into the block of rows q0 ..: one from each tile
+// above it whose first query row (bwd_step.cuh query_steps's first_row) is at most the
+// block's last row, up to the document's last tile.
+template <class T>
+__device__ __forceinline__ int ordered_dq_before(const Problem& p, const BwdItem& b, int q0) {
+  const int q_len = int(b.doc.q_len), k_len = int(b.doc.k_len), shift = k_len - q_len;
+  const int wr = window_in_32_bits(p.window_right, q_len, k_len);
+  const int last_row = min(q0 + T::kBlockM, q_len) - 1;
+  int last_tile = (k_len - 1) / T::kBlockN;
+  if (p.causal) last_tile = min(last_tile, (last_row + shift) / T::kBlockN);
+  if (wr >= 0) last_tile = min(last_tile, (last_row + wr + shift) / T::kBlockN);
+  return last_tile - b.j0 / T::kBlockN;
+}
+
 // The dQ warp: for every step of every item, once the consumers have written the step's dQ
 // tile, adds it to dq_acc (T_q, H, D) with one TMA reduction a box (rows past the tensor
 // skipped; rows past the document are zeros), and releases the tile when the TMA has read
 // it. The release of a step is signalled at the next step, so none is left pending at the
-// end.
-template <class T, class M>
+// end. kOrdered: each step's reductions wait for the block's counter to reach
+// ordered_dq_before, and the counter is bumped once they are complete (at the next step's
+// start, after the tile's release, or at the end), so every dQ row is summed in one order.
+template <class T, class M, bool kOrdered>
 __device__ void bwd_write_dq(const BwdMaps& maps, const Problem& p, const Tile* tiles, int n_items,
-                             const BwdSmem<T>& sm, int lane) {
+                             const BwdSmem<T>& sm, int* counters, int lane) {
   if (lane == 0) tma_prefetch_map(maps.dq);
   bool first = true;
+  int* pending = nullptr;  // kOrdered: the counter of the last step's reductions
+  auto complete_pending = [&] {
+    if constexpr (kOrdered) {
+      if (lane == 0 && pending != nullptr) {
+        bulk_wait<0>();
+        bump_counter(pending);
+      }
+      pending = nullptr;
+    }
+  };
   ItemRing<T> ring;
   for (int w = ring.take(sm, lane); w < n_items; w = ring.take(sm, lane)) {
     const BwdItem b = BwdItem::make<T, M>(p, tiles, w);
     for (int s = 0; s < b.n_steps; ++s) {
       if (!first) named_arrive(T::kDqEmpty, T::kDqThreads);
       first = false;
+      complete_pending();
       named_sync(T::kDqFull, T::kDqThreads);
       if (lane == 0) {
-        const int qrow = int(b.doc.q_offset) + b.q0(s, T::kBlockM), h = b.head(s);
+        const int q0 = b.q0(s, T::kBlockM), h = b.head(s), qrow = int(b.doc.q_offset) + q0;
+        if constexpr (kOrdered) {
+          pending = ordered_dq_counter<T>(counters, p, b, h, q0);
+          wait_counter(pending, ordered_dq_before<T>(p, b, q0));
+        }
         for (int x = 0; x < T::kDqBoxes; ++x)
           tma_reduce_add_3d(maps.dq, sm.dq() + x * T::kDqBoxBytes, x * 32, h, qrow);
         bulk_commit();
@@ -256,6 +301,7 @@ __device__ void bwd_write_dq(const BwdMaps& maps, const Problem& p, const Tile* 
       __syncwarp();
     }
   }
+  complete_pending();
   if (lane == 0) bulk_wait<0>();
 }
 

@@ -24,6 +24,30 @@ bool dkv_atomic_runs(const Problem& p) {
   return mode != "0" && (head_dim == 128 || head_dim == 64);
 }
 
+bool ordered_dq_fits(const Problem& p, const std::vector<Doc>& docs) {
+  using T = BwdTraits<128>;
+  for (const Doc& d : docs) {
+    const int64_t shift = d.k_len - d.q_len;
+    const int64_t wr = window_in_32_bits(p.window_right, d.q_len, d.k_len);
+    for (int64_t j0 = 0; j0 < d.k_len; j0 += T::kBlockN) {
+      int64_t i = 0;  // bwd_step.cuh query_steps's first_row
+      if (p.causal) i = std::max(i, j0 - shift);
+      if (wr >= 0) i = std::max(i, j0 - wr - shift);
+      if (i % T::kBlockM != 0) return false;
+    }
+  }
+  return true;
+}
+
+bool dkv_ordered_runs(const Problem& p, const std::vector<Doc>& docs) {
+  static const bool on = env_value("DRIFTLESS_ATTN_BWD_SM90_DET") == "1";
+  return on && dkv_atomic_runs(p) && ordered_dq_fits(p, docs);
+}
+
+int64_t ordered_dq_counters(const Problem& p, int64_t documents) {
+  return (p.t_q / BwdTraits<128>::kBlockM + documents + 1) * p.heads;
+}
+
 namespace {
 
 // The launches' item counter of the current device, zeroed before each launch on the compute
@@ -43,7 +67,7 @@ int* item_counter() {
 template <int D, class M>
 void dkv_atomic(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, const void* dout,
                 const float* lse, const float* delta, void* dk, void* dv, int dkv_heads,
-                float* dq_acc) {
+                float* dq_acc, int* dq_counters) {
   using T = BwdTraits<D>;
   DL_CHECK(p.head_dim == T::kD, "attention",
            "the sm_90a dK/dV kernel of head dim " << D << " called at " << p.head_dim);
@@ -54,25 +78,25 @@ void dkv_atomic(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, 
   encode_rows_map(maps.k, p.k, p.t_k, p.kv_heads, p.k_row_heads, T::kD, T::kBlockN);
   encode_rows_map(maps.v, p.v, p.t_k, p.kv_heads, p.v_row_heads, T::kD, T::kBlockN);
   encode_f32_rows_map(maps.dq, dq_acc, p.t_q, p.heads, T::kD, T::kBlockM);
-  auto kernel = dkv_dq_kernel<T, M>;
-  static bool configured = false;
-  if (!configured) {
+  auto kernel = dq_counters ? dkv_dq_kernel<T, M, true> : dkv_dq_kernel<T, M, false>;
+  static bool configured[2] = {};
+  if (!configured[dq_counters != nullptr]) {
     DL_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem));
-    configured = true;
+    configured[dq_counters != nullptr] = true;
   }
   const unsigned grid = unsigned(std::min(n_tiles, sm_count()));
   int* counter = item_counter();
   DL_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), cuda::compute_stream()));
   cuda::launch(kernel, grid, unsigned(T::kThreads), size_t(T::kSmem), maps, p, mod, tiles, n_tiles,
-               counter, static_cast<const bf16*>(dout), lse, delta, static_cast<bf16*>(dk),
+               counter, dq_counters, static_cast<const bf16*>(dout), lse, delta, static_cast<bf16*>(dk),
                static_cast<bf16*>(dv), dkv_heads);
   DL_CUDA_LAUNCH_CHECK();
 }
 
 #define DL_DKV_ATOMIC(D, M)                                                                     \
   template void dkv_atomic<D, M>(const Problem&, const M&, const Tile*, int, const void*,       \
-                                 const float*, const float*, void*, void*, int, float*);
+                                 const float*, const float*, void*, void*, int, float*, int*);
 DL_DKV_ATOMIC(128, ModNone)
 DL_DKV_ATOMIC(128, ModSoftcap)
 DL_DKV_ATOMIC(128, ModAlibi)

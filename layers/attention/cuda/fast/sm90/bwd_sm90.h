@@ -1,6 +1,8 @@
 // The sm_90a dK/dV pass of the atomic-dQ attention backward (bwd_sm90.cu), which
 // fast_backward.cu runs in place of fast_dkv.cuh's kernel where it applies.
 #pragma once
+#include <vector>
+
 #include "layers/attention/cuda/fast/fast_attention.h"
 
 namespace driftless::layers::gpu::fast::sm90 {
@@ -12,12 +14,27 @@ namespace driftless::layers::gpu::fast::sm90 {
 // keys (dkv_block_k) at both head dims.
 bool dkv_atomic_runs(const Problem& p);
 
+// True where the deterministic backward of p may take the sm_90a kernel with the ordered dQ
+// (dkv_atomic with dq_counters): DRIFTLESS_ATTN_BWD_SM90_DET=1 (read once; opt-in until it
+// is measured), dkv_atomic_runs(p), and every key tile of docs starts its query steps on its
+// document's 64-row grid (causal documents with k_len - q_len a multiple of 64, e.g. without
+// past keys), so that the tiles' steps share the blocks the reductions are ordered in.
+bool dkv_ordered_runs(const Problem& p, const std::vector<Doc>& docs);
+// The grid condition of dkv_ordered_runs alone: every key tile's first query row is a
+// multiple of 64 in its document.
+bool ordered_dq_fits(const Problem& p, const std::vector<Doc>& docs);
+// Ints of dkv_atomic's dq_counters for p over `documents` documents.
+int64_t ordered_dq_counters(const Problem& p, int64_t documents);
+
 // dk, dv (rows of dkv_heads heads) and the f32 sums dq_acc (T_q, H, D; zeroed, added to) of
-// the built-in modifier M over the key tiles (k_tiles_by_head's, 128 keys, on the device), at
-// head dim D.
+// the built-in modifier M over the key tiles (128 keys, on the device), at head dim D.
+// dq_counters null: the tiles are k_tiles_by_head's and the dQ adds come in any order (their
+// bits vary from run to run). Else ordered_dq_counters(p, documents) zeroed ints, the tiles
+// k_tiles_by_head_descending's, and every dQ row's adds come in one order (deterministic;
+// bwd_mainloop.cuh ordered_dq_*).
 template <int D, class M>
 void dkv_atomic(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, const void* dout,
                 const float* lse, const float* delta, void* dk, void* dv, int dkv_heads,
-                float* dq_acc);
+                float* dq_acc, int* dq_counters = nullptr);
 
 }  // namespace driftless::layers::gpu::fast::sm90
