@@ -31,7 +31,7 @@
 # the inductor cache), BAND (the band file, default $PARITY_DIR/parity_band.json), RESULTS
 # (where the small results are copied at the end: tables, plots, logs, metrics, the band;
 # default none), CONFIG (default configs/runs/parity_124m.yaml), DATA (a folder of prepare's
-# train.* and validation.*, default the config's: the fortunes), SET (more `--set key=value`
+# train.* and validation.*, default the config's: debian-text), SET (more `--set key=value`
 # for both sides), STEPS, WINDOW (steps in a window of the verdict, default 100; 10 with SMOKE),
 # BUDGET (seconds, default 470: the fp32 run's deadline, less RESERVE, default 20), PARTS,
 # REPORT_SEQS (sequences of the report's step, default 2), ATTENTION (the PyTorch side's
