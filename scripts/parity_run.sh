@@ -5,7 +5,9 @@
 # one GPU; the verdict (tests/reference/parity_compare.py) measures driftless's distance from
 # torch bf16 against the noise band, torch bf16's distance from torch fp32 (TF32 off), whose
 # curve is a recorded input (tests/reference/parity_band.py); then the plot of the curves
-# (`driftless plot`) and, with PARTS=report, the tensor-by-tensor drift report at step 0.
+# (`driftless plot`) and, with PARTS=report, the tensor-by-tensor drift report at step 0;
+# with PARTS=layouts, the same training on several ranks (mpirun) in each of LAYOUTS, each
+# curve judged against torch bf16 and against the one-GPU driftless run within the same band.
 #
 # PARTS (default curve; SMOKE: "fp32 curve"), any of:
 #   fp32    record the band: torch fp32 from the step-0 weights, stopped at the deadline (BUDGET
@@ -20,11 +22,19 @@
 #           but there is no verdict (exit status 3).
 #   report  the drift report at step 0 on REPORT_SEQS sequences, driftless against torch bf16
 #           with torch fp32 as each tensor's band.
+#   layouts driftless under mpirun in each of LAYOUTS (default "dp2 sdp2 cp2_a2a": dpN, sdpN,
+#           cpN_a2a, cpN_ring), from the same step-0 weights on the same batches; each curve
+#           judged by parity_compare.py's rules and band against torch bf16 and against the
+#           one-GPU driftless run (tests/reference/parity_layouts.py). The one-GPU curves are
+#           this invocation's (with curve) or an earlier one's in CURVES (default the work
+#           folder, or a RESULTS folder) made from the same inputs; none: refused (exit 3).
 #
 #   PARTS=fp32 scripts/parity_run.sh            # GPU: record the band (again until complete)
 #   scripts/parity_run.sh                       # GPU: the two curves and the verdict
 #   PARTS=report scripts/parity_run.sh          # GPU: the drift report at step 0
+#   PARTS="curve layouts" scripts/parity_run.sh # 2 GPUs: the curves, then dp2, sdp2, cp2 a2a
 #   SMOKE=1 BUILD=build scripts/parity_run.sh   # CPU: 2-layer model, 20 steps, band and curve
+#   SMOKE=1 PARTS="fp32 curve layouts" scripts/parity_run.sh   # CPU: and 2 MPI ranks a layout
 #
 # Environment: BUILD (default build-gpu; apps/driftless must be built), PARITY_DIR (work
 # folder, default $BUILD/parity: checkpoints, batches, run directories, the fp32 run's state,
@@ -37,10 +47,13 @@
 # REPORT_SEQS (sequences of the report's step, default 2), ATTENTION (the PyTorch side's
 # attention: auto, flex or dense; auto is FlexAttention on CUDA), COMPILE_MODEL (auto, on, off:
 # torch.compile of the PyTorch model; auto compiles it with flex), PYTHON (default python3, with
-# torch). Data: scripts/prepare_parity_data.sh.
+# torch), LAYOUTS, CURVES, MPIRUN (default mpirun). Data: scripts/prepare_parity_data.sh.
+# NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
+# NVSHMEM_DISABLE_NVLS=1, unless set otherwise), also in the ranks mpirun starts.
 # Exit status: 0 pass (curve) or the band complete (fp32 alone); 1 a criterion failed or a side
-# failed; 2 the band is still incomplete after PARTS=fp32 (run it again); 3 curve refused: no
-# complete recorded band fits this run.
+# failed (with layouts: or a layout failed); 2 the band is still incomplete after PARTS=fp32 (run
+# it again); 3 curve or layouts refused: no complete recorded band fits this run, or (layouts
+# alone) no one-GPU curves of these inputs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
@@ -55,6 +68,10 @@ mkdir -p "$work"
 band=${BAND:-$work/parity_band.json}
 # Compiled kernels (FlexAttention, the compiled model) kept for the next invocation.
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$(realpath "$work")/inductor}
+# No NVLink multicast: on a shared host it can put the GPUs out of service.
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+export TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1}
+export NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1}
 # A side that fails ends the invocation: the runs still going in the background end with it.
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 
@@ -99,7 +116,10 @@ else:
 PY
 }
 
-if [[ $parts == *curve* || $parts == *fp32* || ! -f "$work/init_checkpoint" ]]; then
+# Every part but report works on the inputs the fingerprint covers: made again each time.
+inputs=""
+[[ $parts == *curve* || $parts == *fp32* || $parts == *layouts* ]] && inputs=1
+if [ -n "$inputs" ] || [ ! -f "$work/init_checkpoint" ]; then
   "$dl" config -c "${CONFIG:-configs/runs/parity_124m.yaml}" "${sets[@]}" >"$work/run.yaml"
   # Step-0 weights: one step at learning rate 0 leaves the seeded initialisation as it is.
   rm -rf "$work/init"
@@ -115,7 +135,9 @@ echo "== parity: $(get batch sequences) x $(get batch sequence_length) tokens, $
      "data $data, parts: $parts, work folder $work"
 common=(--config "$work/run.yaml" --init "$ckpt" --batches "$work/batches.safetensors"
         --device "$device" --attention "${ATTENTION:-auto}" --compile-model "${COMPILE_MODEL:-auto}")
-if [[ $parts == *curve* || $parts == *fp32* ]]; then
+curves=${CURVES:-$work}
+[[ $parts == *curve* ]] && curves=$work
+if [ -n "$inputs" ]; then
   "$dl" batch --config "$work/run.yaml" --export "$work/batches.safetensors" --steps "$steps" \
     --validation-batches "$(get training eval_batches)"
   # What the fp32 curve depends on: the config's model, optimizer, batch and training length,
@@ -124,8 +146,16 @@ if [[ $parts == *curve* || $parts == *fp32* ]]; then
        --batches "$work/batches.safetensors" --out "$work/fingerprint.json")
   echo "== inputs' fingerprint $fp"
   # The curves without a band to judge them by would be spent: refused before they start.
-  if [[ $parts == *curve* && $parts != *fp32* ]] &&
-     ! "$python" $ref/parity_band.py check --fingerprint "$work/fingerprint.json" "$band"        $ref/parity_band >/dev/null; then
+  if [[ $parts == *curve* || $parts == *layouts* ]] && [[ $parts != *fp32* ]] &&
+     ! "$python" $ref/parity_band.py check --fingerprint "$work/fingerprint.json" "$band" \
+       $ref/parity_band >/dev/null; then
+    exit 3
+  fi
+  # The layouts alone are judged against one-GPU curves made earlier from these very inputs.
+  if [[ $parts == *layouts* && $parts != *curve* ]] &&
+     [ "$(cat "$curves/curves_fingerprint.txt" 2>/dev/null)" != "$fp" ]; then
+    echo "parity_run: no one-rank curves of these inputs in $curves (curves_fingerprint.txt):" \
+         "run PARTS=\"curve layouts\", or set CURVES to an earlier RESULTS folder" >&2
     exit 3
   fi
 fi
@@ -156,7 +186,7 @@ fi
 
 if [[ $parts == *curve* ]]; then
   rm -rf "$work/driftless" "$work/torch_bf16" "$work/band_fp32" "$work/parity.md" \
-    "$work/parity.json"
+    "$work/parity.json" "$work/curves_fingerprint.txt"
   "$dl" train -c "$work/run.yaml" --set "training.init_from=$ckpt" \
     --set "run.output_dir=$work/driftless" -q >"$work/driftless.log" 2>&1 &
   dl_pid=$!
@@ -165,7 +195,44 @@ if [[ $parts == *curve* ]]; then
   [ -s "$work/torch_bf16/parity_run.json" ] || { echo "parity_run: torch bf16 failed" >&2; exit 1; }
   wait "$dl_pid" || { tail -5 "$work/driftless.log"; exit 1; }
   grep "summary" "$work/driftless.log" || true
+  # Which inputs the curves are of, for a later PARTS=layouts (here or from RESULTS).
+  echo "$fp" >"$work/curves_fingerprint.txt"
   echo "== driftless and torch bf16 done at $(elapsed) s"
+fi
+
+if [[ $parts == *layouts* ]]; then
+  # The same training on several ranks, one layout after another (each takes every rank's
+  # device: on GPUs one rank a GPU, by its local rank).
+  mpirun=(${MPIRUN:-mpirun} --oversubscribe --bind-to none -x NCCL_NVLS_ENABLE
+          -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS)
+  [ "$(id -u)" = 0 ] && mpirun+=(--allow-run-as-root)
+  export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
+  rm -rf "$work/layouts"
+  mkdir -p "$work/layouts"
+  layout_dirs=()
+  for l in ${LAYOUTS:-dp2 sdp2 cp2_a2a}; do
+    case $l in
+      dp[0-9]*) n=${l#dp}; lset=(--set "distributed.data_parallel=$n") ;;
+      sdp[0-9]*) n=${l#sdp}; lset=(--set "distributed.sequence_data_parallel=$n") ;;
+      cp[0-9]*_a2a | cp[0-9]*_ring)
+        n=${l%_*}; n=${n#cp}
+        lset=(--set "distributed.context_parallel.size=$n"
+              --set "distributed.context_parallel.kind=${l##*_}") ;;
+      *) echo "parity_run: layout $l is none of dpN, sdpN, cpN_a2a, cpN_ring" >&2; exit 1 ;;
+    esac
+    [[ $n =~ ^[0-9]+$ ]] || { echo "parity_run: layout $l: no rank count" >&2; exit 1; }
+    layout_dirs+=("$work/layouts/$l")
+    if "${mpirun[@]}" -np "$n" "$dl" train -c "$work/run.yaml" --set "training.init_from=$ckpt" \
+         --set "run.output_dir=$work/layouts/$l" "${lset[@]}" -q >"$work/layouts/$l.log" 2>&1; then
+      echo "== $l ($n ranks) done at $(elapsed) s: $(grep summary "$work/layouts/$l.log" || true)"
+    else
+      echo "parity_run: $l failed:" >&2
+      # driftless's first error (with its indented lines), not mpirun's notice after it.
+      msg=$(awk '/error/ {p = 1} /^---/ && p {exit} p' "$work/layouts/$l.log" | head -8)
+      if [ -n "$msg" ]; then echo "$msg" >&2; else tail -5 "$work/layouts/$l.log" >&2; fi
+      rm -f "$work/layouts/$l/metrics.jsonl"  # judged as a layout that did not train
+    fi
+  done
 fi
 
 if [[ $parts == *report* ]]; then
@@ -230,6 +297,28 @@ if [[ $parts == *curve* ]]; then
     status=3
     echo "parity_run: no verdict: the curves are in $work/driftless and $work/torch_bf16" >&2
   fi
+fi
+if [[ $parts == *layouts* ]]; then
+  lstatus=0
+  if "$python" $ref/parity_band.py check --fingerprint "$work/fingerprint.json" \
+       --extract "$work/band_fp32" "$band" $ref/parity_band >/dev/null; then
+    "$python" $ref/parity_layouts.py "${layout_dirs[@]}" --driftless "$curves/driftless" \
+      --torch-bf16 "$curves/torch_bf16" --band "$work/band_fp32" \
+      --batches "$work/batches.safetensors" --window "${window:-${WINDOW:-100}}" \
+      --out "$work/layouts" || lstatus=$?
+    trained=()
+    for d in "${layout_dirs[@]}"; do [ -s "$d/metrics.jsonl" ] && trained+=("$d"); done
+    for f in layouts.html layouts.svg; do
+      "$dl" plot "$curves/torch_bf16" "$curves/driftless" "${trained[@]}" "$work/band_fp32" \
+        --difference -o "$work/layouts/$f" --title "driftless layouts vs PyTorch: the parity run" \
+        >/dev/null
+    done
+  else
+    lstatus=3
+    echo "parity_run: no verdict for the layouts: their curves are in $work/layouts" >&2
+  fi
+  # A failure anywhere is the invocation's; else the curve's status, else the layouts'.
+  if [ "$lstatus" = 1 ] || [ "$status" = 0 ]; then status=$lstatus; fi
 fi
 if [ -n "${RESULTS:-}" ]; then
   mkdir -p "$RESULTS"

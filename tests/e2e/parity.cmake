@@ -18,3 +18,7 @@ set_tests_properties(reference_parity_compare PROPERTIES LABELS reference TIMEOU
 add_test(NAME reference_parity_band
          COMMAND python3 ${PROJECT_SOURCE_DIR}/tests/reference/parity_band_test.py)
 set_tests_properties(reference_parity_band PROPERTIES LABELS reference TIMEOUT 60)
+# The layouts part's verdict (tests/reference/parity_layouts.py) on made-up curves.
+add_test(NAME reference_parity_layouts
+         COMMAND python3 ${PROJECT_SOURCE_DIR}/tests/reference/parity_layouts_test.py)
+set_tests_properties(reference_parity_layouts PROPERTIES LABELS reference TIMEOUT 60)

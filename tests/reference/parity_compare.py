@@ -4,10 +4,13 @@ bf16 run, measured against PyTorch's own bf16-vs-fp32 noise band. Standard libra
 
 Reads three run directories' metrics.jsonl (driftless, torch bf16, torch fp32) and reports,
 per step and per window of --window steps, d = |driftless - torch bf16| and the band
-b = |torch bf16 - torch fp32| of the training loss. Pass criteria:
+b = |torch bf16 - torch fp32| of the training loss. With --against R, d is measured from run R
+instead of torch bf16 (a layout of several ranks against the one-GPU driftless run), and so are
+the tail and validation criteria; the band stays torch bf16 against torch fp32. Pass criteria:
   - every window: mean d <= --factor x mean b (1.5);
-  - the mean loss of the last --tail steps (200) within --tail-rel (0.5%) of torch bf16's;
-  - the final validation loss within --val-abs nats (0.01) of torch bf16's.
+  - the mean loss of the last --tail steps (200) within --tail-rel (0.5%) of the reference's
+    (torch bf16, or R);
+  - the final validation loss within --val-abs nats (0.01) of the reference's.
 The fp32 run may cover fewer steps than the others (it is the slowest; scripts/parity_run.sh
 stops it at a deadline): windows it does not cover are shown against the band of the last
 window it covers, marked "held", and the verdict then says the band was incomplete.
@@ -45,17 +48,22 @@ def mean(xs):
     return sum(xs) / len(xs) if xs else float("nan")
 
 
-def compare(dl, bf16, fp32, window=100, factor=1.5, tail=200, tail_rel=0.005, val_abs=0.01):
-    (dl_loss, dl_val), (bf_loss, bf_val), (fp_loss, _) = dl, bf16, fp32
-    steps = sorted(set(dl_loss) & set(bf_loss))
+def compare(dl, bf16, fp32, window=100, factor=1.5, tail=200, tail_rel=0.005, val_abs=0.01,
+            against=None, names=("driftless", "torch bf16")):
+    """dl, bf16, fp32, against: (losses, validation losses) of read_metrics. The distance is
+    measured from `against` (default bf16); names label the run and its reference."""
+    (dl_loss, dl_val), (bf_loss, _), (fp_loss, _) = dl, bf16, fp32
+    ref_loss, ref_val = against if against is not None else bf16
+    steps = sorted(set(dl_loss) & set(ref_loss) & set(bf_loss))
     if not steps:
-        raise SystemExit("parity_compare: the driftless and torch bf16 runs share no step")
+        raise SystemExit(f"parity_compare: the {names[0]} and {names[1]} runs share no step")
     per_step = []
     for s in steps:
-        d = abs(dl_loss[s] - bf_loss[s])
+        d = abs(dl_loss[s] - ref_loss[s])
         b = abs(bf_loss[s] - fp_loss[s]) if s in fp_loss else None
-        per_step.append({"step": s, "driftless": dl_loss[s], "torch_bf16": bf_loss[s],
-                         "torch_fp32": fp_loss.get(s), "distance": d, "band": b})
+        per_step.append({"step": s, "run": dl_loss[s], "reference": ref_loss[s],
+                         "torch_bf16": bf_loss[s], "torch_fp32": fp_loss.get(s), "distance": d,
+                         "band": b})
     windows, held = [], None
     for w0 in range(0, steps[-1] + 1, window):
         rows = [r for r in per_step if w0 <= r["step"] < w0 + window]
@@ -78,30 +86,40 @@ def compare(dl, bf16, fp32, window=100, factor=1.5, tail=200, tail_rel=0.005, va
                         "pass": ratio is not None and ratio <= factor})
     tail_steps = steps[-tail:]
     tail_dl = mean([dl_loss[s] for s in tail_steps])
-    tail_bf = mean([bf_loss[s] for s in tail_steps])
-    tail_diff = abs(tail_dl - tail_bf) / abs(tail_bf)
-    val_steps = sorted(set(dl_val) & set(bf_val))
+    tail_ref = mean([ref_loss[s] for s in tail_steps])
+    tail_diff = abs(tail_dl - tail_ref) / abs(tail_ref)
+    val_steps = sorted(set(dl_val) & set(ref_val))
     val = None
     if val_steps:
         s = val_steps[-1]
-        val = {"step": s, "driftless": dl_val[s], "torch_bf16": bf_val[s],
-               "difference": abs(dl_val[s] - bf_val[s])}
+        val = {"step": s, "run": dl_val[s], "reference": ref_val[s],
+               "difference": abs(dl_val[s] - ref_val[s])}
     checks = {
         "windows": all(w["pass"] for w in windows if w["band_measured"]),
         "band_complete": all(w["band_measured"] for w in windows),
         "tail": tail_diff <= tail_rel,
         "val": val is not None and val["difference"] <= val_abs,
     }
-    return {"window": window, "factor": factor, "tail": len(tail_steps), "tail_rel": tail_rel,
+    return {"names": {"run": names[0], "reference": names[1]}, "window": window,
+            "factor": factor, "tail": len(tail_steps), "tail_rel": tail_rel,
             "val_abs": val_abs, "steps": len(steps),
             "band_steps": sum(1 for r in per_step if r["band"] is not None),
-            "windows": windows, "tail_mean": {"driftless": tail_dl, "torch_bf16": tail_bf,
+            "windows": windows, "tail_mean": {"run": tail_dl, "reference": tail_ref,
                                               "relative_difference": tail_diff},
             "final_val": val, "checks": checks, "per_step": per_step}
 
 
+def passed(r):
+    """The verdict line's word: PASS, PASS on the measured windows, or FAIL."""
+    c = r["checks"]
+    ok = c["windows"] and c["tail"] and c["val"]
+    return ("PASS" if ok and c["band_complete"] else
+            "PASS on the measured windows (band incomplete)" if ok else "FAIL")
+
+
 def table(r):
-    lines = ["| steps | mean abs(driftless - torch bf16) | mean abs(torch bf16 - torch fp32) "
+    run, ref = r["names"]["run"], r["names"]["reference"]
+    lines = [f"| steps | mean abs({run} - {ref}) | mean abs(torch bf16 - torch fp32) "
              "| ratio | verdict |", "| --- | --- | --- | --- | --- |"]
     for w in r["windows"]:
         band = "none" if w["band"] is None else f"{w['band']:.5f}"
@@ -118,21 +136,18 @@ def table(r):
                      f"{ratio} | {verdict} |")
     t = r["tail_mean"]
     lines.append("")
-    lines.append(f"Mean loss of the last {r['tail']} steps: driftless {t['driftless']:.4f}, "
-                 f"torch bf16 {t['torch_bf16']:.4f} ({100 * t['relative_difference']:.3f}%, "
+    lines.append(f"Mean loss of the last {r['tail']} steps: {run} {t['run']:.4f}, "
+                 f"{ref} {t['reference']:.4f} ({100 * t['relative_difference']:.3f}%, "
                  f"limit {100 * r['tail_rel']:.1f}%).")
     v = r["final_val"]
     if v:
-        lines.append(f"Final validation loss (step {v['step']}): driftless {v['driftless']:.4f}, "
-                     f"torch bf16 {v['torch_bf16']:.4f} (difference {v['difference']:.4f}, "
+        lines.append(f"Final validation loss (step {v['step']}): {run} {v['run']:.4f}, "
+                     f"{ref} {v['reference']:.4f} (difference {v['difference']:.4f}, "
                      f"limit {r['val_abs']}).")
     else:
         lines.append("Final validation loss: not in both runs.")
-    c = r["checks"]
     lines.append(f"fp32 band measured over {r['band_steps']} of {r['steps']} steps.")
-    ok = c["windows"] and c["tail"] and c["val"]
-    lines.append("PARITY: " + ("PASS" if ok and c["band_complete"] else
-                               "PASS on the measured windows (band incomplete)" if ok else "FAIL"))
+    lines.append("PARITY: " + passed(r))
     return "\n".join(lines)
 
 
@@ -146,10 +161,21 @@ def main():
     ap.add_argument("--tail", type=int, default=200)
     ap.add_argument("--tail-rel", type=float, default=0.005)
     ap.add_argument("--val-abs", type=float, default=0.01)
+    ap.add_argument("--against", default="",
+                    help="measure the distance from this run instead of torch bf16")
+    ap.add_argument("--names", default="",
+                    help="RUN,REFERENCE: the table's names of the run and of its reference "
+                         "(default driftless and torch bf16, or the --against directory)")
     ap.add_argument("--json", default="", help="write every number here")
     a = ap.parse_args()
+    names = ("driftless", a.against.rstrip("/") if a.against else "torch bf16")
+    if a.names:
+        names = tuple(a.names.split(",", 1))
+        if len(names) != 2:
+            ap.error(f"--names takes RUN,REFERENCE, got {a.names!r}")
+    against = read_metrics(a.against) if a.against else None
     r = compare(read_metrics(a.driftless), read_metrics(a.torch_bf16), read_metrics(a.torch_fp32),
-                a.window, a.factor, a.tail, a.tail_rel, a.val_abs)
+                a.window, a.factor, a.tail, a.tail_rel, a.val_abs, against, names)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(r, f, indent=1)

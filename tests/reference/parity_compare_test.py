@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tests of parity_compare.py's verdict on made-up curves (ctest reference_parity_compare;
 standard library only): windows against the band, the held band past the fp32 run's end,
-the tail mean and the final validation loss."""
+the tail mean, the final validation loss, and the distance from another run (--against)."""
 import json
 import math
 import os
@@ -56,6 +56,22 @@ class ParityCompare(unittest.TestCase):
         r = pc.compare(curve(400, offset=0.005), curve(400), curve(400, offset=0.05))
         self.assertTrue(r["checks"]["tail"] and r["checks"]["val"])
 
+    def test_against_another_run_keeps_the_torch_band(self):
+        # A layout 0.005 from the one-GPU run and 0.035 from torch bf16, whose band is 0.02:
+        # within it against the one-GPU run, beyond it against torch bf16.
+        one_gpu = curve(400, offset=0.03)
+        layout = curve(400, offset=0.035)
+        r = pc.compare(layout, curve(400), curve(400, offset=0.02), against=one_gpu,
+                       names=("dp2", "driftless 1 rank"))
+        self.assertAlmostEqual(r["windows"][0]["distance"], 0.005, delta=1e-9)
+        self.assertAlmostEqual(r["windows"][0]["band"], 0.02, delta=1e-9)
+        self.assertTrue(all(r["checks"].values()), r["checks"])
+        self.assertAlmostEqual(r["final_val"]["difference"], 0.005, delta=1e-9)
+        self.assertIn("mean abs(dp2 - driftless 1 rank)", pc.table(r))
+        r = pc.compare(layout, curve(400), curve(400, offset=0.02))
+        self.assertFalse(r["checks"]["windows"])
+        self.assertEqual(pc.passed(r), "FAIL")
+
     def test_metrics_files_and_exit_status(self):
         with tempfile.TemporaryDirectory() as d:
             for name, (loss, val) in {"dl": curve(300, wiggle=0.01), "bf": curve(300),
@@ -71,6 +87,15 @@ class ParityCompare(unittest.TestCase):
             self.assertEqual(pc.main(), 0)
             with open(os.path.join(d, "p.json")) as f:
                 self.assertEqual(len(json.load(f)["per_step"]), 300)
+            # The same run against itself: distance 0 in every window.
+            sys.argv = ["parity_compare.py", *(os.path.join(d, n) for n in ("dl", "bf", "fp")),
+                        "--against", os.path.join(d, "dl"), "--names", "dl,dl again",
+                        "--json", os.path.join(d, "q.json")]
+            self.assertEqual(pc.main(), 0)
+            with open(os.path.join(d, "q.json")) as f:
+                q = json.load(f)
+            self.assertEqual(q["names"], {"run": "dl", "reference": "dl again"})
+            self.assertTrue(all(w["distance"] == 0 for w in q["windows"]))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Tests of parity_layouts.py on made-up curves (ctest reference_parity_layouts; standard
+library only): a layout within the band of both references passes, one off the one-rank run
+fails, one that did not train fails, and the batches' single-piece sequences are counted."""
+import array
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import parity_layouts as pl  # noqa: E402
+from parity_compare_test import curve  # noqa: E402
+from safetensors_io import write_raw  # noqa: E402
+
+
+def write_run(path, loss_val):
+    loss, val = loss_val
+    os.makedirs(path)
+    with open(os.path.join(path, "metrics.jsonl"), "w") as f:
+        for s in sorted(loss):
+            f.write(json.dumps({"step": s, "loss": loss[s], "tokens_per_second": 1000.0}) + "\n")
+            if s in val:
+                f.write(json.dumps({"step": s, "val_loss": val[s]}) + "\n")
+
+
+def i32(values):
+    return array.array("i", values).tobytes()
+
+
+class ParityLayouts(unittest.TestCase):
+    def test_verdicts_and_documents(self):
+        with tempfile.TemporaryDirectory() as d:
+            runs = {"driftless": curve(300, offset=0.005), "torch_bf16": curve(300),
+                    "band": curve(300, offset=0.02), "layouts/dp2": curve(300, offset=0.01),
+                    # 0.025 from the one-rank run, 0.03 from torch bf16: beyond a band of 0.02.
+                    "layouts/sdp2": curve(300, offset=0.03)}
+            for name, c in runs.items():
+                write_run(os.path.join(d, name), c)
+            os.makedirs(os.path.join(d, "layouts", "cp2_a2a"))  # trained nothing
+            # Two steps of two sequences: 1, 3, 1 and 2 document pieces.
+            write_raw(os.path.join(d, "batches.safetensors"), [
+                ("train.document_counts", "I32", (2, 2), i32([1, 3, 1, 2])),
+                ("train.document_lengths", "I32", (7,), i32([8, 2, 3, 3, 8, 5, 3]))], {})
+            out = os.path.join(d, "out")
+            sys.argv = ["parity_layouts.py", *(os.path.join(d, "layouts", n)
+                                               for n in ("dp2", "sdp2", "cp2_a2a")),
+                        "--driftless", os.path.join(d, "driftless"),
+                        "--torch-bf16", os.path.join(d, "torch_bf16"),
+                        "--band", os.path.join(d, "band"),
+                        "--batches", os.path.join(d, "batches.safetensors"), "--out", out]
+            self.assertEqual(pl.main(), 1)
+            with open(os.path.join(out, "layouts.md")) as f:
+                text = f.read()
+            rows = {line.split("|")[1].strip(): line for line in text.splitlines()
+                    if line.startswith("| ") and not line.startswith("| layout")}
+            self.assertTrue(rows["dp2"].endswith("| PASS |"), rows["dp2"])
+            self.assertTrue(rows["sdp2"].endswith("| FAIL |"), rows["sdp2"])
+            self.assertIn("did not train", rows["cp2_a2a"])
+            self.assertIn("4, of which 2 (50.0%) hold a single document piece", text)
+            self.assertIn("the longest 8 tokens", text)
+            self.assertIn("LAYOUTS: FAIL", text)
+            with open(os.path.join(out, "sdp2.json")) as f:
+                r = json.load(f)
+            self.assertFalse(r["torch_bf16"]["checks"]["windows"])  # 0.03 / 0.02 = 1.5+
+            self.assertFalse(r["driftless_1rank"]["checks"]["val"])  # 0.025 > 0.01 nats
+            self.assertTrue(os.path.exists(os.path.join(out, "dp2.md")))
+            # Without the failing ones: a pass.
+            sys.argv = sys.argv[:2] + sys.argv[4:]  # dp2 alone
+            self.assertEqual(pl.main(), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
