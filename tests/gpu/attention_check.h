@@ -147,8 +147,8 @@ inline Result run_bf16_reference(const Problem& p) {
 }
 
 // fn(order[0]), fn(order[1]), ... on every core, each call on one thread (the CPU attention
-// runs one problem on one core, and the problems of a test are independent of each other);
-// rethrows the first failure once every call has ended.
+// and make() run on one core; the calls given here share nothing they write); rethrows the
+// first failure once every call has ended.
 template <class Fn>
 void on_every_core(const std::vector<size_t>& order, const Fn& fn) {
   std::atomic<size_t> next{0};
@@ -177,21 +177,24 @@ struct References {
   Result f64, bf16;
 };
 
-// The references of each problem, the same values as computed one after another: the
-// problems spread over every core (on_every_core), both references of one on one thread,
-// the largest first (T_q x T_k x heads x head_dim), so that a small one starts last.
+// The references of each problem, the same values as computed one after another: every
+// reference (two a problem, which each only read) a task on every core (on_every_core), the
+// largest problems' first (T_q x T_k x heads x head_dim), so that a small one starts last.
 inline std::vector<References> references(const std::vector<Problem>& problems) {
   std::vector<References> refs(problems.size());
-  std::vector<size_t> order(problems.size());
+  std::vector<size_t> order(2 * problems.size());  // task t: problem t / 2, f64 if t is even
   std::iota(order.begin(), order.end(), size_t(0));
-  auto size = [&](size_t i) {
-    return double(problems[i].q.numel()) * double(problems[i].k.size(0));
+  auto size = [&](size_t t) {
+    return double(problems[t / 2].q.numel()) * double(problems[t / 2].k.size(0));
   };
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return size(a) > size(b); });
-  on_every_core(order, [&](size_t i) {
-    refs[i].f64 = run(problems[i], DType::f64, Device::cpu);
-    refs[i].bf16 = run_bf16_reference(problems[i]);
+  on_every_core(order, [&](size_t t) {
+    const Problem& p = problems[t / 2];
+    if (t % 2 == 0)
+      refs[t / 2].f64 = run(p, DType::f64, Device::cpu);
+    else
+      refs[t / 2].bf16 = run_bf16_reference(p);
   });
   return refs;
 }
