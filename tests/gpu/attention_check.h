@@ -1,15 +1,20 @@
 // The CUDA attention tests' problems and checks (attention_cuda_test.cpp, attention_fast_test.cpp
 // whose criterion is described there, attention_expr_cuda_test.cpp): varlen documents with
-// padding and a modifier (built-in or expression), the float64 and plain-bf16 references, the
-// error metric and bound.
+// padding and a modifier (built-in or expression), the float64 and plain-bf16 references (a
+// test's problems on every core at once), the error metric and bound.
 #pragma once
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <exception>
+#include <mutex>
+#include <numeric>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/core/tensor.h"
@@ -139,6 +144,59 @@ inline Result run_bf16_reference(const Problem& p) {
   AttentionGrads g =
       layers::attention_backward_bf16_operands(q, k, v, p.spec, f.out, f.lse, bf(p.dout));
   return {{f.out, f.lse, g.dq, g.dk, g.dv}, g.dscore_mod};
+}
+
+// fn(order[0]), fn(order[1]), ... on every core, each call on one thread (the CPU attention
+// and make() run on one core; the calls given here share nothing they write); rethrows the
+// first failure once every call has ended.
+template <class Fn>
+void on_every_core(const std::vector<size_t>& order, const Fn& fn) {
+  std::atomic<size_t> next{0};
+  std::mutex failed_mutex;
+  std::exception_ptr failed;
+  auto work = [&] {
+    for (size_t i = next++; i < order.size(); i = next++) {
+      try {
+        fn(order[i]);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(failed_mutex);
+        if (!failed) failed = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  const size_t n =
+      std::min<size_t>(order.size(), std::max(1u, std::thread::hardware_concurrency()));
+  for (size_t i = 0; i < n; ++i) pool.emplace_back(work);
+  for (std::thread& t : pool) t.join();
+  if (failed) std::rethrow_exception(failed);
+}
+
+// The float64 reference and the plain bf16 reference (run_bf16_reference) of a problem.
+struct References {
+  Result f64, bf16;
+};
+
+// The references of each problem, the same values as computed one after another: every
+// reference (two a problem, which each only read) a task on every core (on_every_core), the
+// largest problems' first (T_q x T_k x heads x head_dim), so that a small one starts last.
+inline std::vector<References> references(const std::vector<Problem>& problems) {
+  std::vector<References> refs(problems.size());
+  std::vector<size_t> order(2 * problems.size());  // task t: problem t / 2, f64 if t is even
+  std::iota(order.begin(), order.end(), size_t(0));
+  auto size = [&](size_t t) {
+    return double(problems[t / 2].q.numel()) * double(problems[t / 2].k.size(0));
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return size(a) > size(b); });
+  on_every_core(order, [&](size_t t) {
+    const Problem& p = problems[t / 2];
+    if (t % 2 == 0)
+      refs[t / 2].f64 = run(p, DType::f64, Device::cpu);
+    else
+      refs[t / 2].bf16 = run_bf16_reference(p);
+  });
+  return refs;
 }
 
 // The criterion's bound on the error of tensor i from the bf16 reference's error ec.

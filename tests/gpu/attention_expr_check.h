@@ -77,6 +77,9 @@ class AttentionExprCuda : public ::testing::Test {
 // the atomic dQ's too) fetched before the cases run, on every core (jit::prefetch): NVRTC
 // compiles one program on one core, and a test asks for up to 54. The calls then fetch them
 // loaded; the programs are the ones the calls would compile (PrefetchedCallsCompileNothing).
+// Those of a learnable table under a mask, the longest to compile (BENCHMARKS.md, "GPU test
+// suite: the score-expression tests' NVRTC compiles"), start first, then other learnable ones,
+// so that no long compile starts last.
 inline void prefetch(const std::vector<Case>& cases, bool both_backwards = true) {
 #ifdef DRIFTLESS_HAVE_CUDA
   std::vector<ScoreModSpec> mods;  // the programs, alive until the fetches end
@@ -89,6 +92,13 @@ inline void prefetch(const std::vector<Case>& cases, bool both_backwards = true)
                       !c.shift.zero(), deterministic});
     }
   }
+  auto rank = [](const jit::ProgramUse& u) {
+    const bool learnable = u.score != nullptr && u.score->param_count > 0;
+    return (learnable && u.mask != nullptr ? 2 : 0) + (learnable ? 1 : 0);
+  };
+  std::stable_sort(
+      uses.begin(), uses.end(),
+      [&](const jit::ProgramUse& a, const jit::ProgramUse& b) { return rank(a) > rank(b); });
   jit::prefetch(uses, int(std::max(1u, std::thread::hardware_concurrency())));
 #else
   (void)cases, (void)both_backwards;

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -86,11 +87,10 @@ std::vector<Case> cases(const Expr& e) {
 // One case against the CPU: out, lse, dq, dk, dv within twice the bf16 reference's error,
 // bitwise repeatable, padded rows zero; the atomic-dQ backward's dq within the same bound and
 // its other outputs the deterministic call's bits.
-void expect_matches_cpu(const Case& c, uint64_t seed) {
+void expect_matches_cpu(const Case& c, Problem p, const References& refs) {
   SCOPED_TRACE(c.name);
-  Problem p = make(c, seed);
-  const Result ref = run(p, DType::f64, Device::cpu);
-  const Result cpu = run_bf16_reference(p);
+  const Result& ref = refs.f64;
+  const Result& cpu = refs.bf16;
   const Result gpu = run(p, DType::bf16, Device::cuda);
   const Result gpu2 = run(p, DType::bf16, Device::cuda);
   std::printf("[attention expr] %-28s", c.name.c_str());
@@ -118,6 +118,15 @@ void expect_matches_cpu(const Case& c, uint64_t seed) {
   expect_padding(p, c, atomic);
 }
 
+// Each case against the CPU (expect_matches_cpu) on the inputs of seeds seed + 10, seed + 20,
+// ... (seed advanced past them), the references of all computed first, on every core.
+void expect_all_match_cpu(const std::vector<Case>& all, uint64_t& seed) {
+  std::vector<Problem> problems;
+  for (const Case& c : all) problems.push_back(make(c, seed += 10));
+  const std::vector<References> refs = references(problems);
+  for (size_t i = 0; i < all.size(); ++i) expect_matches_cpu(all[i], problems[i], refs[i]);
+}
+
 TEST_F(AttentionExprCuda, MatchesTheCpuExpressionWithinTwiceTheBf16Error) {
   DL_REQUIRE_GPU();
   uint64_t seed = testing::fresh_seed("attention expr");
@@ -125,7 +134,7 @@ TEST_F(AttentionExprCuda, MatchesTheCpuExpressionWithinTwiceTheBf16Error) {
   for (const Expr& e : expressions())
     for (const Case& c : cases(e)) all.push_back(c);
   prefetch(all);
-  for (const Case& c : all) expect_matches_cpu(c, seed += 10);
+  expect_all_match_cpu(all, seed);
 }
 
 // Mask expressions in the kernels (a hidden pair's value is -inf, fast/mod_expr.cuh): alone (the
@@ -157,7 +166,7 @@ TEST_F(AttentionExprCuda, MasksMatchTheCpuWithinTwiceTheBf16Error) {
     }
   }
   prefetch(all);
-  for (const Case& c : all) expect_matches_cpu(c, seed += 10);
+  expect_all_match_cpu(all, seed);
 }
 
 // A score of -inf on a pair the masks show makes its row NaN on the GPU, as on the CPU
@@ -224,7 +233,7 @@ TEST_F(AttentionExprCuda, MinusInfinityOnShownPairsMakesTheirRowsNaNAsOnTheCpu) 
     EXPECT_EQ(lse_differ, 0) << "of " << lc.size() << " lse, " << lse_differ
                              << " are finite on one device only";
   }
-  for (const Case& c : hidden) expect_matches_cpu(c, seed += 10);
+  expect_all_match_cpu(hidden, seed);
 }
 
 // What the kernels do not take is refused before any work, naming what they take: a mask on
@@ -305,7 +314,7 @@ TEST_F(AttentionExprCuda, MaskedLearnableTableGradientMatchesTheCpu) {
 // learnable table's gradient (the dK/dV kernel's param_grad adds skip the mask there).
 TEST_F(AttentionExprCuda, SkippedMaskTilesGiveTheSameBits) {
   DL_REQUIRE_GPU();
-  uint64_t seed = testing::fresh_seed("attention expr mask skip");
+  const uint64_t seed = testing::fresh_seed("attention expr mask skip");
   const std::vector<double> bias = distance_bias();
   struct Skip {
     const char* mask;
@@ -340,14 +349,22 @@ TEST_F(AttentionExprCuda, SkippedMaskTilesGiveTheSameBits) {
   for (const Skip& skip : skips)
     for (int64_t d : {64, 128}) all.push_back(case_of(skip, d));
   prefetch(all);
+  // The inputs of case i (seed + 10 (i + 1)), one problem for both backwards, made on every
+  // core (each is thousands of rows of random values).
+  std::vector<Problem> problems(all.size());
+  std::vector<size_t> order(all.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  on_every_core(order, [&](size_t i) { problems[i] = make(all[i], seed + 10 * (i + 1)); });
+  size_t n = 0;
   for (const Skip& skip : skips)
     for (int64_t d : {64, 128}) {
       const Case c = case_of(skip, d);
+      const Problem& made = problems[n++];
       SCOPED_TRACE(std::string(skip.mask) + " shift " + std::to_string(skip.shift.q) + "," +
                    std::to_string(skip.shift.k) + (skip.learnable ? " learnable" : "") + " " +
                    c.name);
       for (bool det : {true, false}) {
-        Problem p = make(c, seed + 10);
+        Problem p = made;
         p.spec.deterministic = det;
         ::setenv("DRIFTLESS_MASK_TILE_SKIP", "0", 1);
         const Result all = run(p, DType::bf16, Device::cuda);
@@ -368,7 +385,6 @@ TEST_F(AttentionExprCuda, SkippedMaskTilesGiveTheSameBits) {
         }
         expect_padding(p, c, skipped);
       }
-      seed += 10;
     }
 }
 
@@ -402,11 +418,15 @@ TEST_F(AttentionExprCuda, LearnableTableGradientsMatchTheCpuAndRepeatBitwise) {
       all.push_back(c);
     }
   prefetch_with_and_without_grad_runs(all);
-  for (const Case& c : all) {
+  std::vector<Problem> problems;
+  for (const Case& c : all) problems.push_back(make(c, seed += 10));
+  const std::vector<References> refs = references(problems);
+  for (size_t n = 0; n < all.size(); ++n) {
+    const Case& c = all[n];
     SCOPED_TRACE(c.name);
-    Problem p = make(c, seed += 10);
-    const Result ref = run(p, DType::f64, Device::cpu);
-    const Result cpu = run_bf16_reference(p);
+    Problem p = problems[n];
+    const Result& ref = refs[n].f64;
+    const Result& cpu = refs[n].bf16;
     ASSERT_TRUE(ref.dparams.defined() && cpu.dparams.defined());
     bool zero_ref = false;
     const double ec = err(cpu.dparams, ref.dparams, "dparams", &zero_ref);

@@ -125,11 +125,16 @@ TEST(AttentionFast, Bf16WithinTwiceTheCpuBf16Error) {
   uint64_t seed = 9001;
   double worst_ratio[5] = {0, 0, 0, 0, 0}, worst_err[5] = {0, 0, 0, 0, 0};
   double worst_plain[5] = {0, 0, 0, 0, 0};  // cuda error / bf16 reference error
-  for (const Case& c : cases()) {
+  const std::vector<Case> all = cases();
+  std::vector<Problem> problems;
+  for (const Case& c : all) problems.push_back(make(c, seed += 10));
+  const std::vector<References> refs = references(problems);
+  for (size_t n = 0; n < all.size(); ++n) {
+    const Case& c = all[n];
     SCOPED_TRACE(c.name);
-    const Problem p = make(c, seed += 10);
-    const Result ref = run(p, DType::f64, Device::cpu);
-    const Result cpu = run_bf16_reference(p);
+    const Problem& p = problems[n];
+    const Result& ref = refs[n].f64;
+    const Result& cpu = refs[n].bf16;
     const Result gpu = run(p, DType::bf16, Device::cuda);
     const Result gpu2 = run(p, DType::bf16, Device::cuda);
     std::printf("[attention fast] %-22s", c.name.c_str());
@@ -191,13 +196,22 @@ TEST(AttentionFast, AtomicDqWithinTwiceTheCpuBf16Error) {
 #endif
   uint64_t seed = 9001;  // the problems of the deterministic test
   double worst = 0;
-  for (const Case& c : cases()) {
+  const std::vector<Case> all = cases();
+  std::vector<Problem> problems;
+  for (const Case& c : all) {
+    problems.push_back(make(c, seed += 10));
+    problems.back().spec.deterministic = false;
+  }
+  const std::vector<References> refs = references(problems);
+  for (size_t n = 0; n < all.size(); ++n) {
+    const Case& c = all[n];
     SCOPED_TRACE(c.name);
-    Problem p = make(c, seed += 10);
+    Problem p = problems[n];
+    p.spec.deterministic = true;
     const Result det = run(p, DType::bf16, Device::cuda);
     p.spec.deterministic = false;
-    const Result ref = run(p, DType::f64, Device::cpu);
-    const Result cpu = run_bf16_reference(p);
+    const Result& ref = refs[n].f64;
+    const Result& cpu = refs[n].bf16;
     const Result gpu = run(p, DType::bf16, Device::cuda);
     bool zero_ref = false;
     const double ec = err(cpu.t[2], ref.t[2], "dq", &zero_ref);

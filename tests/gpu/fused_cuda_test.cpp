@@ -124,15 +124,20 @@ std::vector<double> gelu_bf16_tols(const std::vector<Tensor>& in, const Tensor& 
       in.size() > 5 ? vec(in[5]) : std::vector<double>(size_t(n * co), 0.0);
   auto outs = [&](bool rounded) {
     auto r = [&](double v) { return rounded ? round_bf16(v) : v; };
+    // The hidden activation once per (row, unit), not again for every output unit: the same
+    // values, added in the same order.
+    std::vector<double> h(size_t(n * hid));
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < hid; ++j) {
+        double a = b1[size_t(j)];
+        for (int64_t k = 0; k < ci; ++k) a += x[size_t(i * ci + k)] * w1[size_t(j * ci + k)];
+        h[size_t(i * hid + j)] = r(gelu_tanh(r(a)));
+      }
     std::vector<double> out(size_t(n * co));
     for (int64_t i = 0; i < n; ++i)
       for (int64_t o = 0; o < co; ++o) {
         double acc = b2[size_t(o)] + res[size_t(i * co + o)];
-        for (int64_t j = 0; j < hid; ++j) {
-          double a = b1[size_t(j)];
-          for (int64_t k = 0; k < ci; ++k) a += x[size_t(i * ci + k)] * w1[size_t(j * ci + k)];
-          acc += r(gelu_tanh(r(a))) * w2[size_t(o * hid + j)];
-        }
+        for (int64_t j = 0; j < hid; ++j) acc += h[size_t(i * hid + j)] * w2[size_t(o * hid + j)];
         out[size_t(i * co + o)] = r(acc);
       }
     return out;
