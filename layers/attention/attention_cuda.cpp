@@ -283,7 +283,8 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
     bool k_dropped = false;
     const Tensor kt = device_tiles(narrow_tiles_by_mask(
         d,
-        ordered ? gpu::fast::k_tiles_by_head_descending(d.p, d.host_docs, block_k)
+        ordered ? gpu::fast::k_tiles_by_head_descending(
+                      d.p, d.host_docs, block_k, gpu::fast::sm90::ordered_dq_group_tiles())
         : dq_acc.defined()
             ? gpu::fast::k_tiles_by_head(d.p, d.host_docs, block_k,
                                          gpu::fast::atomic_dkv_concurrent_ctas(d.p, !d.expression))

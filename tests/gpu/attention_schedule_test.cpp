@@ -154,23 +154,39 @@ TEST(AttentionSchedule, ByHeadEndsOnAHeaviestFirstBand) {
 }
 
 // k_tiles_by_head_descending, the ordered dQ's schedule: every key tile of every kv head once,
-// one (document, head) after another, longest documents first, each run's tiles by descending
-// start (a tile's dQ adds wait for the tiles above it, which must be taken first).
+// each (document, head)'s tiles by descending start (a tile's dQ adds wait for the tiles above
+// it, which must be taken first); without groups one run after another, longest documents
+// first; with groups, each group round by round.
 TEST(AttentionSchedule, DescendingListsEveryTileOnceEachRunFromTheTop) {
   const layers::gpu::Problem p = causal_problem(6, 3);
   const std::vector<fast::Tile> plain = fast::k_tiles(p, kDocs, 128);
-  const std::vector<fast::Tile> by = fast::k_tiles_by_head_descending(p, kDocs, 128);
-  ASSERT_EQ(by.size(), plain.size() * 3);
-  std::map<std::tuple<int, int, int>, int> count;
-  for (const fast::Tile& t : by) ++count[{t.doc, t.start, t.head}];
-  for (const fast::Tile& t : plain)
-    for (int h = 0; h < 3; ++h) EXPECT_EQ((count[{t.doc, t.start, h}]), 1);
-  for (size_t i = 1; i < by.size(); ++i) {
-    if (by[i].doc == by[i - 1].doc && by[i].head == by[i - 1].head)
-      EXPECT_LT(by[i].start, by[i - 1].start) << "tile " << i << " above the one before it";
-    else
-      EXPECT_GE(kDocs[size_t(by[i - 1].doc)].q_len, kDocs[size_t(by[i].doc)].q_len)
-          << "tile " << i << ": documents out of length order";
+  for (const int64_t group : {0, 4, 1000}) {
+    SCOPED_TRACE("group_tiles " + std::to_string(group));
+    const std::vector<fast::Tile> by = fast::k_tiles_by_head_descending(p, kDocs, 128, group);
+    ASSERT_EQ(by.size(), plain.size() * 3);
+    std::map<std::tuple<int, int, int>, int> count;
+    std::map<std::pair<int, int>, int> last;  // (doc, head): the start listed last
+    for (size_t i = 0; i < by.size(); ++i) {
+      const fast::Tile& t = by[i];
+      ++count[{t.doc, t.start, t.head}];
+      const auto run = std::make_pair(t.doc, t.head);
+      if (last.count(run)) {
+        EXPECT_LT(t.start, last[run]) << "tile " << i << " above an earlier one";
+      }
+      last[run] = t.start;
+      if (group == 0 && i > 0 && (t.doc != by[i - 1].doc || t.head != by[i - 1].head)) {
+        EXPECT_EQ(by[i - 1].start, 0) << "tile " << i << ": a run left before its bottom tile";
+      }
+    }
+    for (const fast::Tile& t : plain)
+      for (int h = 0; h < 3; ++h) EXPECT_EQ((count[{t.doc, t.start, h}]), 1);
+    if (group == 1000) {  // one group of every run: round 0 is each run's top tile
+      const size_t runs = last.size();
+      for (size_t i = 0; i < runs; ++i) {
+        const layers::gpu::Doc& d = kDocs[size_t(by[i].doc)];
+        EXPECT_EQ(by[i].start, (d.k_len - 1) / 128 * 128) << "round 0, tile " << i;
+      }
+    }
   }
 }
 

@@ -86,9 +86,12 @@ std::vector<Tile> k_tiles_by_head(const Problem& p, const std::vector<Doc>& docs
 // The key tiles of every (document, kv head), longest documents first, each run's tiles by
 // descending start (no tail band): the ordered dQ's schedule, in which a tile's dQ adds wait
 // for those of the tiles above it (sm90/bwd_mainloop.cuh ordered_dq_*), so every tile a CTA
-// waits for was taken before its own.
+// waits for was taken before its own. group_tiles > 0: the runs in groups, the fewest next
+// runs that hold group_tiles tiles, each group listed round by round (the top tile of each of
+// its runs, then the next of each, ...), so the runs' heavy bottom tiles, which come last in
+// each run, are spread over the group's end and not over the whole list's.
 std::vector<Tile> k_tiles_by_head_descending(const Problem& p, const std::vector<Doc>& docs,
-                                             int block_k);
+                                             int block_k, int64_t group_tiles = 0);
 // How many dK/dV CTAs of the atomic dQ backward run at once on the current device (SMs x
 // CTAs per SM for p's head dim and groups): k_tiles_by_head's concurrent_ctas. builtin: the
 // call's modifier is a built-in one (not a run-time compiled expression, jit/), which the

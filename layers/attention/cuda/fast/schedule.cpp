@@ -122,16 +122,36 @@ std::vector<Tile> k_tiles_by_head(const Problem& p, const std::vector<Doc>& docs
 }
 
 std::vector<Tile> k_tiles_by_head_descending(const Problem& p, const std::vector<Doc>& docs,
-                                             int block_k) {
+                                             int block_k, int64_t group_tiles) {
   std::vector<size_t> order(docs.size());
   for (size_t b = 0; b < order.size(); ++b) order[b] = b;
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return docs[a].q_len > docs[b].q_len; });
-  std::vector<Tile> out;
+  std::vector<std::vector<Tile>> runs;  // one per (document, kv head), top tile first
   for (size_t b : order)
-    for (int32_t h = 0; h < int32_t(p.kv_heads) && docs[b].k_len > 0; ++h)
+    for (int32_t h = 0; h < int32_t(p.kv_heads) && docs[b].k_len > 0; ++h) {
+      runs.emplace_back();
       for (int64_t j0 = (docs[b].k_len - 1) / block_k * block_k; j0 >= 0; j0 -= block_k)
-        out.push_back({int32_t(b), int32_t(j0), h});
+        runs.back().push_back({int32_t(b), int32_t(j0), h});
+    }
+  std::vector<Tile> out;
+  for (size_t r = 0; r < runs.size();) {
+    // A group: the fewest next runs that hold group_tiles tiles (one run where 0), listed
+    // round by round, the next tile of each run in turn.
+    size_t end = r + 1;
+    int64_t tiles = int64_t(runs[r].size());
+    while (end < runs.size() && tiles < group_tiles) tiles += int64_t(runs[end++].size());
+    for (size_t depth = 0;; ++depth) {
+      bool any = false;
+      for (size_t x = r; x < end; ++x)
+        if (depth < runs[x].size()) {
+          out.push_back(runs[x][depth]);
+          any = true;
+        }
+      if (!any) break;
+    }
+    r = end;
+  }
   return out;
 }
 

@@ -39,10 +39,19 @@ bool ordered_dq_fits(const Problem& p, const std::vector<Doc>& docs) {
   return true;
 }
 
-bool dkv_ordered_runs(const Problem& p, const std::vector<Doc>& docs) {
-  static const bool on = env_value("DRIFTLESS_ATTN_BWD_SM90_DET") == "1";
-  return on && dkv_atomic_runs(p) && ordered_dq_fits(p, docs);
+namespace {
+const std::string& ordered_dq_mode() {
+  static const std::string mode = env_value("DRIFTLESS_ATTN_BWD_SM90_DET");
+  return mode;
 }
+}  // namespace
+
+bool dkv_ordered_runs(const Problem& p, const std::vector<Doc>& docs) {
+  const std::string& mode = ordered_dq_mode();
+  return (mode == "1" || mode == "2") && dkv_atomic_runs(p) && ordered_dq_fits(p, docs);
+}
+
+int64_t ordered_dq_group_tiles() { return ordered_dq_mode() == "2" ? sm_count() : 0; }
 
 int64_t ordered_dq_counters(const Problem& p, int64_t documents) {
   return (p.t_q / BwdTraits<128>::kBlockM + documents + 1) * p.heads;
