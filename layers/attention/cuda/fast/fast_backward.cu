@@ -22,9 +22,11 @@
 // 64 and 128, grouped heads included), the built-in modifiers' dK/dV pass is sm90/bwd_sm90.cu's
 // warp-specialised kernel instead (TMA loads, dQ added by TMA reductions; bwd_sm90.h).
 #include <algorithm>
+#include <string>
 #include <type_traits>
 
 #include "engine/core/cuda/check.h"
+#include "engine/core/env.h"
 #include "engine/core/cuda/launch.cuh"
 #include "layers/attention/cuda/fast/fast_common.cuh"
 #include "layers/attention/cuda/fast/fast_dkv.cuh"
@@ -273,6 +275,13 @@ int dkv_block_k(const Problem& p, bool atomic, bool builtin) {
 int64_t atomic_dkv_concurrent_ctas(const Problem& p, bool builtin) {
   const int64_t head_dim = p.head_dim;
   if (!atomic_dq()) return 0;
+  // DRIFTLESS_ATTN_BWD_BAND (read once): the tail band's tiles instead (a schedule experiment;
+  // larger merges more of the runs heaviest first).
+  static const int64_t band = [] {
+    const std::string v = env_value("DRIFTLESS_ATTN_BWD_BAND");
+    return v.empty() ? int64_t(0) : std::max<int64_t>(0, std::stoll(v));
+  }();
+  if (band > 0) return band;
   if (head_dim == 64 && builtin && sm90::dkv_atomic_runs(p)) return sm90::sm_count();  // one CTA an SM
   if (head_dim == 64) {
     static const int64_t d64 = concurrent_dkv_ctas<64>();
