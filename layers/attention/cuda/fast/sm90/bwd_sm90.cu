@@ -8,6 +8,7 @@
 #include "layers/attention/cuda/fast/sm90/bwd_sm90.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "engine/core/cuda/check.h"
@@ -48,10 +49,14 @@ const std::string& ordered_dq_mode() {
 
 bool dkv_ordered_runs(const Problem& p, const std::vector<Doc>& docs) {
   const std::string& mode = ordered_dq_mode();
-  return (mode == "1" || mode == "2") && dkv_atomic_runs(p) && ordered_dq_fits(p, docs);
+  return (mode == "1" || mode == "2" || mode == "3") && dkv_atomic_runs(p) &&
+         ordered_dq_fits(p, docs);
 }
 
-int64_t ordered_dq_group_tiles() { return ordered_dq_mode() == "2" ? sm_count() : 0; }
+int64_t ordered_dq_group_tiles() {
+  const std::string& mode = ordered_dq_mode();
+  return mode == "2" ? sm_count() : mode == "3" ? INT64_MAX : 0;
+}
 
 int64_t ordered_dq_counters(const Problem& p, int64_t documents) {
   return (p.t_q / BwdTraits<128>::kBlockM + documents + 1) * p.heads;

@@ -15,8 +15,8 @@ namespace driftless::layers::gpu::fast::sm90 {
 bool dkv_atomic_runs(const Problem& p);
 
 // True where the deterministic backward of p may take the sm_90a kernel with the ordered dQ
-// (dkv_atomic with dq_counters): DRIFTLESS_ATTN_BWD_SM90_DET=1 or 2 (read once; opt-in until
-// it is measured; ordered_dq_group_tiles), dkv_atomic_runs(p), and every key tile of docs starts its query steps on its
+// (dkv_atomic with dq_counters): DRIFTLESS_ATTN_BWD_SM90_DET=1, 2 or 3 (read once; opt-in
+// until it is measured; ordered_dq_group_tiles), dkv_atomic_runs(p), and every key tile of docs starts its query steps on its
 // document's 64-row grid (causal documents with k_len - q_len a multiple of 64, e.g. without
 // past keys), so that the tiles' steps share the blocks the reductions are ordered in.
 bool dkv_ordered_runs(const Problem& p, const std::vector<Doc>& docs);
@@ -24,7 +24,9 @@ bool dkv_ordered_runs(const Problem& p, const std::vector<Doc>& docs);
 // multiple of 64 in its document.
 bool ordered_dq_fits(const Problem& p, const std::vector<Doc>& docs);
 // The schedule's group_tiles (k_tiles_by_head_descending): 0 with DRIFTLESS_ATTN_BWD_SM90_DET=1
-// (each run whole in turn), the device's SM count with =2 (runs interleaved in groups).
+// (each run whole in turn), the device's SM count with =2 (runs interleaved in groups), every
+// run in one group with =3 (the list ends on the runs' bottom tiles, all of them heavy, so
+// the last CTAs finish together).
 int64_t ordered_dq_group_tiles();
 // Ints of dkv_atomic's dq_counters for p over `documents` documents.
 int64_t ordered_dq_counters(const Problem& p, int64_t documents);
