@@ -280,13 +280,20 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
           {gpu::fast::sm90::ordered_dq_counters(d.p, int64_t(d.host_docs.size()))}, DType::i32,
           Device::cuda);
     const int block_k = gpu::fast::dkv_block_k(d.p, dq_acc.defined(), !d.expression);
+    // The GQA split: each key tile once a half of its group, dK and dV summed in f32.
+    const bool split = dq_acc.defined() && !d.expression && gpu::fast::sm90::dkv_gqa_split(d.p);
+    Tensor dkv_acc;
+    if (split)
+      dkv_acc = Tensor::zeros({2 * r.t_k * r.kv_heads * r.head_dim}, DType::f32, Device::cuda);
+    gpu::Problem listed = d.p;  // the schedule's kv heads: 2 a kv head with the split
+    if (split) listed.kv_heads *= 2;
     bool k_dropped = false;
     const Tensor kt = device_tiles(narrow_tiles_by_mask(
         d,
         ordered ? gpu::fast::k_tiles_by_head_descending(
-                      d.p, d.host_docs, block_k, gpu::fast::sm90::ordered_dq_group_tiles())
+                      listed, d.host_docs, block_k, gpu::fast::sm90::ordered_dq_group_tiles())
         : dq_acc.defined()
-            ? gpu::fast::k_tiles_by_head(d.p, d.host_docs, block_k,
+            ? gpu::fast::k_tiles_by_head(listed, d.host_docs, block_k,
                                          gpu::fast::atomic_dkv_concurrent_ctas(d.p, !d.expression))
             : gpu::fast::k_tiles(d.p, d.host_docs, block_k),
         block_k, false, true, &k_dropped));
@@ -319,7 +326,8 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
                           tile_count(kt), d.q_padded, d.k_padded, oc.raw_data(), doc.raw_data(),
                           lc.data<float>(), delta.data<float>(), g.dq.raw_data(),
                           g.dk.raw_data(), g.dv.raw_data(), rows, acc,
-                          ordered ? dq_counters.data<int32_t>() : nullptr);
+                          ordered ? dq_counters.data<int32_t>() : nullptr,
+                          split ? dkv_acc.data<float>() : nullptr);
     return g;
   }
   gpu::launch_backward(d.p, d.mod.desc, oc.raw_data(), doc.raw_data(), lc.data<float>(),
