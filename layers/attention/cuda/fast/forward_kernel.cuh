@@ -4,6 +4,7 @@
 #pragma once
 #include "engine/core/cuda/launch.cuh"
 #include "layers/attention/cuda/fast/fast_common.cuh"
+#include "layers/attention/cuda/fast/online_softmax.cuh"
 #include "layers/attention/rtc_std.h"
 
 namespace driftless::layers::gpu::fast::fwd {
@@ -160,29 +161,8 @@ __global__ void __launch_bounds__(Cfg<D, M>::kThreads)
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          // Row max and sum as trees over the thread's elements, not chains: a chain of NK
-          // dependent instructions stalls the warp on each one's latency.
-          float mx = tree_reduce<NK>([&](int n) { return fmaxf(sm[n][2 * r], sm[n][2 * r + 1]); },
-                                     [](float a, float b) { return fmaxf(a, b); });
-          if constexpr (!kLin) mx = fmaxf(mx, row_max[mt][r]);
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          float scale = 1.f;
-          if constexpr (kLin) {
-            scale = mod.scale_log2;
-            mx = fmaxf(row_max[mt][r], mx * scale);
-          }
-          const float m_use = mx == -INFINITY ? 0.f : mx;
-          const float corr = exp2_ftz(row_max[mt][r] - m_use);
-          row_max[mt][r] = mx;
-#pragma unroll
-          for (int n = 0; n < NK; ++n) {
-            sm[n][2 * r] = exp2_ftz(fmaf(sm[n][2 * r], scale, -m_use));
-            sm[n][2 * r + 1] = exp2_ftz(fmaf(sm[n][2 * r + 1], scale, -m_use));
-          }
-          const float sum = tree_reduce<NK>([&](int n) { return sm[n][2 * r] + sm[n][2 * r + 1]; },
-                                            [](float a, float b) { return a + b; });
-          row_sum[mt][r] = row_sum[mt][r] * corr + sum;
+          const float corr = online_softmax_row<kLin>(sm, r, row_max[mt][r], row_sum[mt][r],
+                                                      lin_scale_log2<kLin>(mod));
           if (__any_sync(0xffffffffu, corr != 1.f)) {
 #pragma unroll
             for (int n = 0; n < ND; ++n) {

@@ -4,12 +4,12 @@
 // maximum and sum updated, with the factor O must be rescaled by.
 #pragma once
 #include "layers/attention/cuda/fast/fast_common.cuh"
+#include "layers/attention/cuda/fast/online_softmax.cuh"
 #include "layers/attention/cuda/fast/sm90/tile_scheduler.cuh"
 
 namespace driftless::layers::gpu::fast::sm90 {
 
-// kLin: ModNone with a positive scale: the row maximum is taken over the raw products and
-// scaled once, and each probability is exp2(dot * scale - max), one FFMA an element.
+// kLin: ModNone with a positive scale (online_softmax.cuh lin_scale_log2).
 template <class M, bool kLin>
 struct OnlineSoftmax {
   M mod;
@@ -50,30 +50,8 @@ struct OnlineSoftmax {
         s[n][e] = x;
       }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      // Row max and sum as trees over the thread's elements (a chain stalls on each step).
-      float mx = tree_reduce<NK>([&](int n) { return fmaxf(s[n][2 * r], s[n][2 * r + 1]); },
-                                 [](float x, float y) { return fmaxf(x, y); });
-      if constexpr (!kLin) mx = fmaxf(mx, row_max[r]);
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      float scale = 1.f;
-      if constexpr (kLin) {
-        scale = mod.scale_log2;
-        mx = fmaxf(row_max[r], mx * scale);
-      }
-      const float m_use = mx == -INFINITY ? 0.f : mx;
-      corr[r] = exp2_ftz(row_max[r] - m_use);
-      row_max[r] = mx;
-#pragma unroll
-      for (int n = 0; n < NK; ++n) {
-        s[n][2 * r] = exp2_ftz(fmaf(s[n][2 * r], scale, -m_use));
-        s[n][2 * r + 1] = exp2_ftz(fmaf(s[n][2 * r + 1], scale, -m_use));
-      }
-      const float sum = tree_reduce<NK>([&](int n) { return s[n][2 * r] + s[n][2 * r + 1]; },
-                                        [](float x, float y) { return x + y; });
-      row_sum[r] = row_sum[r] * corr[r] + sum;
-    }
+    for (int r = 0; r < 2; ++r)
+      corr[r] = online_softmax_row<kLin>(s, r, row_max[r], row_sum[r], lin_scale_log2<kLin>(mod));
   }
 };
 
