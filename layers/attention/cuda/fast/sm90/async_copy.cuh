@@ -104,16 +104,16 @@ __device__ __forceinline__ void bulk_wait() {
 // wait_counter returns once *c reaches `value` (acquire at GPU scope, then a proxy fence so the
 // thread's next bulk operations come after what the acquire made visible); bump_counter, once
 // the thread's bulk groups are complete (bulk_wait<0>), makes their writes visible to the
-// next waiter (proxy fence, then a release add). A wait of some seconds (2^26 polls; the
-// waits the schedule allows take microseconds) traps: a schedule that waits on a tile never
-// taken fails the launch instead of hanging the device.
+// next waiter (proxy fence, then a release add). A wait of some seconds (2^22 polls of an L2
+// load and a short sleep; the waits the schedule allows take micro- to milliseconds) traps: a
+// schedule that waits on a tile never taken fails the launch instead of hanging the device.
 __device__ __forceinline__ void wait_counter(const int* c, int value) {
 #ifdef DL_WGMMA
   int v = 0;
   for (uint32_t polls = 0;; ++polls) {
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(c) : "memory");
     if (v >= value) break;
-    if (polls == (1u << 26)) __trap();
+    if (polls == (1u << 22)) __trap();
     __nanosleep(32);
   }
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
