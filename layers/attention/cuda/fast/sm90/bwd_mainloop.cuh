@@ -332,10 +332,8 @@ __device__ __forceinline__ void add_dkv(const Problem& p, const BwdItem& b, int 
     const int64_t off = ((b.doc.k_offset + b.j0 + row) * p.kv_heads + b.kh) * D + 2 * t4;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
-      atomicAdd(reinterpret_cast<float2*>(dkv_acc + off + n * 8),
-                make_float2(acc.dk[n][2 * r], acc.dk[n][2 * r + 1]));
-      atomicAdd(reinterpret_cast<float2*>(dv_acc + off + n * 8),
-                make_float2(acc.dv[n][2 * r], acc.dv[n][2 * r + 1]));
+      red_add_f32x2(dkv_acc + off + n * 8, acc.dk[n][2 * r], acc.dk[n][2 * r + 1]);
+      red_add_f32x2(dv_acc + off + n * 8, acc.dv[n][2 * r], acc.dv[n][2 * r + 1]);
     }
   }
 }
