@@ -16,6 +16,8 @@
 
 #include "layers/attention/cuda/fast/fast_attention.h"
 #include "layers/attention/cuda/fast/sm90/bwd_sm90.h"
+#include "layers/attention/cuda/fast/sm90/ordered_dq.h"
+#include "layers/attention/mask.h"
 
 // The schedules are compiled with the CUDA backend only (schedule.cpp sits with its kernels).
 #ifdef DRIFTLESS_HAVE_CUDA
@@ -203,6 +205,60 @@ TEST(AttentionSchedule, OrderedDqFitsOnlyTheQueryGrid) {
   EXPECT_FALSE(fast::sm90::ordered_dq_fits(p, Docs{{0, 100, 0, 130}}));  // tile 128: row 98
   p.causal = false;
   EXPECT_TRUE(fast::sm90::ordered_dq_fits(p, Docs{{0, 50, 0, 200}}));
+}
+
+// The ordered dQ's count (sm90/ordered_dq.h) against the kernels' query steps (bwd_step.cuh
+// query_steps at 128-key tiles and 64-row steps, restated here): for every tile and every
+// block its steps reach, the tiles above it that have a step on that block, on documents the
+// grid condition admits (causal or not, past keys, left and right windows).
+TEST(AttentionSchedule, OrderedDqCountsTheTilesAboveThatReachTheBlock) {
+  struct Steps {
+    int64_t begin, count;  // query rows begin + 64 s, s < count
+  };
+  int checked = 0;
+  for (const bool causal : {true, false})
+    for (const int64_t wl : {int64_t(-1), int64_t(100), int64_t(300)})
+      for (const int64_t wr : {int64_t(-1), int64_t(0), int64_t(64), int64_t(192)})
+        for (auto [q_len, k_len] : std::vector<std::pair<int64_t, int64_t>>{
+                 {1, 1}, {64, 64}, {100, 100}, {700, 700}, {100, 164}, {300, 556}, {640, 513}}) {
+          layers::gpu::Problem p = causal_problem(2, 2);
+          p.causal = causal;
+          p.window_left = wl;
+          p.window_right = wr;
+          const layers::gpu::Doc d{0, q_len, 0, k_len};
+          if (!fast::sm90::ordered_dq_fits(p, {d})) continue;
+          const int64_t shift = k_len - q_len;
+          const int64_t w_l = layers::window_in_32_bits(wl, q_len, k_len),
+                        w_r = layers::window_in_32_bits(wr, q_len, k_len);
+          auto steps = [&](int64_t j0) {
+            const int64_t nk = std::min<int64_t>(128, k_len - j0);
+            int64_t begin = 0, end = q_len - 1;
+            if (causal) begin = std::max(begin, j0 - shift);
+            if (w_r >= 0) begin = std::max(begin, j0 - w_r - shift);
+            if (w_l >= 0) end = std::min(end, j0 + nk - 1 + w_l - shift);
+            return Steps{begin, end >= begin ? (end - begin) / 64 + 1 : 0};
+          };
+          for (int64_t j0 = 0; j0 < k_len; j0 += 128) {
+            const Steps mine = steps(j0);
+            for (int64_t s = 0; s < mine.count; ++s) {
+              const int64_t q0 = mine.begin + 64 * s;
+              ASSERT_EQ(q0 % 64, 0) << "a step off the grid the counters assume";
+              int above = 0;
+              for (int64_t j = j0 + 128; j < k_len; j += 128) {
+                const Steps other = steps(j);
+                if (q0 >= other.begin && q0 < other.begin + 64 * other.count) ++above;
+              }
+              EXPECT_EQ((fast::sm90::ordered_dq_before<64, 128>(int(q_len), int(k_len), causal, wr,
+                                                                 int(j0), int(q0))),
+                        above)
+                  << "q " << q_len << " k " << k_len << " causal " << causal << " wl " << wl
+                  << " wr " << wr << " tile " << j0 << " block " << q0;
+              ++checked;
+            }
+          }
+        }
+  std::printf("[attention schedule] ordered dQ counts checked: %d\n", checked);
+  EXPECT_GT(checked, 100);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "layers/attention/cuda/fast/param_grad.cuh"
 #include "layers/attention/cuda/fast/sm90/async_copy.cuh"
 #include "layers/attention/cuda/fast/sm90/bwd_traits.cuh"
+#include "layers/attention/cuda/fast/sm90/ordered_dq.h"
 
 namespace driftless::layers::gpu::fast::sm90 {
 
@@ -249,27 +250,14 @@ __device__ __forceinline__ int* ordered_dq_counter(int* counters, const Problem&
   const int64_t row = b.doc.q_offset / T::kBlockM + b.tile.doc + q0 / T::kBlockM;
   return counters + row * p.heads + h;
 }
-// Reductions that come before key tile b's into the block of rows q0 ..: one from each tile
-// above it whose first query row (bwd_step.cuh query_steps's first_row) is at most the
-// block's last row, up to the document's last tile.
-template <class T>
-__device__ __forceinline__ int ordered_dq_before(const Problem& p, const BwdItem& b, int q0) {
-  const int q_len = int(b.doc.q_len), k_len = int(b.doc.k_len), shift = k_len - q_len;
-  const int wr = window_in_32_bits(p.window_right, q_len, k_len);
-  const int last_row = min(q0 + T::kBlockM, q_len) - 1;
-  int last_tile = (k_len - 1) / T::kBlockN;
-  if (p.causal) last_tile = min(last_tile, (last_row + shift) / T::kBlockN);
-  if (wr >= 0) last_tile = min(last_tile, (last_row + wr + shift) / T::kBlockN);
-  return last_tile - b.j0 / T::kBlockN;
-}
-
 // The dQ warp: for every step of every item, once the consumers have written the step's dQ
 // tile, adds it to dq_acc (T_q, H, D) with one TMA reduction a box (rows past the tensor
 // skipped; rows past the document are zeros), and releases the tile when the TMA has read
 // it. The release of a step is signalled at the next step, so none is left pending at the
 // end. kOrdered: each step's reductions wait for the block's counter to reach
-// ordered_dq_before, and the counter is bumped once they are complete (at the next step's
-// start, after the tile's release, or at the end), so every dQ row is summed in one order.
+// ordered_dq_before (ordered_dq.h), and the counter is bumped once they are complete (at the
+// next step's start, after the tile's release, or at the end), so every dQ row is summed in
+// one order.
 template <class T, class M, bool kOrdered>
 __device__ void bwd_write_dq(const BwdMaps& maps, const Problem& p, const Tile* tiles, int n_items,
                              bool halves, const BwdSmem<T>& sm, int* counters, int lane) {
@@ -297,7 +285,9 @@ __device__ void bwd_write_dq(const BwdMaps& maps, const Problem& p, const Tile* 
         const int q0 = b.q0(s, T::kBlockM), h = b.head(s), qrow = int(b.doc.q_offset) + q0;
         if constexpr (kOrdered) {
           pending = ordered_dq_counter<T>(counters, p, b, h, q0);
-          wait_counter(pending, ordered_dq_before<T>(p, b, q0));
+          wait_counter(pending, ordered_dq_before<T::kBlockM, T::kBlockN>(
+                                    int(b.doc.q_len), int(b.doc.k_len), p.causal,
+                                    p.window_right, b.j0, q0));
         }
         for (int x = 0; x < T::kDqBoxes; ++x)
           tma_reduce_add_3d(maps.dq, sm.dq() + x * T::kDqBoxBytes, x * 32, h, qrow);
