@@ -34,7 +34,7 @@ struct DeviceProblem {
   bool expression = false;  // a score expression: the run-time compiled fast kernels
   jit::BoundExpr expr;      // its programs and tables (in mod.expression_params)
   std::shared_ptr<const expr::Program> identity;  // the score of a mask given alone
-  Tensor sums;              // the backward's fixed-point sums of learnable tables
+  Tensor sums;  // the backward's fixed-point sums of learnable tables
 };
 
 // A tile schedule (fast_attention.h) on the device, as kTileInts int32s a tile.
@@ -200,6 +200,46 @@ DeviceProblem make_device_problem(const ResolvedAttention& r, const Tensor& q, c
   return d;
 }
 
+// The fast backward's f32 sums and dK/dV schedule: dq_acc for the atomic dQ (the
+// non-deterministic backward) or the ordered dQ (the deterministic backward on the sm_90a
+// kernel, with its zeroed counters dq_counters); dkv_acc (zeroed) for the GQA split, whose
+// schedule lists each key tile once a half of its group; and the key tiles of block_k keys
+// the dK/dV pass walks.
+struct DkvPlan {
+  Tensor dq_acc, dq_counters, dkv_acc;
+  std::vector<gpu::fast::Tile> k_tiles;
+  int block_k = 0;
+};
+
+DkvPlan plan_dkv(const DeviceProblem& d, const ResolvedAttention& r, bool deterministic) {
+  namespace fast = gpu::fast;
+  DkvPlan plan;
+  const bool ordered =
+      deterministic && !d.expression && fast::sm90::dkv_ordered_runs(d.p, d.host_docs);
+  if ((!deterministic && fast::atomic_dq()) || ordered)
+    plan.dq_acc = Tensor::empty({r.t_q * r.heads * r.head_dim}, DType::f32, Device::cuda);
+  if (ordered)
+    plan.dq_counters =
+        Tensor::zeros({fast::sm90::ordered_dq_counters(d.p, int64_t(d.host_docs.size()))},
+                      DType::i32, Device::cuda);
+  const bool summed = plan.dq_acc.defined();
+  plan.block_k = fast::dkv_block_k(d.p, summed, !d.expression);
+  const bool split = summed && !d.expression && fast::sm90::dkv_gqa_split(d.p);
+  if (split)
+    plan.dkv_acc = Tensor::zeros({2 * r.t_k * r.kv_heads * r.head_dim}, DType::f32, Device::cuda);
+  gpu::Problem listed = d.p;  // the schedule's kv heads: 2 a kv head with the split
+  if (split) listed.kv_heads *= 2;
+  if (ordered)
+    plan.k_tiles = fast::k_tiles_by_head_descending(listed, d.host_docs, plan.block_k,
+                                                    fast::sm90::ordered_dq_group_tiles());
+  else if (summed)
+    plan.k_tiles = fast::k_tiles_by_head(listed, d.host_docs, plan.block_k,
+                                         fast::atomic_dkv_concurrent_ctas(d.p, !d.expression));
+  else
+    plan.k_tiles = fast::k_tiles(d.p, d.host_docs, plan.block_k);
+  return plan;
+}
+
 // q, k and v as the column blocks of one (T, (H + 2 H_kv) D) tensor, in that order: the
 // fused QKV product the model splits.
 bool qkv_layout(const Tensor& q, const Tensor& k, const Tensor& v, const ResolvedAttention& r) {
@@ -268,35 +308,11 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
     // The kernels write the gradients' rows as laid out above, heads packed within a row.
     const gpu::fast::OutRows rows{int(g.dq.strides()[0] / r.head_dim),
                                   int(g.dk.strides()[0] / r.head_dim)};
-    // The f32 dQ sums of the atomic dQ (the non-deterministic backward) or of the ordered dQ
-    // (the deterministic backward on the sm_90a kernel, with its counters).
-    const bool ordered =
-        spec.deterministic && !d.expression && gpu::fast::sm90::dkv_ordered_runs(d.p, d.host_docs);
-    Tensor dq_acc, dq_counters;
-    if ((!spec.deterministic && gpu::fast::atomic_dq()) || ordered)
-      dq_acc = Tensor::empty({r.t_q * r.heads * r.head_dim}, DType::f32, Device::cuda);
-    if (ordered)
-      dq_counters = Tensor::zeros(
-          {gpu::fast::sm90::ordered_dq_counters(d.p, int64_t(d.host_docs.size()))}, DType::i32,
-          Device::cuda);
-    const int block_k = gpu::fast::dkv_block_k(d.p, dq_acc.defined(), !d.expression);
-    // The GQA split: each key tile once a half of its group, dK and dV summed in f32.
-    const bool split = dq_acc.defined() && !d.expression && gpu::fast::sm90::dkv_gqa_split(d.p);
-    Tensor dkv_acc;
-    if (split)
-      dkv_acc = Tensor::zeros({2 * r.t_k * r.kv_heads * r.head_dim}, DType::f32, Device::cuda);
-    gpu::Problem listed = d.p;  // the schedule's kv heads: 2 a kv head with the split
-    if (split) listed.kv_heads *= 2;
+    const DkvPlan plan = plan_dkv(d, r, spec.deterministic);
+    const Tensor& dq_acc = plan.dq_acc;
     bool k_dropped = false;
-    const Tensor kt = device_tiles(narrow_tiles_by_mask(
-        d,
-        ordered ? gpu::fast::k_tiles_by_head_descending(
-                      listed, d.host_docs, block_k, gpu::fast::sm90::ordered_dq_group_tiles())
-        : dq_acc.defined()
-            ? gpu::fast::k_tiles_by_head(listed, d.host_docs, block_k,
-                                         gpu::fast::atomic_dkv_concurrent_ctas(d.p, !d.expression))
-            : gpu::fast::k_tiles(d.p, d.host_docs, block_k),
-        block_k, false, true, &k_dropped));
+    const Tensor kt =
+        device_tiles(narrow_tiles_by_mask(d, plan.k_tiles, plan.block_k, false, true, &k_dropped));
     const int dq_rows = gpu::fast::dq_block_q(d.p.head_dim);
     bool q_dropped = false;  // never set: the dQ tiles are not dropped (may_drop = false)
     // The dQ kernel's tiles, which the atomic backward does not run.
@@ -324,10 +340,10 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
     else
       gpu::fast::backward(d.p, d.mod.desc, tiles_ptr(qt), tile_count(qt), tiles_ptr(kt),
                           tile_count(kt), d.q_padded, d.k_padded, oc.raw_data(), doc.raw_data(),
-                          lc.data<float>(), delta.data<float>(), g.dq.raw_data(),
-                          g.dk.raw_data(), g.dv.raw_data(), rows, acc,
-                          ordered ? dq_counters.data<int32_t>() : nullptr,
-                          split ? dkv_acc.data<float>() : nullptr);
+                          lc.data<float>(), delta.data<float>(), g.dq.raw_data(), g.dk.raw_data(),
+                          g.dv.raw_data(), rows, acc,
+                          plan.dq_counters.defined() ? plan.dq_counters.data<int32_t>() : nullptr,
+                          plan.dkv_acc.defined() ? plan.dkv_acc.data<float>() : nullptr);
     return g;
   }
   gpu::launch_backward(d.p, d.mod.desc, oc.raw_data(), doc.raw_data(), lc.data<float>(),

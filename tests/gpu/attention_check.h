@@ -172,6 +172,15 @@ void on_every_core(const std::vector<size_t>& order, const Fn& fn) {
   if (failed) std::rethrow_exception(failed);
 }
 
+// The problem of each case, on the inputs of seeds seed + 10, seed + 20, ... (seed advanced
+// past them).
+inline std::vector<Problem> make_all(const std::vector<Case>& cases, uint64_t& seed) {
+  std::vector<Problem> problems;
+  problems.reserve(cases.size());
+  for (const Case& c : cases) problems.push_back(make(c, seed += 10));
+  return problems;
+}
+
 // The float64 reference and the plain bf16 reference (run_bf16_reference) of a problem.
 struct References {
   Result f64, bf16;

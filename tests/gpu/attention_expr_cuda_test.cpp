@@ -121,8 +121,7 @@ void expect_matches_cpu(const Case& c, Problem p, const References& refs) {
 // Each case against the CPU (expect_matches_cpu) on the inputs of seeds seed + 10, seed + 20,
 // ... (seed advanced past them), the references of all computed first, on every core.
 void expect_all_match_cpu(const std::vector<Case>& all, uint64_t& seed) {
-  std::vector<Problem> problems;
-  for (const Case& c : all) problems.push_back(make(c, seed += 10));
+  const std::vector<Problem> problems = make_all(all, seed);
   const std::vector<References> refs = references(problems);
   for (size_t i = 0; i < all.size(); ++i) expect_matches_cpu(all[i], problems[i], refs[i]);
 }
@@ -418,8 +417,7 @@ TEST_F(AttentionExprCuda, LearnableTableGradientsMatchTheCpuAndRepeatBitwise) {
       all.push_back(c);
     }
   prefetch_with_and_without_grad_runs(all);
-  std::vector<Problem> problems;
-  for (const Case& c : all) problems.push_back(make(c, seed += 10));
+  const std::vector<Problem> problems = make_all(all, seed);
   const std::vector<References> refs = references(problems);
   for (size_t n = 0; n < all.size(); ++n) {
     const Case& c = all[n];

@@ -126,8 +126,7 @@ TEST(AttentionFast, Bf16WithinTwiceTheCpuBf16Error) {
   double worst_ratio[5] = {0, 0, 0, 0, 0}, worst_err[5] = {0, 0, 0, 0, 0};
   double worst_plain[5] = {0, 0, 0, 0, 0};  // cuda error / bf16 reference error
   const std::vector<Case> all = cases();
-  std::vector<Problem> problems;
-  for (const Case& c : all) problems.push_back(make(c, seed += 10));
+  const std::vector<Problem> problems = make_all(all, seed);
   const std::vector<References> refs = references(problems);
   for (size_t n = 0; n < all.size(); ++n) {
     const Case& c = all[n];
@@ -197,11 +196,8 @@ TEST(AttentionFast, AtomicDqWithinTwiceTheCpuBf16Error) {
   uint64_t seed = 9001;  // the problems of the deterministic test
   double worst = 0;
   const std::vector<Case> all = cases();
-  std::vector<Problem> problems;
-  for (const Case& c : all) {
-    problems.push_back(make(c, seed += 10));
-    problems.back().spec.deterministic = false;
-  }
+  std::vector<Problem> problems = make_all(all, seed);
+  for (Problem& p : problems) p.spec.deterministic = false;
   const std::vector<References> refs = references(problems);
   for (size_t n = 0; n < all.size(); ++n) {
     const Case& c = all[n];
@@ -224,8 +220,8 @@ TEST(AttentionFast, AtomicDqWithinTwiceTheCpuBf16Error) {
     // The GQA split (sm90/bwd_sm90.h dkv_gqa_split; opt-in) sums dk and dv of the group's two
     // halves in f32: another rounding than the deterministic kernels' one sum, so the same
     // criterion as dq, and the two adds an element commute, so the bits repeat.
-    const bool split = env_value("DRIFTLESS_ATTN_BWD_GQA_SPLIT") == "1" &&
-                       c.heads != c.kv_heads && (c.heads / c.kv_heads) % 2 == 0;
+    const bool split = env_value("DRIFTLESS_ATTN_BWD_GQA_SPLIT") == "1" && c.heads != c.kv_heads &&
+                       (c.heads / c.kv_heads) % 2 == 0;
     for (int i : {0, 1, 3, 4}) {
       if (split && i >= 3) {
         bool zero = false;

@@ -1,7 +1,7 @@
 // The sm_90a dK/dV kernel with the dQ added by TMA reductions, unordered (the atomic dQ) or
 // kOrdered (the deterministic one: bwd_mainloop.cuh ordered_dq_*), with kHalves the GQA
-// split (BwdItem), launched by bwd_sm90.cu;
-// bwd_mainloop.cuh holds its roles. A device-only header.
+// split (BwdItem), launched by bwd_sm90.cu; bwd_mainloop.cuh holds its roles. A device-only
+// header.
 #pragma once
 #include "engine/core/cuda/launch.cuh"
 #include "layers/attention/cuda/fast/sm90/bwd_mainloop.cuh"
@@ -21,16 +21,14 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   const BwdSmem<T> sm{smem, smem_u32(smem)};
   if (threadIdx.x == 0) sm.init();
   __syncthreads();
-  constexpr bool halves = kHalves;  // the GQA split (BwdItem), dK and dV added to dkv_acc
   const int wg = int(threadIdx.x) / 128;
   if (wg == 0) {
     regs_dec<T::kProducerRegs>();
     const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) & 31;
     if (warp == 0)
-      bwd_produce<T, M>(maps, p, tiles, n_items, item_counter, halves, sm, dout, lse, delta,
-                        lane);
+      bwd_produce<T, M>(maps, p, tiles, n_items, item_counter, kHalves, sm, dout, lse, delta, lane);
     else if (warp == 1)
-      bwd_write_dq<T, M, kOrdered>(maps, p, tiles, n_items, halves, sm, dq_counters, lane);
+      bwd_write_dq<T, M, kOrdered>(maps, p, tiles, n_items, kHalves, sm, dq_counters, lane);
     return;
   }
   regs_inc<T::kConsumerRegs>();
@@ -42,10 +40,10 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   bool first_dq = true;
   ItemRing<T> ring;
   for (int w = ring.take(sm, lane); w < n_items; w = ring.take(sm, lane)) {
-    const BwdItem b = BwdItem::make<T, M>(p, tiles, w, halves);
+    const BwdItem b = BwdItem::make<T, M>(p, tiles, w, kHalves);
     BwdAccum<T::kD> acc;
     bwd_consume<T, M>(p, b, mod, sm, cw, kv, st, first_dq, acc);
-    if constexpr (halves)
+    if constexpr (kHalves)  // the GQA split: dK and dV added to dkv_acc
       add_dkv<T::kD>(p, b, key_row, lane & 3, acc, dkv_acc);
     else
       bwd::store_dkv<T::kD>(p, b.doc, b.j0, b.kh, b.nk, key_row, lane & 3, acc.dk, acc.dv, dk, dv,
