@@ -93,7 +93,8 @@ std::vector<Tile> k_tiles_by_head(const Problem& p, const std::vector<Doc>& docs
 std::vector<Tile> k_tiles_by_head_descending(const Problem& p, const std::vector<Doc>& docs,
                                              int block_k, int64_t group_tiles = 0);
 // How many dK/dV CTAs of the atomic dQ backward run at once on the current device (SMs x
-// CTAs per SM for p's head dim and groups): k_tiles_by_head's concurrent_ctas. builtin: the
+// CTAs per SM for p's head dim and groups): k_tiles_by_head's concurrent_ctas; the int64_t
+// maximum (every run in the band) for GQA on the sm_90a kernel. builtin: the
 // call's modifier is a built-in one (not a run-time compiled expression, jit/), which the
 // sm_90a kernel may take (sm90/bwd_sm90.h).
 int64_t atomic_dkv_concurrent_ctas(const Problem& p, bool builtin);
