@@ -202,11 +202,10 @@ DeviceProblem make_device_problem(const ResolvedAttention& r, const Tensor& q, c
 
 // The fast backward's f32 sums and dK/dV schedule: dq_acc for the atomic dQ (the
 // non-deterministic backward) or the ordered dQ (the deterministic backward on the sm_90a
-// kernel, with its zeroed counters dq_counters); dkv_acc (zeroed) for the GQA split, whose
-// schedule lists each key tile once a half of its group; and the key tiles of block_k keys
-// the dK/dV pass walks.
+// kernel, with its zeroed counters dq_counters), and the key tiles of block_k keys the dK/dV
+// pass walks.
 struct DkvPlan {
-  Tensor dq_acc, dq_counters, dkv_acc;
+  Tensor dq_acc, dq_counters;
   std::vector<gpu::fast::Tile> k_tiles;
   int block_k = 0;
 };
@@ -224,16 +223,11 @@ DkvPlan plan_dkv(const DeviceProblem& d, const ResolvedAttention& r, bool determ
                       DType::i32, Device::cuda);
   const bool summed = plan.dq_acc.defined();
   plan.block_k = fast::dkv_block_k(d.p, summed, !d.expression);
-  const bool split = summed && !d.expression && fast::sm90::dkv_gqa_split(d.p);
-  if (split)
-    plan.dkv_acc = Tensor::zeros({2 * r.t_k * r.kv_heads * r.head_dim}, DType::f32, Device::cuda);
-  gpu::Problem listed = d.p;  // the schedule's kv heads: 2 a kv head with the split
-  if (split) listed.kv_heads *= 2;
   if (ordered)
-    plan.k_tiles = fast::k_tiles_by_head_descending(listed, d.host_docs, plan.block_k,
+    plan.k_tiles = fast::k_tiles_by_head_descending(d.p, d.host_docs, plan.block_k,
                                                     fast::sm90::ordered_dq_group_tiles());
   else if (summed)
-    plan.k_tiles = fast::k_tiles_by_head(listed, d.host_docs, plan.block_k,
+    plan.k_tiles = fast::k_tiles_by_head(d.p, d.host_docs, plan.block_k,
                                          fast::atomic_dkv_concurrent_ctas(d.p, !d.expression));
   else
     plan.k_tiles = fast::k_tiles(d.p, d.host_docs, plan.block_k);
@@ -342,8 +336,7 @@ AttentionGrads cuda_backward(const ResolvedAttention& r, const Tensor& q, const 
                           tile_count(kt), d.q_padded, d.k_padded, oc.raw_data(), doc.raw_data(),
                           lc.data<float>(), delta.data<float>(), g.dq.raw_data(), g.dk.raw_data(),
                           g.dv.raw_data(), rows, acc,
-                          plan.dq_counters.defined() ? plan.dq_counters.data<int32_t>() : nullptr,
-                          plan.dkv_acc.defined() ? plan.dkv_acc.data<float>() : nullptr);
+                          plan.dq_counters.defined() ? plan.dq_counters.data<int32_t>() : nullptr);
     return g;
   }
   gpu::launch_backward(d.p, d.mod.desc, oc.raw_data(), doc.raw_data(), lc.data<float>(),

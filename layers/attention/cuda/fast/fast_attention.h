@@ -126,14 +126,11 @@ struct OutRows {
 // run), and k_tiles must be k_tiles_by_head's; elsewhere dq_acc is ignored and the
 // deterministic kernels run. dq_counters (with dq_acc, where sm90::dkv_ordered_runs holds):
 // sm90::ordered_dq_counters(p, documents) zeroed ints, k_tiles k_tiles_by_head_descending's,
-// and the adds to dq_acc come in one order (deterministic), with no dQ kernel. dkv_acc (with
-// dq_acc, where sm90::dkv_gqa_split holds): 2 x (T_k, H_kv, D) zeroed f32, the GQA split's dK
-// and dV sums, and k_tiles listed as dkv_gqa_split says.
+// and the adds to dq_acc come in one order (deterministic), with no dQ kernel.
 void backward(const Problem& p, const Mod& mod, const Tile* q_tiles, int n_q_tiles,
               const Tile* k_tiles, int n_k_tiles, bool q_padded, bool k_padded, const void* out,
               const void* dout, const float* lse, float* delta, void* dq, void* dk, void* dv,
-              OutRows rows = {}, float* dq_acc = nullptr, int* dq_counters = nullptr,
-              float* dkv_acc = nullptr);
+              OutRows rows = {}, float* dq_acc = nullptr, int* dq_counters = nullptr);
 
 // True when backward() takes a dq_acc (the wgmma kernels run).
 inline bool atomic_dq() { return use_wgmma(); }
@@ -175,7 +172,6 @@ struct DkvArgs {  // fast_dkv.cuh dkv_kernel; atomic: the kDq = true instance
   int dkv_heads = 0;
   float* dq_acc = nullptr;
   int* dq_counters = nullptr;  // the ordered dQ's (sm90/bwd_sm90.h dkv_atomic)
-  float* dkv_acc = nullptr;    // the GQA split's dK, dV sums (sm90/bwd_sm90.h dkv_atomic)
   bool atomic = false;
 };
 struct ModLauncher {

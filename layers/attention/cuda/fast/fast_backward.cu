@@ -27,8 +27,8 @@
 #include <type_traits>
 
 #include "engine/core/cuda/check.h"
-#include "engine/core/cuda/launch.cuh"
 #include "engine/core/env.h"
+#include "engine/core/cuda/launch.cuh"
 #include "layers/attention/cuda/fast/fast_common.cuh"
 #include "layers/attention/cuda/fast/fast_dkv.cuh"
 #include "layers/attention/cuda/fast/fast_dq.cuh"
@@ -154,8 +154,7 @@ template <int D, bool W, class LaunchDq, class LaunchDkv>
 void run_backward(const Problem& p, const Tile* q_tiles, int n_q_tiles, const Tile* k_tiles,
                   int n_k_tiles, const bf16* out, const bf16* dout, const float* lse,
                   float* delta, bf16* dq, bf16* dk, bf16* dv, const OutRows& out_rows,
-                  float* dq_acc, int* dq_counters, float* dkv_acc, LaunchDq&& launch_dq,
-                  LaunchDkv&& launch_dkv) {
+                  float* dq_acc, int* dq_counters, LaunchDq&& launch_dq, LaunchDkv&& launch_dkv) {
   const bool atomic_dq = W && dq_acc != nullptr;
   if (!W || atomic_dq) {  // the wgmma dQ kernel computes delta itself
     const int64_t rows = p.t_q * p.heads;
@@ -179,22 +178,12 @@ void run_backward(const Problem& p, const Tile* q_tiles, int n_q_tiles, const Ti
       const int64_t n = p.t_q * p.heads * D;
       kv.dq_acc = dq_acc;
       kv.dq_counters = dq_counters;
-      kv.dkv_acc = dkv_acc;
       kv.atomic = true;
       if (n_k_tiles > 0) launch_dkv(dkv_geometry<D, W, true>(unsigned(n_k_tiles)), kv);
-      // f32 sums (rows, heads, D) -> rows of out_heads heads in bf16, times scale.
-      auto convert = [](const float* acc, int64_t n, int64_t heads, float scale, bf16* out,
-                        int out_heads) {
-        cuda::launch(dq_from_acc_kernel, unsigned(std::min<int64_t>((n / 4 + 255) / 256, 8192)),
-                     256, 0, acc, n / 4, heads, D, scale, out, out_heads);
-        DL_CUDA_LAUNCH_CHECK();
-      };
-      convert(dq_acc, n, p.heads, p.scale, dq, out_rows.dq_heads);
-      if (dkv_acc) {  // the GQA split's dK (unscaled) and dV sums
-        const int64_t nk = p.t_k * p.kv_heads * D;
-        convert(dkv_acc, nk, p.kv_heads, p.scale, dk, out_rows.dkv_heads);
-        convert(dkv_acc + nk, nk, p.kv_heads, 1.f, dv, out_rows.dkv_heads);
-      }
+      cuda::launch(dq_from_acc_kernel, unsigned(std::min<int64_t>((n / 4 + 255) / 256, 8192)), 256,
+                   0, static_cast<const float*>(dq_acc), n / 4, p.heads, D, p.scale, dq,
+                   out_rows.dq_heads);
+      DL_CUDA_LAUNCH_CHECK();
       return;
     }
   }
@@ -233,7 +222,7 @@ template <int D, class M, bool W>
 void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, const Tile* k_tiles,
             int n_k_tiles, const bf16* out, const bf16* dout, const float* lse, float* delta,
             bf16* dq, bf16* dk, bf16* dv, const OutRows& out_rows, float* dq_acc,
-            int* dq_counters, float* dkv_acc) {
+            int* dq_counters) {
   auto launch_dq = [&](const Geometry& g, const DqArgs& a) {
     static bool configured = false;
     if (!configured) {
@@ -246,20 +235,18 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
     DL_CUDA_LAUNCH_CHECK();
   };
   auto launch_kv = [&](const Geometry& g, const DkvArgs& a) {
-    DL_CHECK((a.dq_counters == nullptr && a.dkv_acc == nullptr) ||
-                 (W && sm90::dkv_atomic_runs(a.p)),
-             "attention",
-             "the ordered dQ and the GQA split take the sm_90a dK/dV kernel (sm90/bwd_sm90.h)");
+    DL_CHECK(a.dq_counters == nullptr || (W && sm90::dkv_atomic_runs(a.p)), "attention",
+             "the ordered dQ takes the sm_90a dK/dV kernel (sm90::dkv_ordered_runs)");
     if constexpr (W) {
       if (a.atomic && sm90::dkv_atomic_runs(a.p))
         return sm90::dkv_atomic<D>(a.p, mod, a.tiles, int(g.grid), a.dout, a.lse, a.delta, a.dk,
-                                a.dv, a.dkv_heads, a.dq_acc, a.dq_counters, a.dkv_acc);
+                                a.dv, a.dkv_heads, a.dq_acc, a.dq_counters);
       if (a.atomic) return launch_dkv<D, M, W, true>(g, mod, a);
     }
     launch_dkv<D, M, W, false>(g, mod, a);
   };
   run_backward<D, W>(p, q_tiles, n_q_tiles, k_tiles, n_k_tiles, out, dout, lse, delta, dq, dk,
-                     dv, out_rows, dq_acc, dq_counters, dkv_acc, launch_dq, launch_kv);
+                     dv, out_rows, dq_acc, dq_counters, launch_dq, launch_kv);
 }
 
 template <int D>
@@ -356,7 +343,7 @@ void dispatch_dim(const Problem& p, F&& f) {
 void backward(const Problem& problem, const Mod& mod, const Tile* q_tiles, int n_q_tiles,
               const Tile* k_tiles, int n_k_tiles, bool q_padded, bool k_padded, const void* out,
               const void* dout, const float* lse, float* delta, void* dq, void* dk, void* dv,
-              OutRows rows, float* dq_acc, int* dq_counters, float* dkv_acc) {
+              OutRows rows, float* dq_acc, int* dq_counters) {
   const Problem p = with_row_strides(problem);
   const bool atomic_dq = dq_acc != nullptr && use_wgmma();
   if (!backward_prologue(p, q_padded, k_padded, dq, dk, dv, rows, atomic_dq)) return;
@@ -366,7 +353,7 @@ void backward(const Problem& problem, const Mod& mod, const Tile* q_tiles, int n
           p, m, q_tiles, n_q_tiles, k_tiles, n_k_tiles, static_cast<const bf16*>(out),
           static_cast<const bf16*>(dout), lse, delta, static_cast<bf16*>(dq),
           static_cast<bf16*>(dk), static_cast<bf16*>(dv), rows, atomic_dq ? dq_acc : nullptr,
-          atomic_dq ? dq_counters : nullptr, atomic_dq ? dkv_acc : nullptr);
+          atomic_dq ? dq_counters : nullptr);
     });
   });
 }
@@ -383,7 +370,7 @@ void backward_with(const Problem& problem, const ModLauncher& launch, const Tile
         p, q_tiles, n_q_tiles, k_tiles, n_k_tiles, static_cast<const bf16*>(out),
         static_cast<const bf16*>(dout), lse, delta, static_cast<bf16*>(dq),
         static_cast<bf16*>(dk), static_cast<bf16*>(dv), rows, atomic_dq ? dq_acc : nullptr,
-        nullptr, nullptr, launch.dq, launch.dkv);
+        nullptr, launch.dq, launch.dkv);
   });
 }
 

@@ -100,12 +100,6 @@ __device__ __forceinline__ void bulk_wait() {
   asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
-// *addr += (a, b) as one vector f32 reduction in global memory (8-byte aligned addr).
-__device__ __forceinline__ void red_add_f32x2(float* addr, float a, float b) {
-#ifdef DL_WGMMA
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b) : "memory");
-#endif
-}
 // A counter in global memory that orders the TMA reductions of several CTAs (the ordered dQ):
 // wait_counter returns once *c reaches `value` (acquire at GPU scope, then a proxy fence so the
 // thread's next bulk operations come after what the acquire made visible); bump_counter, once

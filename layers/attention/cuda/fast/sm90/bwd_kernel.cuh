@@ -1,19 +1,17 @@
 // The sm_90a dK/dV kernel with the dQ added by TMA reductions, unordered (the atomic dQ) or
-// kOrdered (the deterministic one: bwd_mainloop.cuh ordered_dq_*), with kHalves the GQA
-// split (BwdItem), launched by bwd_sm90.cu; bwd_mainloop.cuh holds its roles. A device-only
-// header.
+// kOrdered (the deterministic one: bwd_mainloop.cuh ordered_dq_*), launched by bwd_sm90.cu;
+// bwd_mainloop.cuh holds its roles. A device-only header.
 #pragma once
 #include "engine/core/cuda/launch.cuh"
 #include "layers/attention/cuda/fast/sm90/bwd_mainloop.cuh"
 
 namespace driftless::layers::gpu::fast::sm90 {
 
-template <class T, class M, bool kOrdered, bool kHalves>
+template <class T, class M, bool kOrdered>
 __global__ void __launch_bounds__(T::kThreads, 1)
     dkv_dq_kernel(const __grid_constant__ BwdMaps maps, Problem p, M mod, const Tile* tiles,
                   int n_items, int* item_counter, int* dq_counters, const bf16* dout,
-                  const float* lse, const float* delta, bf16* dk, bf16* dv, int dkv_heads,
-                  float* dkv_acc) {
+                  const float* lse, const float* delta, bf16* dk, bf16* dv, int dkv_heads) {
   cuda::dependent_kernel_begin();
   static_assert(!HasParamGrad<M>::value, "learnable tables take the dK/dV kernel of fast_dkv.cuh");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -26,9 +24,9 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     regs_dec<T::kProducerRegs>();
     const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) & 31;
     if (warp == 0)
-      bwd_produce<T, M>(maps, p, tiles, n_items, item_counter, kHalves, sm, dout, lse, delta, lane);
+      bwd_produce<T, M>(maps, p, tiles, n_items, item_counter, sm, dout, lse, delta, lane);
     else if (warp == 1)
-      bwd_write_dq<T, M, kOrdered>(maps, p, tiles, n_items, kHalves, sm, dq_counters, lane);
+      bwd_write_dq<T, M, kOrdered>(maps, p, tiles, n_items, sm, dq_counters, lane);
     return;
   }
   regs_inc<T::kConsumerRegs>();
@@ -40,14 +38,11 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   bool first_dq = true;
   ItemRing<T> ring;
   for (int w = ring.take(sm, lane); w < n_items; w = ring.take(sm, lane)) {
-    const BwdItem b = BwdItem::make<T, M>(p, tiles, w, kHalves);
+    const BwdItem b = BwdItem::make<T, M>(p, tiles, w);
     BwdAccum<T::kD> acc;
     bwd_consume<T, M>(p, b, mod, sm, cw, kv, st, first_dq, acc);
-    if constexpr (kHalves)  // the GQA split: dK and dV added to dkv_acc
-      add_dkv<T::kD>(p, b, key_row, lane & 3, acc, dkv_acc);
-    else
-      bwd::store_dkv<T::kD>(p, b.doc, b.j0, b.kh, b.nk, key_row, lane & 3, acc.dk, acc.dv, dk, dv,
-                            dkv_heads);
+    bwd::store_dkv<T::kD>(p, b.doc, b.j0, b.kh, b.nk, key_row, lane & 3, acc.dk, acc.dv, dk, dv,
+                          dkv_heads);
   }
 }
 

@@ -108,33 +108,27 @@ struct ItemRing {
   }
 };
 
-// One item: key tile `tile` (keys j0 .. j0 + nk - 1 of doc, kv head kh) and its steps: every
-// query head of kh's group, or with halves (the GQA split: tile.head is 2 kh + the half) the
-// half of them from h0, whose dK and dV the kernel then adds to f32 sums (two adds onto zero
-// an element, so their order does not change the bits).
+// One item: key tile `tile` (keys j0 .. j0 + nk - 1 of doc, kv head kh) and its steps.
 struct BwdItem {
   Tile tile;
   Doc doc;
-  int kh, h0, j0, nk, heads, i_begin, n_qt, n_steps;
-  __device__ int head(int s) const { return h0 + s / n_qt; }
+  int kh, j0, nk, group, i_begin, n_qt, n_steps;
+  __device__ int head(int s) const { return kh * group + s / n_qt; }
   __device__ int q0(int s, int block_m) const { return i_begin + (s % n_qt) * block_m; }
 
   template <class T, class M>
-  __device__ __forceinline__ static BwdItem make(const Problem& p, const Tile* tiles, int w,
-                                                 bool halves) {
+  __device__ __forceinline__ static BwdItem make(const Problem& p, const Tile* tiles, int w) {
     BwdItem b;
     b.tile = tiles[w];
-    const int group = int(p.heads / p.kv_heads);
-    b.kh = halves ? b.tile.head >> 1 : b.tile.head;
-    b.heads = halves ? group / 2 : group;
-    b.h0 = b.kh * group + (halves ? (b.tile.head & 1) * b.heads : 0);
+    b.kh = b.tile.head;
     b.doc = p.docs[b.tile.doc];
     b.j0 = b.tile.start;
     b.nk = min(T::kBlockN, int(b.doc.k_len) - b.j0);
+    b.group = int(p.heads / p.kv_heads);
     const bwd::QuerySteps qs = bwd::query_steps<T::kBlockN, T::kBlockM, M>(p, b.doc, b.tile, b.nk);
     b.i_begin = qs.i_begin;
     b.n_qt = qs.n_qt;
-    b.n_steps = b.heads * b.n_qt;
+    b.n_steps = b.group * b.n_qt;
     return b;
   }
 };
@@ -145,8 +139,8 @@ struct BwdItem {
 // zeros past the document, whose P the mask zeroes) into the next stage of the ring.
 template <class T, class M>
 __device__ void bwd_produce(const BwdMaps& maps, const Problem& p, const Tile* tiles, int n_items,
-                            int* item_counter, bool halves, const BwdSmem<T>& sm,
-                            const bf16* dout, const float* lse, const float* delta, int lane) {
+                            int* item_counter, const BwdSmem<T>& sm, const bf16* dout,
+                            const float* lse, const float* delta, int lane) {
   constexpr int D = T::kD;
   if (lane == 0) {
     tma_prefetch_map(maps.q);
@@ -158,7 +152,7 @@ __device__ void bwd_produce(const BwdMaps& maps, const Problem& p, const Tile* t
   PipeState<1> kv;
   PipeState<T::kStages> st;
   auto load_item = [&](int w) {
-    const BwdItem b = BwdItem::make<T, M>(p, tiles, w, halves);
+    const BwdItem b = BwdItem::make<T, M>(p, tiles, w);
     if (b.n_steps == 0) return;
     const int krow = int(b.doc.k_offset) + b.j0;
     mbar_wait(sm.kv_empty(), kv.phase ^ 1u);
@@ -260,7 +254,7 @@ __device__ __forceinline__ int* ordered_dq_counter(int* counters, const Problem&
 // one order.
 template <class T, class M, bool kOrdered>
 __device__ void bwd_write_dq(const BwdMaps& maps, const Problem& p, const Tile* tiles, int n_items,
-                             bool halves, const BwdSmem<T>& sm, int* counters, int lane) {
+                             const BwdSmem<T>& sm, int* counters, int lane) {
   if (lane == 0) tma_prefetch_map(maps.dq);
   bool first = true;
   int* pending = nullptr;  // kOrdered: the counter of the last step's reductions
@@ -275,7 +269,7 @@ __device__ void bwd_write_dq(const BwdMaps& maps, const Problem& p, const Tile* 
   };
   ItemRing<T> ring;
   for (int w = ring.take(sm, lane); w < n_items; w = ring.take(sm, lane)) {
-    const BwdItem b = BwdItem::make<T, M>(p, tiles, w, halves);
+    const BwdItem b = BwdItem::make<T, M>(p, tiles, w);
     for (int s = 0; s < b.n_steps; ++s) {
       if (!first) named_arrive(T::kDqEmpty, T::kDqThreads);
       first = false;
@@ -307,26 +301,6 @@ template <int D>
 struct BwdAccum {
   float dk[D / 8][4], dv[D / 8][4];
 };
-
-// The GQA split's epilogue: a thread's dK and dV of keys kr and kr + 8 (store_dkv's
-// fragment) added to the f32 sums dkv_acc (dK, then dV; each (T_k, H_kv, D) packed, zeroed
-// before the launch; the softmax scale is applied when they are converted).
-template <int D>
-__device__ __forceinline__ void add_dkv(const Problem& p, const BwdItem& b, int kr, int t4,
-                                        const BwdAccum<D>& acc, float* dkv_acc) {
-  float* dv_acc = dkv_acc + p.t_k * p.kv_heads * D;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = kr + 8 * r;
-    if (row >= b.nk) continue;
-    const int64_t off = ((b.doc.k_offset + b.j0 + row) * p.kv_heads + b.kh) * D + 2 * t4;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      red_add_f32x2(dkv_acc + off + n * 8, acc.dk[n][2 * r], acc.dk[n][2 * r + 1]);
-      red_add_f32x2(dv_acc + off + n * 8, acc.dv[n][2 * r], acc.dv[n][2 * r + 1]);
-    }
-  }
-}
 
 // One consumer warpgroup (index cw, keys 64 cw .. 64 cw + 63 of the tile) over the steps of
 // item b. first_dq: no dQ tile written yet by this CTA (the first needs no release).

@@ -53,12 +53,6 @@ bool dkv_ordered_runs(const Problem& p, const std::vector<Doc>& docs) {
          ordered_dq_fits(p, docs);
 }
 
-bool dkv_gqa_split(const Problem& p) {
-  static const bool on = env_value("DRIFTLESS_ATTN_BWD_GQA_SPLIT") == "1";
-  const int64_t group = p.heads / p.kv_heads;
-  return on && dkv_atomic_runs(p) && group % 2 == 0;
-}
-
 int64_t ordered_dq_group_tiles() {
   const std::string& mode = ordered_dq_mode();
   return mode == "2" ? sm_count() : mode == "3" ? INT64_MAX : 0;
@@ -87,10 +81,8 @@ int* item_counter() {
 template <int D, class M>
 void dkv_atomic(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, const void* dout,
                 const float* lse, const float* delta, void* dk, void* dv, int dkv_heads,
-                float* dq_acc, int* dq_counters, float* dkv_acc) {
+                float* dq_acc, int* dq_counters) {
   using T = BwdTraits<D>;
-  DL_CHECK(dkv_acc == nullptr || (p.heads / p.kv_heads) % 2 == 0, "attention",
-           "the GQA split halves groups of an even number of heads, not " << p.heads / p.kv_heads);
   DL_CHECK(p.head_dim == T::kD, "attention",
            "the sm_90a dK/dV kernel of head dim " << D << " called at " << p.head_dim);
   if (n_tiles == 0) return;
@@ -100,30 +92,25 @@ void dkv_atomic(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, 
   encode_rows_map(maps.k, p.k, p.t_k, p.kv_heads, p.k_row_heads, T::kD, T::kBlockN);
   encode_rows_map(maps.v, p.v, p.t_k, p.kv_heads, p.v_row_heads, T::kD, T::kBlockN);
   encode_f32_rows_map(maps.dq, dq_acc, p.t_q, p.heads, T::kD, T::kBlockM);
-  const int variant = (dq_counters != nullptr) + 2 * (dkv_acc != nullptr);
-  constexpr decltype(&dkv_dq_kernel<T, M, false, false>) kernels[4] = {
-      dkv_dq_kernel<T, M, false, false>, dkv_dq_kernel<T, M, true, false>,
-      dkv_dq_kernel<T, M, false, true>, dkv_dq_kernel<T, M, true, true>};
-  const auto kernel = kernels[variant];
-  static bool configured[4] = {};
-  if (!configured[variant]) {
+  auto kernel = dq_counters ? dkv_dq_kernel<T, M, true> : dkv_dq_kernel<T, M, false>;
+  static bool configured[2] = {};
+  if (!configured[dq_counters != nullptr]) {
     DL_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem));
-    configured[variant] = true;
+    configured[dq_counters != nullptr] = true;
   }
   const unsigned grid = unsigned(std::min(n_tiles, sm_count()));
   int* counter = item_counter();
   DL_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(int), cuda::compute_stream()));
   cuda::launch(kernel, grid, unsigned(T::kThreads), size_t(T::kSmem), maps, p, mod, tiles, n_tiles,
                counter, dq_counters, static_cast<const bf16*>(dout), lse, delta, static_cast<bf16*>(dk),
-               static_cast<bf16*>(dv), dkv_heads, dkv_acc);
+               static_cast<bf16*>(dv), dkv_heads);
   DL_CUDA_LAUNCH_CHECK();
 }
 
 #define DL_DKV_ATOMIC(D, M)                                                                     \
   template void dkv_atomic<D, M>(const Problem&, const M&, const Tile*, int, const void*,       \
-                                 const float*, const float*, void*, void*, int, float*, int*, \
-                                 float*);
+                                 const float*, const float*, void*, void*, int, float*, int*);
 DL_DKV_ATOMIC(128, ModNone)
 DL_DKV_ATOMIC(128, ModSoftcap)
 DL_DKV_ATOMIC(128, ModAlibi)

@@ -28,12 +28,6 @@ bool ordered_dq_fits(const Problem& p, const std::vector<Doc>& docs);
 // run in one group with =3 (the list ends on the runs' bottom tiles, all of them heavy, so
 // the last CTAs finish together).
 int64_t ordered_dq_group_tiles();
-// True where p's dK/dV pass on the sm_90a kernel splits each key tile's GQA group into two
-// halves, two work items (DRIFTLESS_ATTN_BWD_GQA_SPLIT=1, read once; opt-in until measured;
-// dkv_atomic_runs(p) and an even group): dkv_atomic then takes dkv_acc, and the schedule lists
-// each tile once a half (the schedule functions given p with kv_heads doubled: a tile's head
-// is 2 x its kv head + the half).
-bool dkv_gqa_split(const Problem& p);
 // Ints of dkv_atomic's dq_counters for p over `documents` documents.
 int64_t ordered_dq_counters(const Problem& p, int64_t documents);
 
@@ -42,12 +36,10 @@ int64_t ordered_dq_counters(const Problem& p, int64_t documents);
 // dq_counters null: the tiles are k_tiles_by_head's and the dQ adds come in any order (their
 // bits vary from run to run). Else ordered_dq_counters(p, documents) zeroed ints, the tiles
 // k_tiles_by_head_descending's, and every dQ row's adds come in one order (deterministic;
-// bwd_mainloop.cuh ordered_dq_*). dkv_acc null: dk and dv written whole. Else (the GQA split,
-// dkv_gqa_split) 2 x (T_k, H_kv, D) zeroed f32 sums of dK (unscaled), then dV, added to, which
-// the caller converts to dk and dv; the tiles as dkv_gqa_split says.
+// bwd_mainloop.cuh ordered_dq_*).
 template <int D, class M>
 void dkv_atomic(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, const void* dout,
                 const float* lse, const float* delta, void* dk, void* dv, int dkv_heads,
-                float* dq_acc, int* dq_counters = nullptr, float* dkv_acc = nullptr);
+                float* dq_acc, int* dq_counters = nullptr);
 
 }  // namespace driftless::layers::gpu::fast::sm90
