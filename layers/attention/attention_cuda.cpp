@@ -214,7 +214,7 @@ DkvPlan plan_dkv(const DeviceProblem& d, const ResolvedAttention& r, bool determ
   namespace fast = gpu::fast;
   DkvPlan plan;
   const bool ordered =
-      deterministic && !d.expression && fast::sm90::dkv_ordered_runs(d.p, d.host_docs);
+      deterministic && fast::sm90::dkv_ordered_runs(d.p, d.mod.desc.kind, d.host_docs);
   if ((!deterministic && fast::atomic_dq()) || ordered)
     plan.dq_acc = Tensor::empty({r.t_q * r.heads * r.head_dim}, DType::f32, Device::cuda);
   if (ordered)
@@ -222,13 +222,13 @@ DkvPlan plan_dkv(const DeviceProblem& d, const ResolvedAttention& r, bool determ
         Tensor::zeros({fast::sm90::ordered_dq_counters(d.p, int64_t(d.host_docs.size()))},
                       DType::i32, Device::cuda);
   const bool summed = plan.dq_acc.defined();
-  plan.block_k = fast::dkv_block_k(d.p, summed, !d.expression);
+  plan.block_k = fast::dkv_block_k(d.p, summed, d.mod.desc.kind);
   if (ordered)
     plan.k_tiles = fast::k_tiles_by_head_descending(d.p, d.host_docs, plan.block_k,
                                                     fast::sm90::ordered_dq_group_tiles());
   else if (summed)
     plan.k_tiles = fast::k_tiles_by_head(d.p, d.host_docs, plan.block_k,
-                                         fast::atomic_dkv_concurrent_ctas(d.p, !d.expression));
+                                         fast::atomic_dkv_concurrent_ctas(d.p, d.mod.desc.kind));
   else
     plan.k_tiles = fast::k_tiles(d.p, d.host_docs, plan.block_k);
   return plan;

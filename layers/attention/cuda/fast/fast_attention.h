@@ -94,16 +94,16 @@ std::vector<Tile> k_tiles_by_head_descending(const Problem& p, const std::vector
                                              int block_k, int64_t group_tiles = 0);
 // How many dK/dV CTAs of the atomic dQ backward run at once on the current device (SMs x
 // CTAs per SM for p's head dim and groups): k_tiles_by_head's concurrent_ctas; the int64_t
-// maximum (every run in the band) for GQA on the sm_90a kernel. builtin: the
-// call's modifier is a built-in one (not a run-time compiled expression, jit/), which the
-// sm_90a kernel may take (sm90/bwd_sm90.h).
-int64_t atomic_dkv_concurrent_ctas(const Problem& p, bool builtin);
+// maximum (every run in the band) for GQA on the sm_90a kernel. mod: the call's modifier
+// (ModKind::expression for a run-time compiled one, jit/), which decides whether the sm_90a
+// kernel takes it (sm90/bwd_sm90.h dkv_atomic_runs).
+int64_t atomic_dkv_concurrent_ctas(const Problem& p, ModKind mod);
 // Key rows per dK/dV CTA, the block_k of k_tiles (the deterministic backward) and
 // k_tiles_by_head (atomic: the atomic dQ's backward): kBwdBlockK, or 128 in the atomic mode on
 // the wgmma kernels at D = 128 (two warpgroups a CTA; fast_dkv.cuh DkvWarpgroups, or the
-// sm_90a kernel, sm90/bwd_sm90.h) and at D = 64 where the sm_90a kernel takes a built-in
-// modifier's call.
-int dkv_block_k(const Problem& p, bool atomic, bool builtin);
+// sm_90a kernel, sm90/bwd_sm90.h) and at D = 64 where the sm_90a kernel takes the call
+// (dkv_atomic_runs with the call's modifier mod).
+int dkv_block_k(const Problem& p, bool atomic, ModKind mod);
 
 // p with its row strides filled in (Problem::q_row_heads = H, k/v_row_heads = H_kv where 0:
 // packed rows). The launchers below apply it; the kernels read the strides as given.

@@ -218,6 +218,17 @@ void launch_dkv(const Geometry& g, const M& mod, const DkvArgs& a) {
   DL_CUDA_LAUNCH_CHECK();
 }
 
+// The ModKind of a built-in modifier's kernel type (fast_common.cuh).
+template <class M>
+constexpr ModKind mod_kind() {
+  if constexpr (std::is_same_v<M, ModSoftcap>) return ModKind::softcap;
+  else if constexpr (std::is_same_v<M, ModAlibi>) return ModKind::alibi;
+  else {
+    static_assert(std::is_same_v<M, ModNone>, "a built-in modifier");
+    return ModKind::none;
+  }
+}
+
 template <int D, class M, bool W>
 void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, const Tile* k_tiles,
             int n_k_tiles, const bf16* out, const bf16* dout, const float* lse, float* delta,
@@ -235,10 +246,11 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
     DL_CUDA_LAUNCH_CHECK();
   };
   auto launch_kv = [&](const Geometry& g, const DkvArgs& a) {
-    DL_CHECK(a.dq_counters == nullptr || (W && sm90::dkv_atomic_runs(a.p)), "attention",
+    const bool sm90_runs = W && sm90::dkv_atomic_runs(a.p, mod_kind<M>());
+    DL_CHECK(a.dq_counters == nullptr || sm90_runs, "attention",
              "the ordered dQ takes the sm_90a dK/dV kernel (sm90::dkv_ordered_runs)");
     if constexpr (W) {
-      if (a.atomic && sm90::dkv_atomic_runs(a.p))
+      if (a.atomic && sm90_runs)
         return sm90::dkv_atomic<D>(a.p, mod, a.tiles, int(g.grid), a.dout, a.lse, a.delta, a.dk,
                                 a.dv, a.dkv_heads, a.dq_acc, a.dq_counters);
       if (a.atomic) return launch_dkv<D, M, W, true>(g, mod, a);
@@ -265,15 +277,15 @@ int64_t concurrent_dkv_ctas() {
 
 }  // namespace
 
-int dkv_block_k(const Problem& p, bool atomic, bool builtin) {
+int dkv_block_k(const Problem& p, bool atomic, ModKind mod) {
   const int64_t head_dim = p.head_dim;
   if (!atomic || !use_wgmma()) return kBK;
-  if (builtin && sm90::dkv_atomic_runs(p)) return 2 * kBK;  // its tiles, at either head dim
+  if (sm90::dkv_atomic_runs(p, mod)) return 2 * kBK;  // its tiles, at either head dim
   return kBK * (head_dim == 64 ? bwd::DkvWarpgroups<64, true, true>::value
                                : bwd::DkvWarpgroups<128, true, true>::value);
 }
 
-int64_t atomic_dkv_concurrent_ctas(const Problem& p, bool builtin) {
+int64_t atomic_dkv_concurrent_ctas(const Problem& p, ModKind mod) {
   const int64_t head_dim = p.head_dim;
   if (!atomic_dq()) return 0;
   // DRIFTLESS_ATTN_BWD_BAND (read once): the tail band's tiles instead (a schedule experiment;
@@ -286,9 +298,10 @@ int64_t atomic_dkv_concurrent_ctas(const Problem& p, bool builtin) {
   // GQA on the sm_90a kernel: every run in the band, the whole list heaviest first. Its tiles
   // carry the group's query heads, so they are few and heavy, and balance outweighs the dQ
   // sums' L2 locality (GQA 4:1, D=128, T=4096: 355-358 against 335-340 TFLOP/s).
-  if (builtin && sm90::dkv_atomic_runs(p) && p.heads != p.kv_heads)
+  const bool sm90_runs = sm90::dkv_atomic_runs(p, mod);
+  if (sm90_runs && p.heads != p.kv_heads)
     return std::numeric_limits<int64_t>::max();
-  if (head_dim == 64 && builtin && sm90::dkv_atomic_runs(p)) return sm90::sm_count();  // one CTA an SM
+  if (head_dim == 64 && sm90_runs) return sm90::sm_count();  // one CTA an SM
   if (head_dim == 64) {
     static const int64_t d64 = concurrent_dkv_ctas<64>();
     return d64;

@@ -19,10 +19,12 @@
 
 namespace driftless::layers::gpu::fast::sm90 {
 
-bool dkv_atomic_runs(const Problem& p) {
+bool dkv_atomic_runs(const Problem& p, ModKind mod) {
   static const std::string mode = env_value("DRIFTLESS_ATTN_BWD_SM90");
   const int64_t head_dim = p.head_dim;
-  return mode != "0" && (head_dim == 128 || head_dim == 64);
+  if (mode == "0" || mod == ModKind::expression || mod == ModKind::relative_position)
+    return false;
+  return head_dim == 128 || (head_dim == 64 && mod != ModKind::softcap);
 }
 
 bool ordered_dq_fits(const Problem& p, const std::vector<Doc>& docs) {
@@ -47,9 +49,9 @@ const std::string& ordered_dq_mode() {
 }
 }  // namespace
 
-bool dkv_ordered_runs(const Problem& p, const std::vector<Doc>& docs) {
+bool dkv_ordered_runs(const Problem& p, ModKind mod, const std::vector<Doc>& docs) {
   const std::string& mode = ordered_dq_mode();
-  return (mode == "1" || mode == "2" || mode == "3") && dkv_atomic_runs(p) &&
+  return (mode == "1" || mode == "2" || mode == "3") && dkv_atomic_runs(p, mod) &&
          ordered_dq_fits(p, docs);
 }
 
