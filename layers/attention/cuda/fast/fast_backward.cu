@@ -19,16 +19,17 @@
 // dkv_kernel<..., kDq = true>, which also computes dQ = dS K of every step and adds it to
 // dq_acc with vector atomic adds, over k_tiles_by_head's schedule, then dq_from_acc_kernel;
 // no dq_kernel. Faster than the deterministic backward (BENCHMARKS.md). On sm_90a (head dims
-// 64 and 128, grouped heads included), the built-in modifiers' dK/dV pass is sm90/bwd_sm90.cu's
-// warp-specialised kernel instead (TMA loads, dQ added by TMA reductions; bwd_sm90.h).
+// 64 and 128, grouped heads included, but softcap at 64), the built-in modifiers' dK/dV pass is
+// sm90/bwd_sm90.cu's warp-specialised kernel instead (TMA loads, dQ added by TMA reductions;
+// bwd_sm90.h dkv_atomic_runs).
 #include <algorithm>
 #include <limits>
 #include <string>
 #include <type_traits>
 
 #include "engine/core/cuda/check.h"
-#include "engine/core/env.h"
 #include "engine/core/cuda/launch.cuh"
+#include "engine/core/env.h"
 #include "layers/attention/cuda/fast/fast_common.cuh"
 #include "layers/attention/cuda/fast/fast_dkv.cuh"
 #include "layers/attention/cuda/fast/fast_dq.cuh"

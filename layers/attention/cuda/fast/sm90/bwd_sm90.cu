@@ -22,7 +22,8 @@ namespace driftless::layers::gpu::fast::sm90 {
 bool dkv_atomic_runs(const Problem& p, ModKind mod) {
   static const std::string mode = env_value("DRIFTLESS_ATTN_BWD_SM90");
   const int64_t head_dim = p.head_dim;
-  if (mode == "0" || mod == ModKind::expression || mod == ModKind::relative_position)
+  if (mode == "0" || !use_wgmma() || mod == ModKind::expression ||
+      mod == ModKind::relative_position)
     return false;
   return head_dim == 128 || (head_dim == 64 && mod != ModKind::softcap);
 }

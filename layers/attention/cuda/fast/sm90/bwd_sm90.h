@@ -8,7 +8,8 @@
 namespace driftless::layers::gpu::fast::sm90 {
 
 // True where the sm_90a dK/dV kernel takes the atomic-dQ pass of p with the modifier mod:
-// a built-in one (not an expression) at head dims 64 and 128, grouped heads included, where
+// a built-in one (not an expression) on the wgmma kernels (use_wgmma: an sm_90a device and
+// build) at head dims 64 and 128, grouped heads included, where
 // it is measured faster than fast_dkv.cuh's two-warpgroup kernel (BENCHMARKS.md): not softcap
 // at head dim 64, where fast_dkv.cuh's is (8 documents in 8192 tokens: 202 against 181
 // TFLOP/s). DRIFTLESS_ATTN_BWD_SM90=0 (read once) turns it off. Its key tiles are 128 keys
@@ -18,8 +19,9 @@ bool dkv_atomic_runs(const Problem& p, ModKind mod);
 // True where the deterministic backward of p may take the sm_90a kernel with the ordered dQ
 // (dkv_atomic with dq_counters): DRIFTLESS_ATTN_BWD_SM90_DET=1, 2 or 3 (read once; opt-in
 // until it is measured; ordered_dq_group_tiles), dkv_atomic_runs(p, mod), and every key tile of
-// docs starts its query steps on its document's 64-row grid (causal documents with k_len - q_len a multiple of 64, e.g. without
-// past keys), so that the tiles' steps share the blocks the reductions are ordered in.
+// docs starts its query steps on its document's 64-row grid (causal documents with k_len -
+// q_len a multiple of 64, e.g. without past keys), so that the tiles' steps share the blocks
+// the reductions are ordered in.
 bool dkv_ordered_runs(const Problem& p, ModKind mod, const std::vector<Doc>& docs);
 // The grid condition of dkv_ordered_runs alone: every key tile's first query row is a
 // multiple of 64 in its document.
