@@ -18,10 +18,10 @@ bool dkv_atomic_runs(const Problem& p, ModKind mod);
 
 // True where the deterministic backward of p may take the sm_90a kernel with the ordered dQ
 // (dkv_atomic with dq_counters): DRIFTLESS_ATTN_BWD_SM90_DET=1, 2 or 3 (read once; opt-in:
-// slower than the dQ kernel on long documents, BENCHMARKS.md; ordered_dq_group_tiles), dkv_atomic_runs(p, mod), and every key tile of
-// docs starts its query steps on its document's 64-row grid (causal documents with k_len -
-// q_len a multiple of 64, e.g. without past keys), so that the tiles' steps share the blocks
-// the reductions are ordered in.
+// slower than the dQ kernel on long documents, BENCHMARKS.md; ordered_dq_group_tiles),
+// dkv_atomic_runs(p, mod), and every key tile of docs starts its query steps on its
+// document's 64-row grid (causal documents with k_len - q_len a multiple of 64, e.g. without
+// past keys), so that the tiles' steps share the blocks the reductions are ordered in.
 bool dkv_ordered_runs(const Problem& p, ModKind mod, const std::vector<Doc>& docs);
 // The grid condition of dkv_ordered_runs alone: every key tile's first query row is a
 // multiple of 64 in its document.
