@@ -117,13 +117,15 @@ if [[ $parts == *context* ]]; then
   table="$out/bench-context.jsonl"
   : >"$table"
   # CONTEXT_SIZES, CONTEXT_LAYOUTS (of: sdp4 ring a2a hybrid) and CONTEXT_ONE_GPU=0 narrow
-  # a run to the rows wanted.
+  # a run to the rows wanted; CONTEXT_SET, space-separated key=value, is added to driftless's
+  # runs as --set (e.g. CONTEXT_SET=training.deterministic=false: the atomic-dQ backward).
   for S in ${CONTEXT_SIZES:-16384 65536 131072 262144 524288 1048576}; do
     [ "$S" -le "${CONTEXT_MAX:-262144}" ] || continue
     doc=(--config configs/models/gpt2_124m.yaml --set batch.sequence_length=$S --set batch.sequences=1
          --set model.n_positions=$S --set data.random_distribution=fixed
          --set data.random_mean_length=$S --set data.random_max_length=$S --steps 3 --warmup 1)
     [ "$S" -gt 262144 ] && doc+=("${recompute[@]}")
+    for kv in ${CONTEXT_SET:-}; do doc+=(--set "$kv"); done
     echo "== one document of S=$S" | tee -a "$out/bench-context.log"
     row() {  # name, then the command; appends its JSON line to the table
       local name=$1
