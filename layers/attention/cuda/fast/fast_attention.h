@@ -94,9 +94,9 @@ std::vector<Tile> k_tiles_by_head_descending(const Problem& p, const std::vector
                                              int block_k, int64_t group_tiles = 0);
 // How many dK/dV CTAs of the atomic dQ backward run at once on the current device (SMs x
 // CTAs per SM for p's head dim and groups): k_tiles_by_head's concurrent_ctas; the int64_t
-// maximum (every run in the band) for GQA on the sm_90a kernel. mod: the call's modifier
-// (ModKind::expression for a run-time compiled one, jit/), which decides whether the sm_90a
-// kernel takes it (sm90/bwd_sm90.h dkv_atomic_runs).
+// maximum (every run in the band) for GQA at head dim 128 on the sm_90a kernel. mod: the
+// call's modifier (ModKind::expression for a run-time compiled one, jit/), which decides
+// whether the sm_90a kernel takes it (sm90/bwd_sm90.h dkv_atomic_runs).
 int64_t atomic_dkv_concurrent_ctas(const Problem& p, ModKind mod);
 // Key rows per dK/dV CTA, the block_k of k_tiles (the deterministic backward) and
 // k_tiles_by_head (atomic: the atomic dQ's backward): kBwdBlockK, or 128 in the atomic mode on

@@ -296,11 +296,12 @@ int64_t atomic_dkv_concurrent_ctas(const Problem& p, ModKind mod) {
     return v.empty() ? int64_t(0) : std::max<int64_t>(0, std::stoll(v));
   }();
   if (band > 0) return band;
-  // GQA on the sm_90a kernel: every run in the band, the whole list heaviest first. Its tiles
-  // carry the group's query heads, so they are few and heavy, and balance outweighs the dQ
-  // sums' L2 locality (GQA 4:1, D=128, T=4096: 355-358 against 335-340 TFLOP/s).
+  // GQA on the sm_90a kernel at head dim 128: every run in the band, the whole list heaviest
+  // first. Its tiles carry the group's query heads, so they are few and heavy, and balance
+  // outweighs the dQ sums' L2 locality (GQA 4:1, T=4096: 355-358 against 335-340 TFLOP/s).
+  // Not measured with GQA at head dim 64, where without GQA the full list was slower.
   const bool sm90_runs = sm90::dkv_atomic_runs(p, mod);
-  if (sm90_runs && p.heads != p.kv_heads)
+  if (sm90_runs && p.heads != p.kv_heads && head_dim == 128)
     return std::numeric_limits<int64_t>::max();
   if (head_dim == 64 && sm90_runs) return sm90::sm_count();  // one CTA an SM
   if (head_dim == 64) {
