@@ -39,6 +39,25 @@ DL_HOST_DEVICE inline int window_in_32_bits(int64_t window, int64_t n_q, int64_t
   return window < 0 ? -1 : int(window < n_q + n_k ? window : n_q + n_k);
 }
 
+// The query rows that may see key j, the inverse of visible_key_range: from
+// first_visible_query (the causal bound and the right window) to last_visible_query (the left
+// window), both never decreasing with j; windows as visible_key_range takes them (-1:
+// unbounded; clamped by window_in_32_bits for 32-bit I). Empty where first > last.
+template <class I>
+DL_HOST_DEVICE inline I first_visible_query(I j, I n_q, I n_k, bool causal, I window_right) {
+  const I shift = n_k - n_q;
+  I i = 0;
+  if (causal && j - shift > i) i = j - shift;
+  if (window_right >= 0 && j - window_right - shift > i) i = j - window_right - shift;
+  return i;
+}
+template <class I>
+DL_HOST_DEVICE inline I last_visible_query(I j, I n_q, I n_k, I window_left) {
+  I i = n_q - 1;
+  if (window_left >= 0 && j + window_left - (n_k - n_q) < i) i = j + window_left - (n_k - n_q);
+  return i;
+}
+
 DL_HOST_DEVICE inline void visible_keys(int64_t i, int64_t n_q, int64_t n_k, bool causal,
                                         int64_t window_left, int64_t window_right, int64_t* lo,
                                         int64_t* hi) {

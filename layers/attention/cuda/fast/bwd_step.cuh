@@ -25,7 +25,9 @@ __device__ __forceinline__ QuerySteps query_steps(const Problem& p, const Doc& d
   // (windows in 32 bits as row_keys takes them: a window of 2^31 or more wrapped here)
   const int wl = window_in_32_bits(p.window_left, q_len, k_len),
             wr = window_in_32_bits(p.window_right, q_len, k_len);
-  auto first_row = [&](int j) {  // the first query row that may see key j (never decreasing)
+  // The first query row that may see key j (never decreasing): mask.h first_visible_query,
+  // written out here (the host schedule's form changed these kernels' instructions).
+  auto first_row = [&](int j) {
     int i = 0;
     if (p.causal) i = max(i, j - shift);
     if (wr >= 0) i = max(i, j - wr - shift);

@@ -32,16 +32,13 @@ std::vector<Tile> sorted(std::vector<Weighted> w) {
 // the same bounds as the kernel's).
 std::vector<Weighted> doc_k_tiles(const Problem& p, const Doc& d, size_t b, int block_k) {
   std::vector<Weighted> w;
-  const int64_t shift = d.k_len - d.q_len;
+  // (windows clamped as the kernel's: no overflow near INT64_MAX)
+  const int64_t wl = window_in_32_bits(p.window_left, d.q_len, d.k_len),
+                wr = window_in_32_bits(p.window_right, d.q_len, d.k_len);
   for (int64_t j0 = 0; j0 < d.k_len; j0 += block_k) {
     const int64_t j1 = std::min(d.k_len, j0 + block_k) - 1;
-    int64_t i_begin = 0, i_end = d.q_len - 1;
-    if (p.causal) i_begin = std::max(i_begin, j0 - shift);
-    // (windows clamped as the kernel's: no overflow near INT64_MAX)
-    const int64_t wl = window_in_32_bits(p.window_left, d.q_len, d.k_len),
-                  wr = window_in_32_bits(p.window_right, d.q_len, d.k_len);
-    if (wr >= 0) i_begin = std::max(i_begin, j0 - wr - shift);
-    if (wl >= 0) i_end = std::min(i_end, j1 + wl - shift);
+    const int64_t i_begin = first_visible_query<int64_t>(j0, d.q_len, d.k_len, p.causal, wr),
+                  i_end = last_visible_query<int64_t>(j1, d.q_len, d.k_len, wl);
     w.push_back({std::max<int64_t>(i_end - i_begin + 1, 0), {int32_t(b), int32_t(j0)}});
   }
   return w;

@@ -31,14 +31,10 @@ bool dkv_atomic_runs(const Problem& p, ModKind mod) {
 bool ordered_dq_fits(const Problem& p, const std::vector<Doc>& docs) {
   using T = BwdTraits<128>;
   for (const Doc& d : docs) {
-    const int64_t shift = d.k_len - d.q_len;
     const int64_t wr = window_in_32_bits(p.window_right, d.q_len, d.k_len);
-    for (int64_t j0 = 0; j0 < d.k_len; j0 += T::kBlockN) {
-      int64_t i = 0;  // bwd_step.cuh query_steps's first_row
-      if (p.causal) i = std::max(i, j0 - shift);
-      if (wr >= 0) i = std::max(i, j0 - wr - shift);
-      if (i % T::kBlockM != 0) return false;
-    }
+    for (int64_t j0 = 0; j0 < d.k_len; j0 += T::kBlockN)  // query_steps's first row of a tile
+      if (first_visible_query<int64_t>(j0, d.q_len, d.k_len, p.causal, wr) % T::kBlockM != 0)
+        return false;
   }
   return true;
 }
