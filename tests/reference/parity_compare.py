@@ -109,12 +109,22 @@ def compare(dl, bf16, fp32, window=100, factor=1.5, tail=200, tail_rel=0.005, va
             "final_val": val, "checks": checks, "per_step": per_step}
 
 
+def status(r):
+    """The verdict as an exit status: 0 pass, 1 a criterion failed, 2 pass on the measured
+    windows (the band incomplete)."""
+    c = r["checks"]
+    if not (c["windows"] and c["tail"] and c["val"]):
+        return 1
+    return 0 if c["band_complete"] else 2
+
+
+# The verdict's words by status.
+VERDICTS = ("PASS", "FAIL", "PASS on the measured windows (band incomplete)")
+
+
 def passed(r):
     """The verdict line's word: PASS, PASS on the measured windows, or FAIL."""
-    c = r["checks"]
-    ok = c["windows"] and c["tail"] and c["val"]
-    return ("PASS" if ok and c["band_complete"] else
-            "PASS on the measured windows (band incomplete)" if ok else "FAIL")
+    return VERDICTS[status(r)]
 
 
 def table(r):
@@ -180,10 +190,7 @@ def main():
         with open(a.json, "w") as f:
             json.dump(r, f, indent=1)
     print(table(r))
-    c = r["checks"]
-    if not (c["windows"] and c["tail"] and c["val"]):
-        return 1
-    return 0 if c["band_complete"] else 2
+    return status(r)
 
 
 if __name__ == "__main__":

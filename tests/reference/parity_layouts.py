@@ -56,11 +56,10 @@ def last_rate(run_dir):
     return rate
 
 
-def status_of(r):
-    c = r["checks"]
-    if not (c["windows"] and c["tail"] and c["val"]):
-        return 1
-    return 0 if c["band_complete"] else 2
+def worse(a, b):
+    """The worse of two statuses (pc.status): a failure (1) over an incomplete band (2) over a
+    pass (0)."""
+    return max(a, b, key=lambda x: (x == 1, x))
 
 
 def worst_ratio(r):
@@ -106,8 +105,8 @@ def main():
         with open(os.path.join(a.out, name + ".md"), "w") as f:
             f.write(f"## {name} against torch bf16\n\n{pc.table(vs_torch)}\n\n"
                     f"## {name} against driftless on one rank\n\n{pc.table(vs_one)}\n")
-        s = max(status_of(vs_torch), status_of(vs_one), key=lambda x: (x == 1, x))
-        status = max(status, s, key=lambda x: (x == 1, x))
+        s = worse(pc.status(vs_torch), pc.status(vs_one))
+        status = worse(status, s)
         verdict = {0: "PASS", 1: "FAIL", 2: "PASS on the measured windows"}[s]
         rate = last_rate(run)
         rows.append(f"| {name} | {'-' if rate is None else f'{rate:.0f}'} | "
@@ -125,8 +124,7 @@ def main():
         lines += ["", f"Training sequences: {d['sequences']}, of which {d['one_piece']} "
                   f"({share:.1f}%) hold a single document piece; {d['mean_pieces']:.2f} pieces "
                   f"a sequence on average, the longest {d['longest_piece']} tokens."]
-    lines += ["", "LAYOUTS: " + {0: "PASS", 1: "FAIL",
-                                 2: "PASS on the measured windows (band incomplete)"}[status]]
+    lines += ["", "LAYOUTS: " + pc.VERDICTS[status]]
     text = "\n".join(lines) + "\n"
     with open(os.path.join(a.out, "layouts.md"), "w") as f:
         f.write(text)
