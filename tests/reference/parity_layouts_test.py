@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Tests of parity_layouts.py on made-up curves (ctest reference_parity_layouts; standard
 library only): a layout within the band of both references passes, one off the one-rank run
-fails, one that did not train fails, and the batches' single-piece sequences are counted."""
+fails, one that did not train fails, the batches' single-piece sequences are counted, and a
+failure outranks an incomplete band in the summary's status."""
 import array
 import json
 import os
@@ -69,6 +70,10 @@ class ParityLayouts(unittest.TestCase):
             # Without the failing ones: a pass.
             sys.argv = sys.argv[:2] + sys.argv[4:]  # dp2 alone
             self.assertEqual(pl.main(), 0)
+
+    def test_a_failure_outranks_an_incomplete_band(self):
+        for a, b, worst in [(0, 2, 2), (2, 1, 1), (1, 2, 1), (0, 1, 1), (0, 0, 0)]:
+            self.assertEqual(pl.worse(a, b), worst, (a, b))
 
 
 if __name__ == "__main__":
