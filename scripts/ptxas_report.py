@@ -41,15 +41,18 @@ def parse(text):
     spill_loads and notes (the C-codes ptxas reported for it, in order)."""
     kernels, by_name, current = [], {}, None
     pending = []  # notes that name a kernel before its entry line
+
+    def kernel(name):  # the record of kernel `name`, made at its first mention
+        if name not in by_name:
+            by_name[name] = {"name": name, "registers": None, "stack": 0, "spill_stores": 0,
+                             "spill_loads": 0, "notes": []}
+            kernels.append(by_name[name])
+        return by_name[name]
+
     for line in text.splitlines():
         m = _ENTRY.search(line)
         if m:
-            current = by_name.get(m.group(1))
-            if current is None:
-                current = {"name": m.group(1), "registers": None, "stack": 0,
-                           "spill_stores": 0, "spill_loads": 0, "notes": []}
-                by_name[current["name"]] = current
-                kernels.append(current)
+            current = kernel(m.group(1))
             continue
         m = _NOTE.search(line)
         if m and "ptxas" in line:
@@ -73,13 +76,7 @@ def parse(text):
         if m:
             current["registers"] = int(m.group(1))
     for name, code in pending:
-        k = by_name.get(name)
-        if k is None:
-            k = {"name": name, "registers": None, "stack": 0, "spill_stores": 0,
-                 "spill_loads": 0, "notes": []}
-            by_name[name] = k
-            kernels.append(k)
-        k["notes"].append(code)
+        kernel(name)["notes"].append(code)
     return kernels
 
 

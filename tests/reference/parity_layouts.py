@@ -107,7 +107,7 @@ def main():
                     f"## {name} against driftless on one rank\n\n{pc.table(vs_one)}\n")
         s = worse(pc.status(vs_torch), pc.status(vs_one))
         status = worse(status, s)
-        verdict = {0: "PASS", 1: "FAIL", 2: "PASS on the measured windows"}[s]
+        verdict = pc.VERDICTS[s]
         rate = last_rate(run)
         rows.append(f"| {name} | {'-' if rate is None else f'{rate:.0f}'} | "
                     + " | ".join(cells(vs_torch) + cells(vs_one)) + f" | {verdict} |")
