@@ -45,16 +45,43 @@ class ParityCompare(unittest.TestCase):
         self.assertFalse(r["checks"]["band_complete"])
         self.assertEqual(r["band_steps"], 250)
 
-    def test_tail_and_validation_limits(self):
-        r = pc.compare(curve(400, offset=0.03), curve(400), curve(400, offset=0.05))
-        self.assertTrue(r["checks"]["windows"])  # 0.03 against a band of 0.05
+    def test_tail_and_validation_floors(self):
+        # torch bf16 0.001 from torch fp32: 1.5 x that is below the floors, which are the limits.
+        fp32 = curve(400, offset=0.001)
+        r = pc.compare(curve(400, offset=0.03), curve(400), fp32)
         self.assertAlmostEqual(r["tail_mean"]["relative_difference"], 0.03 / 6.7535, delta=1e-4)
+        self.assertEqual(r["tail_mean"]["limit"], 0.005)
+        self.assertEqual(r["final_val"]["limit"], 0.01)
         self.assertTrue(r["checks"]["tail"])  # 0.03 / 6.75 = 0.44%: within 0.5%
         self.assertFalse(r["checks"]["val"])  # 0.03 > 0.01 nats
-        r = pc.compare(curve(400, offset=0.04), curve(400), curve(400, offset=0.05))
+        r = pc.compare(curve(400, offset=0.04), curve(400), fp32)
         self.assertFalse(r["checks"]["tail"])  # 0.04 / 6.75 = 0.59%
-        r = pc.compare(curve(400, offset=0.005), curve(400), curve(400, offset=0.05))
+        r = pc.compare(curve(400, offset=0.005), curve(400), fp32)
         self.assertTrue(r["checks"]["tail"] and r["checks"]["val"])
+        self.assertIn("limit 0.500%: 1.5 x torch bf16's 0.015% from torch fp32, at least 0.5%",
+                      pc.table(r))
+
+    def test_tail_and_validation_limits_scale_with_the_band(self):
+        # torch bf16 0.03 from torch fp32: the limits are 1.5 x its tail (0.44%) and validation
+        # (0.03 nats) distances, 0.67% and 0.045 nats.
+        fp32 = curve(400, offset=0.03)
+        r = pc.compare(curve(400, offset=0.04), curve(400), fp32)
+        self.assertAlmostEqual(r["tail_mean"]["band"], 0.03 / 6.7835, delta=1e-4)
+        self.assertAlmostEqual(r["tail_mean"]["limit"], 1.5 * 0.03 / 6.7835, delta=1e-4)
+        self.assertAlmostEqual(r["final_val"]["band"], 0.03, delta=1e-9)
+        self.assertAlmostEqual(r["final_val"]["limit"], 0.045, delta=1e-9)
+        self.assertTrue(r["checks"]["tail"] and r["checks"]["val"])  # 0.59% and 0.04 nats
+        r = pc.compare(curve(400, offset=0.05), curve(400), fp32)
+        self.assertFalse(r["checks"]["tail"])  # 0.74% > 0.66%
+        self.assertFalse(r["checks"]["val"])  # 0.05 > 0.045 nats
+        # An fp32 run that ends before the tail and the final validation: the floors.
+        short = ({s: v for s, v in fp32[0].items() if s < 250},
+                 {s: v for s, v in fp32[1].items() if s < 250})
+        r = pc.compare(curve(400, offset=0.04), curve(400), short)
+        self.assertIsNone(r["tail_mean"]["band"])
+        self.assertEqual((r["tail_mean"]["limit"], r["final_val"]["limit"]), (0.005, 0.01))
+        self.assertFalse(r["checks"]["tail"] or r["checks"]["val"])
+        self.assertIn("the floor 0.01 nats, torch fp32 not measured there", pc.table(r))
 
     def test_against_another_run_keeps_the_torch_band(self):
         # A layout 0.005 from the one-GPU run and 0.035 from torch bf16, whose band is 0.02:

@@ -89,7 +89,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     bf16, fp32 = pc.read_metrics(a.torch_bf16), pc.read_metrics(a.band)
     one_gpu = pc.read_metrics(a.driftless)
-    rows, status = [], 0
+    rows, status, limits = [], 0, "no layout trained"
     for run in a.layouts:
         name = os.path.basename(os.path.normpath(run))
         if not os.path.exists(os.path.join(run, "metrics.jsonl")):
@@ -105,6 +105,9 @@ def main():
         with open(os.path.join(a.out, name + ".md"), "w") as f:
             f.write(f"## {name} against torch bf16\n\n{pc.table(vs_torch)}\n\n"
                     f"## {name} against driftless on one rank\n\n{pc.table(vs_one)}\n")
+        limits = (f"{100 * vs_torch['tail_mean']['limit']:.3f}% and "
+                  + ("-" if vs_torch["final_val"] is None
+                     else f"{vs_torch['final_val']['limit']:.4f} nats"))
         s = worse(pc.status(vs_torch), pc.status(vs_one))
         status = worse(status, s)
         verdict = pc.VERDICTS[s]
@@ -114,7 +117,8 @@ def main():
     lines = [f"Each layout's loss against torch bf16 and against driftless on one rank, by the "
              f"rules of the parity verdict: worst window (of {a.window} steps) of mean distance "
              f"over the band mean abs(torch bf16 - torch fp32) (limit 1.5), the last steps' mean "
-             f"loss (limit 0.5%) and the final validation loss (limit 0.01 nats).", "",
+             f"loss and the final validation loss (limits 1.5 x torch bf16's distance from torch "
+             f"fp32 on each, at least 0.5% and 0.01 nats: {limits}).", "",
              "| layout | tokens/s | worst ratio vs torch bf16 | tail vs torch bf16 "
              "| val vs torch bf16 | worst ratio vs 1 rank | tail vs 1 rank | val vs 1 rank "
              "| verdict |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |", *rows]
