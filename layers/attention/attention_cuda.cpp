@@ -7,6 +7,7 @@
 // bf16 with head_dim 64 or 128 goes to the tensor-core kernels of cuda/fast/ (which need
 // only the documents and a tile schedule); everything else to the reference kernels.
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "engine/core/env.h"
@@ -229,6 +230,9 @@ DkvPlan plan_dkv(const DeviceProblem& d, const ResolvedAttention& r, bool determ
   else if (summed)
     plan.k_tiles = fast::k_tiles_by_head(d.p, d.host_docs, plan.block_k,
                                          fast::atomic_dkv_concurrent_ctas(d.p, d.mod.desc.kind));
+  else if (fast::sm90::dkv_det_runs(d.p, d.mod.desc.kind))  // every run heaviest first
+    plan.k_tiles = fast::k_tiles_by_head(d.p, d.host_docs, plan.block_k,
+                                         std::numeric_limits<int64_t>::max());
   else
     plan.k_tiles = fast::k_tiles(d.p, d.host_docs, plan.block_k);
   return plan;

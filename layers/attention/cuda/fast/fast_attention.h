@@ -102,7 +102,8 @@ int64_t atomic_dkv_concurrent_ctas(const Problem& p, ModKind mod);
 // k_tiles_by_head (atomic: the atomic dQ's backward): kBwdBlockK, or 128 in the atomic mode on
 // the wgmma kernels at D = 128 (two warpgroups a CTA; fast_dkv.cuh DkvWarpgroups, or the
 // sm_90a kernel, sm90/bwd_sm90.h) and at D = 64 where the sm_90a kernel takes the call
-// (dkv_atomic_runs with the call's modifier mod).
+// (dkv_atomic_runs with the call's modifier mod), and in the deterministic mode where the
+// sm_90a kernel takes its dK/dV (sm90::dkv_det_runs; its tiles are k_tiles_by_head's).
 int dkv_block_k(const Problem& p, bool atomic, ModKind mod);
 
 // p with its row strides filled in (Problem::q_row_heads = H, k/v_row_heads = H_kv where 0:
@@ -172,6 +173,7 @@ struct DkvArgs {  // fast_dkv.cuh dkv_kernel; atomic: the kDq = true instance
   int dkv_heads = 0;
   float* dq_acc = nullptr;
   int* dq_counters = nullptr;  // the ordered dQ's (sm90/bwd_sm90.h dkv_atomic)
+  int n_tiles = 0;             // tiles' length
   bool atomic = false;
 };
 struct ModLauncher {

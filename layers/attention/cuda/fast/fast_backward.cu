@@ -21,7 +21,8 @@
 // no dq_kernel. Faster than the deterministic backward (BENCHMARKS.md). On sm_90a (head dims
 // 64 and 128, grouped heads included, but softcap at 64), the built-in modifiers' dK/dV pass is
 // sm90/bwd_sm90.cu's warp-specialised kernel instead (TMA loads, dQ added by TMA reductions;
-// bwd_sm90.h dkv_atomic_runs).
+// bwd_sm90.h dkv_atomic_runs). With DRIFTLESS_ATTN_BWD_SM90_DKV=1 the deterministic backward's
+// dK/dV pass is the same kernel without its dQ part, after dq_kernel (bwd_sm90.h dkv_det_runs).
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -174,6 +175,7 @@ void run_backward(const Problem& p, const Tile* q_tiles, int n_q_tiles, const Ti
   kv.dk = dk;
   kv.dv = dv;
   kv.dkv_heads = out_rows.dkv_heads;
+  kv.n_tiles = n_k_tiles;
   if constexpr (W) {
     if (atomic_dq) {  // dq_acc zeroed by delta_kernel above
       const int64_t n = p.t_q * p.heads * D;
@@ -252,9 +254,12 @@ void launch(const Problem& p, const M& mod, const Tile* q_tiles, int n_q_tiles, 
              "the ordered dQ takes the sm_90a dK/dV kernel (sm90::dkv_ordered_runs)");
     if constexpr (W) {
       if (a.atomic && sm90_runs)
-        return sm90::dkv_atomic<D>(a.p, mod, a.tiles, int(g.grid), a.dout, a.lse, a.delta, a.dk,
+        return sm90::dkv_atomic<D>(a.p, mod, a.tiles, a.n_tiles, a.dout, a.lse, a.delta, a.dk,
                                 a.dv, a.dkv_heads, a.dq_acc, a.dq_counters);
       if (a.atomic) return launch_dkv<D, M, W, true>(g, mod, a);
+      if (sm90::dkv_det_runs(a.p, mod_kind<M>()))  // dK, dV only: tiles k_tiles_by_head's
+        return sm90::dkv_atomic<D>(a.p, mod, a.tiles, a.n_tiles, a.dout, a.lse, a.delta, a.dk,
+                                a.dv, a.dkv_heads, nullptr, nullptr);
     }
     launch_dkv<D, M, W, false>(g, mod, a);
   };
@@ -280,7 +285,8 @@ int64_t concurrent_dkv_ctas() {
 
 int dkv_block_k(const Problem& p, bool atomic, ModKind mod) {
   const int64_t head_dim = p.head_dim;
-  if (!atomic || !use_wgmma()) return kBK;
+  if (!atomic) return sm90::dkv_det_runs(p, mod) ? 2 * kBK : kBK;
+  if (!use_wgmma()) return kBK;
   if (sm90::dkv_atomic_runs(p, mod)) return 2 * kBK;  // its tiles, at either head dim
   return kBK * (head_dim == 64 ? bwd::DkvWarpgroups<64, true, true>::value
                                : bwd::DkvWarpgroups<128, true, true>::value);

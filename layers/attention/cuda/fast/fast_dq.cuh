@@ -4,6 +4,7 @@
 #include "engine/core/cuda/launch.cuh"
 #include "layers/attention/rtc_std.h"
 #include "layers/attention/cuda/fast/fast_common.cuh"
+#include "layers/attention/cuda/fast/query_block.cuh"
 #include "layers/attention/cuda/fast/wgmma.cuh"
 
 namespace driftless::layers::gpu::fast::bwd {
@@ -29,19 +30,15 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, (W && D == 64) ? 2 : 1)
   const uint32_t sK = sdO + kRows * D * 2;   // 2 buffers of (kBK, D)
   const uint32_t sV = sK + 2 * kBK * D * 2;  // 2 buffers of (kBK, D)
   const uint32_t sO = sV + 2 * kBK * D * 2;  // (kRows, D): W only, for delta
-  const int64_t H = p.heads, Hkv = p.kv_heads, QH = q_heads(p), KH = k_heads(p), VH = v_heads(p);
-  const int h = int(blockIdx.x % H);
-  const Tile tile = tiles[blockIdx.x / H];
-  const int kh = int(h / (H / Hkv));
-  const Doc doc = p.docs[tile.doc];
-  const int q_len = int(doc.q_len), k_len = int(doc.k_len), i0 = tile.start;
-  const int nq = min(kRows, q_len - i0);
+  const int64_t H = p.heads, QH = q_heads(p), KH = k_heads(p), VH = v_heads(p);
+  const QueryBlock b = query_block<kRows, kBK, D, M>(p, tiles);
+  const int h = b.h, q_len = b.q_len, k_len = b.k_len, i0 = b.i0, nq = b.nq;
+  const Tile& tile = b.tile;
+  const Doc& doc = b.doc;
+  const int hi_first = b.hi_first, lo_last = b.lo_last;
   mod.bind(h, tile.doc);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
 
-  int lo_first, hi_first, lo_last, hi_last;
-  row_keys(p, doc, i0, &lo_first, &hi_first);
-  row_keys(p, doc, i0 + nq - 1, &lo_last, &hi_last);
   int lo[2], hi[2], qpos[2];
   float lse2[2], dl[2];
   for (int r = 0; r < 2; ++r) {
@@ -60,15 +57,11 @@ __global__ void __launch_bounds__(DqRows<D>::value * 2, (W && D == 64) ? 2 : 1)
     qpos[r] = i0 + row + k_len - q_len;
   }
 
-  const bf16* qg = static_cast<const bf16*>(p.q) + ((doc.q_offset + i0) * QH + h) * D;
+  const bf16* qg = b.qg;
   const bf16* dog = dout + ((doc.q_offset + i0) * H + h) * D;
   const bf16* og = out + ((doc.q_offset + i0) * H + h) * D;  // O rows, laid out like dO
-  const bf16* kg = static_cast<const bf16*>(p.k) + (doc.k_offset * KH + kh) * D;
-  const bf16* vg = static_cast<const bf16*>(p.v) + (doc.k_offset * VH + kh) * D;
-  int j_begin = lo_first > 0 ? (lo_first / kBK) * kBK : 0;
-  int n_tiles = hi_last >= lo_first ? (hi_last - j_begin) / kBK + 1 : 0;
-  if constexpr (NarrowsTiles<M>::value)
-    narrow_blocks(tile, kBK, &j_begin, &n_tiles);  // the keys a mask leaves the tile
+  const bf16 *kg = b.kg, *vg = b.vg;
+  const int j_begin = b.j_begin, n_tiles = b.n_tiles;
 
   float acc[ND][4];
 #pragma unroll

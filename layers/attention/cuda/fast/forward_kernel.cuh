@@ -5,6 +5,7 @@
 #include "engine/core/cuda/launch.cuh"
 #include "layers/attention/cuda/fast/fast_common.cuh"
 #include "layers/attention/cuda/fast/online_softmax.cuh"
+#include "layers/attention/cuda/fast/query_block.cuh"
 #include "layers/attention/rtc_std.h"
 
 namespace driftless::layers::gpu::fast::fwd {
@@ -60,21 +61,17 @@ __global__ void __launch_bounds__(Cfg<D, M>::kThreads)
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sK = sQ + kBQ * D * 2;      // 2 buffers of (kBK, D)
   const uint32_t sV = sK + 2 * kBK * D * 2;  // 2 buffers of (kBK, D)
-  const int64_t H = p.heads, Hkv = p.kv_heads, QH = q_heads(p), KH = k_heads(p), VH = v_heads(p);
-  const int h = int(blockIdx.x % H);
-  const Tile tile = tiles[blockIdx.x / H];
-  const int kh = int(h / (H / Hkv));
-  const Doc doc = p.docs[tile.doc];
-  const int q_len = int(doc.q_len), k_len = int(doc.k_len), i0 = tile.start;
-  const int nq = min(kBQ, q_len - i0);
+  const int64_t H = p.heads, QH = q_heads(p), KH = k_heads(p), VH = v_heads(p);
+  const QueryBlock b = query_block<kBQ, kBK, D, M>(p, tiles);
+  const int h = b.h, q_len = b.q_len, k_len = b.k_len, i0 = b.i0, nq = b.nq;
+  const Tile& tile = b.tile;
+  const Doc& doc = b.doc;
+  const int hi_first = b.hi_first, lo_last = b.lo_last;
   mod.bind(h, tile.doc);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   // First row of m-tile mt of this warp (the warp's kMT m-tiles are adjacent).
   auto row_of = [&](int mt) { return warp * 16 * kMT + mt * 16; };
 
-  int lo_first, hi_first, lo_last, hi_last;  // lo and hi never decrease with the row
-  row_keys(p, doc, i0, &lo_first, &hi_first);
-  row_keys(p, doc, i0 + nq - 1, &lo_last, &hi_last);
   int lo[kMT][2], hi[kMT][2], qpos[kMT][2];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
@@ -87,13 +84,8 @@ __global__ void __launch_bounds__(Cfg<D, M>::kThreads)
       qpos[mt][r] = i0 + row + k_len - q_len;
     }
 
-  const bf16* qg = static_cast<const bf16*>(p.q) + ((doc.q_offset + i0) * QH + h) * D;
-  const bf16* kg = static_cast<const bf16*>(p.k) + (doc.k_offset * KH + kh) * D;
-  const bf16* vg = static_cast<const bf16*>(p.v) + (doc.k_offset * VH + kh) * D;
-  int j_begin = lo_first > 0 ? (lo_first / kBK) * kBK : 0;
-  int n_tiles = hi_last >= lo_first ? (hi_last - j_begin) / kBK + 1 : 0;
-  if constexpr (NarrowsTiles<M>::value)
-    narrow_blocks(tile, kBK, &j_begin, &n_tiles);  // the keys a mask leaves the tile
+  const bf16 *qg = b.qg, *kg = b.kg, *vg = b.vg;
+  const int j_begin = b.j_begin, n_tiles = b.n_tiles;
 
   float o[kMT][ND][4];
 #pragma unroll

@@ -295,6 +295,15 @@ __device__ void bwd_write_dq(const BwdMaps& maps, const Problem& p, const Tile* 
   if (lane == 0) bulk_wait<0>();
 }
 
+// The dQ warp of the dK/dV-only kernel: takes every item from the ring (its release counts
+// on the item slots' empty barriers) and does nothing else.
+template <class T>
+__device__ void bwd_skip_items(const BwdSmem<T>& sm, int n_items, int lane) {
+  ItemRing<T> ring;
+  for (int w = ring.take(sm, lane); w < n_items; w = ring.take(sm, lane)) {
+  }
+}
+
 // Per-thread accumulators of a consumer warpgroup for one item: dK and dV of its 16 keys a
 // warp (64 x D over the warpgroup, the mma.sync fragment layout of wgmma.cuh).
 template <int D>
@@ -303,8 +312,10 @@ struct BwdAccum {
 };
 
 // One consumer warpgroup (index cw, keys 64 cw .. 64 cw + 63 of the tile) over the steps of
-// item b. first_dq: no dQ tile written yet by this CTA (the first needs no release).
-template <class T, class M>
+// item b. first_dq: no dQ tile written yet by this CTA (the first needs no release). kDq
+// false: dK and dV only (the deterministic backward's, whose dQ kernel runs apart): no dS^T
+// tile, no dQ product, no dQ tile.
+template <class T, class M, bool kDq>
 __device__ void bwd_consume(const Problem& p, const BwdItem& b, const M& mod0, const BwdSmem<T>& sm,
                             int cw, PipeState<1>& kv, PipeState<T::kStages>& st, bool& first_dq,
                             BwdAccum<T::kD>& acc) {
@@ -382,9 +393,11 @@ __device__ void bwd_consume(const Problem& p, const BwdItem& b, const M& mod0, c
       for (int kk = 0; kk < KH; ++kk) {
         c_to_a(ap[hf][kk], st_[hf][2 * kk], st_[hf][2 * kk + 1]);
         c_to_a(as[hf][kk], dpt[hf][2 * kk], dpt[hf][2 * kk + 1]);
-        bwd::store_ds_t<BM>(ds_s, warp * 16 + g, hf * PQ + kk * 16, t4, as[hf][kk]);
+        if constexpr (kDq)
+          bwd::store_ds_t<BM>(ds_s, warp * 16 + g, hf * PQ + kk * 16, t4, as[hf][kk]);
       }
-      if (hf == SP - 1) dq_product();  // ahead of the last part's dV, dK products
+      if constexpr (kDq)
+        if (hf == SP - 1) dq_product();  // ahead of the last part's dV, dK products
       wg_fence();
 #pragma unroll
       for (int kk = 0; kk < KH; ++kk)
@@ -394,27 +407,29 @@ __device__ void bwd_consume(const Problem& p, const BwdItem& b, const M& mod0, c
         wgmma_rs<1>(acc.dk, as[hf][kk], desc_mn_major(q_s, BM, hf * KH + kk));
       wg_commit();
     }
-    wg_wait<1>();  // dQ's product done; the last part's dV, dK products may run on
-    wg_hold(dq);
-    // dQ into the shared f32 tile (box = 32 columns), once the dQ warp's TMA has read the
-    // previous step's.
-    if (!first_dq) named_sync(T::kDqEmpty, T::kDqThreads);
-    first_dq = false;
+    if constexpr (kDq) {
+      wg_wait<1>();  // dQ's product done; the last part's dV, dK products may run on
+      wg_hold(dq);
+      // dQ into the shared f32 tile (box = 32 columns), once the dQ warp's TMA has read the
+      // previous step's.
+      if (!first_dq) named_sync(T::kDqEmpty, T::kDqThreads);
+      first_dq = false;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = lw * 16 + g + 8 * r;
+      for (int r = 0; r < 2; ++r) {
+        const int row = lw * 16 + g + 8 * r;
 #pragma unroll
-      for (int n = 0; n < NDQ; ++n) {
-        const int col = dq_c0 + n * 8 + 2 * t4;
-        const uint32_t at = sm.dq() + (col >> 5) * T::kDqBoxBytes + row * 128 +
-                            ((((col & 31) >> 2) ^ (row & 7)) << 4) + (t4 & 1) * 8;
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(dq[n][2 * r]),
-                     "f"(dq[n][2 * r + 1])
-                     : "memory");
+        for (int n = 0; n < NDQ; ++n) {
+          const int col = dq_c0 + n * 8 + 2 * t4;
+          const uint32_t at = sm.dq() + (col >> 5) * T::kDqBoxBytes + row * 128 +
+                              ((((col & 31) >> 2) ^ (row & 7)) << 4) + (t4 & 1) * 8;
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(dq[n][2 * r]),
+                       "f"(dq[n][2 * r + 1])
+                       : "memory");
+        }
       }
+      fence_proxy_async();
+      named_arrive(T::kDqFull, T::kDqThreads);
     }
-    fence_proxy_async();
-    named_arrive(T::kDqFull, T::kDqThreads);
     wg_wait<0>();
     wg_hold(acc.dv);
     wg_hold(acc.dk);

@@ -28,6 +28,11 @@ bool dkv_atomic_runs(const Problem& p, ModKind mod) {
   return head_dim == 128 || (head_dim == 64 && mod != ModKind::softcap);
 }
 
+bool dkv_det_runs(const Problem& p, ModKind mod) {
+  static const bool on = env_value("DRIFTLESS_ATTN_BWD_SM90_DKV") == "1";
+  return on && dkv_atomic_runs(p, mod);
+}
+
 bool ordered_dq_fits(const Problem& p, const std::vector<Doc>& docs) {
   using T = BwdTraits<128>;
   for (const Doc& d : docs) {
@@ -85,18 +90,24 @@ void dkv_atomic(const Problem& p, const M& mod, const Tile* tiles, int n_tiles, 
   DL_CHECK(p.head_dim == T::kD, "attention",
            "the sm_90a dK/dV kernel of head dim " << D << " called at " << p.head_dim);
   if (n_tiles == 0) return;
-  BwdMaps maps;
+  BwdMaps maps{};
   encode_rows_map(maps.q, p.q, p.t_q, p.heads, p.q_row_heads, T::kD, T::kBlockM);
   encode_rows_map(maps.dout, dout, p.t_q, p.heads, p.heads, T::kD, T::kBlockM);
   encode_rows_map(maps.k, p.k, p.t_k, p.kv_heads, p.k_row_heads, T::kD, T::kBlockN);
   encode_rows_map(maps.v, p.v, p.t_k, p.kv_heads, p.v_row_heads, T::kD, T::kBlockN);
-  encode_f32_rows_map(maps.dq, dq_acc, p.t_q, p.heads, T::kD, T::kBlockM);
-  auto kernel = dq_counters ? dkv_dq_kernel<T, M, true> : dkv_dq_kernel<T, M, false>;
-  static bool configured[2] = {};
-  if (!configured[dq_counters != nullptr]) {
+  DL_CHECK(dq_acc != nullptr || dq_counters == nullptr, "attention",
+           "the ordered dQ of the sm_90a kernel without its dQ sums");
+  if (dq_acc != nullptr) encode_f32_rows_map(maps.dq, dq_acc, p.t_q, p.heads, T::kD, T::kBlockM);
+  // 0: the atomic dQ, 1: the ordered dQ, 2: dK and dV only
+  const int variant = dq_acc == nullptr ? 2 : dq_counters != nullptr ? 1 : 0;
+  auto kernel = variant == 2   ? dkv_dq_kernel<T, M, false, false>
+                : variant == 1 ? dkv_dq_kernel<T, M, true, true>
+                               : dkv_dq_kernel<T, M, false, true>;
+  static bool configured[3] = {};
+  if (!configured[variant]) {
     DL_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem));
-    configured[dq_counters != nullptr] = true;
+    configured[variant] = true;
   }
   const unsigned grid = unsigned(std::min(n_tiles, sm_count()));
   int* counter = item_counter();

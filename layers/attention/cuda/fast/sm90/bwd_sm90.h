@@ -16,6 +16,13 @@ namespace driftless::layers::gpu::fast::sm90 {
 // (dkv_block_k) at both head dims.
 bool dkv_atomic_runs(const Problem& p, ModKind mod);
 
+// True where the deterministic backward of p takes its dK/dV from the sm_90a kernel without
+// dQ (dkv_atomic with dq_acc null; the dQ kernel computes dQ): dkv_atomic_runs(p, mod)
+// and DRIFTLESS_ATTN_BWD_SM90_DKV=1 (read once). Its key tiles are 128 keys, in
+// k_tiles_by_head's order with every run heaviest first. dk and dv have the bits of fast_dkv's
+// deterministic kernel (the same query steps and products: AttentionFast.AtomicDq*).
+bool dkv_det_runs(const Problem& p, ModKind mod);
+
 // True where the deterministic backward of p may take the sm_90a kernel with the ordered dQ
 // (dkv_atomic with dq_counters): DRIFTLESS_ATTN_BWD_SM90_DET=1, 2 or 3 (read once; opt-in:
 // slower than the dQ kernel on long documents, BENCHMARKS.md; ordered_dq_group_tiles),
@@ -36,6 +43,7 @@ int64_t ordered_dq_counters(const Problem& p, int64_t documents);
 
 // dk, dv (rows of dkv_heads heads) and the f32 sums dq_acc (T_q, H, D; zeroed, added to) of
 // the built-in modifier M over the key tiles (128 keys, on the device), at head dim D.
+// dq_acc null (dq_counters null too): dk and dv only (dkv_det_runs), tiles k_tiles_by_head's.
 // dq_counters null: the tiles are k_tiles_by_head's and the dQ adds come in any order (their
 // bits vary from run to run). Else ordered_dq_counters(p, documents) zeroed ints, the tiles
 // k_tiles_by_head_descending's, and every dQ row's adds come in one order (deterministic;
