@@ -23,11 +23,14 @@
 #   report  the drift report at step 0 on REPORT_SEQS sequences, driftless against torch bf16
 #           with torch fp32 as each tensor's band.
 #   layouts driftless under mpirun in each of LAYOUTS (default "dp2 sdp2 cp2_a2a": dpN, sdpN,
-#           cpN_a2a, cpN_ring), from the same step-0 weights on the same batches; each curve
-#           judged by parity_compare.py's rules and band against torch bf16 and against the
-#           one-GPU driftless run (tests/reference/parity_layouts.py). The one-GPU curves are
-#           this invocation's (with curve) or an earlier one's in CURVES (default the work
-#           folder, or a RESULTS folder) made from the same inputs; none: refused (exit 3).
+#           cpN_a2a, cpN_ring), from the same step-0 weights on the same batches, after a
+#           one-rank rerun with RERUN set (default training.deterministic=false: the atomic-dQ
+#           backward, other rounding; empty: none); each curve judged by parity_compare.py's
+#           rules against the one-GPU driftless run, the band widened to the rerun's distance
+#           from it, and shown against torch bf16 (tests/reference/parity_layouts.py). The
+#           one-GPU curves are this invocation's (with curve) or an earlier one's in CURVES
+#           (default the work folder, or a RESULTS folder) made from the same inputs; none:
+#           refused (exit 3).
 #
 #   PARTS=fp32 scripts/parity_run.sh            # GPU: record the band (again until complete)
 #   scripts/parity_run.sh                       # GPU: the two curves and the verdict
@@ -47,7 +50,7 @@
 # REPORT_SEQS (sequences of the report's step, default 2), ATTENTION (the PyTorch side's
 # attention: auto, flex or dense; auto is FlexAttention on CUDA), COMPILE_MODEL (auto, on, off:
 # torch.compile of the PyTorch model; auto compiles it with flex), PYTHON (default python3, with
-# torch), LAYOUTS, CURVES, MPIRUN (default mpirun). Data: scripts/prepare_parity_data.sh.
+# torch), LAYOUTS, RERUN, CURVES, MPIRUN (default mpirun). Data: scripts/prepare_parity_data.sh.
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
 # NVSHMEM_DISABLE_NVLS=1, unless set otherwise), also in the ranks mpirun starts.
 # Exit status: 0 pass (curve) or the band complete (fp32 alone); 1 a criterion failed or a side
@@ -210,6 +213,20 @@ if [[ $parts == *layouts* ]]; then
   rm -rf "$work/layouts"
   mkdir -p "$work/layouts"
   layout_dirs=()
+  rerun_dir=""
+  rerun_set=${RERUN-training.deterministic=false}
+  if [ -n "$rerun_set" ]; then
+    # The one-rank run again with other rounding: how far rounding alone moves the curve.
+    if "$dl" train -c "$work/run.yaml" --set "training.init_from=$ckpt" --set "$rerun_set" \
+         --set "run.output_dir=$work/layouts/rerun" -q >"$work/layouts/rerun.log" 2>&1; then
+      rerun_dir=$work/layouts/rerun
+      echo "== rerun (1 rank, $rerun_set) done at $(elapsed) s:" \
+        "$(grep summary "$work/layouts/rerun.log" || true)"
+    else
+      echo "parity_run: the rerun failed (the band stays torch bf16's):" >&2
+      tail -5 "$work/layouts/rerun.log" >&2
+    fi
+  fi
   for l in ${LAYOUTS:-dp2 sdp2 cp2_a2a}; do
     case $l in
       dp[0-9]*) n=${l#dp}; lset=(--set "distributed.data_parallel=$n") ;;
@@ -302,8 +319,10 @@ if [[ $parts == *layouts* ]]; then
   lstatus=0
   if "$python" $ref/parity_band.py check --fingerprint "$work/fingerprint.json" \
        --extract "$work/band_fp32" "$band" $ref/parity_band >/dev/null; then
+    rerun_args=()
+    [ -n "$rerun_dir" ] && rerun_args=(--rerun "$rerun_dir")
     "$python" $ref/parity_layouts.py "${layout_dirs[@]}" --driftless "$curves/driftless" \
-      --torch-bf16 "$curves/torch_bf16" --band "$work/band_fp32" \
+      --torch-bf16 "$curves/torch_bf16" --band "$work/band_fp32" "${rerun_args[@]}" \
       --batches "$work/batches.safetensors" --window "${window:-${WINDOW:-100}}" \
       --out "$work/layouts" || lstatus=$?
     trained=()

@@ -6,7 +6,11 @@ Reads three run directories' metrics.jsonl (driftless, torch bf16, torch fp32) a
 per step and per window of --window steps, d = |driftless - torch bf16| and the band
 b = |torch bf16 - torch fp32| of the training loss. With --against R, d is measured from run R
 instead of torch bf16 (a layout of several ranks against the one-GPU driftless run), and so are
-the tail and validation criteria; the band stays torch bf16 against torch fp32. Pass criteria:
+the tail and validation criteria; the band stays torch bf16 against torch fp32. With --rerun
+S, a second run of the reference that differs from it only in rounding (driftless on one rank
+with the atomic-dQ backward), each window's band is the larger of torch bf16's distance from
+torch fp32 and S's distance from the reference: how far apart two runs of one program drift
+from rounding alone. Pass criteria:
   - every window: mean d <= --factor x mean b (1.5);
   - the mean loss of the last --tail steps (200) within the tail limit of the reference's (torch
     bf16, or R): --factor x torch bf16's own relative distance from torch fp32 on the same
@@ -55,12 +59,21 @@ def mean(xs):
     return sum(xs) / len(xs) if xs else float("nan")
 
 
+def limit(floor, factor, *bands):
+    """A tail or validation limit: factor x the largest measured band (None: not measured),
+    never below floor."""
+    measured = [b for b in bands if b is not None]
+    return max([floor] + [factor * b for b in measured])
+
+
 def compare(dl, bf16, fp32, window=100, factor=1.5, tail=200, tail_rel=0.005, val_abs=0.01,
-            against=None, names=("driftless", "torch bf16")):
-    """dl, bf16, fp32, against: (losses, validation losses) of read_metrics. The distance is
-    measured from `against` (default bf16); names label the run and its reference."""
+            against=None, names=("driftless", "torch bf16"), rerun=None):
+    """dl, bf16, fp32, against, rerun: (losses, validation losses) of read_metrics. The distance
+    is measured from `against` (default bf16); names label the run and its reference. rerun:
+    the reference run again with other rounding, whose distance from it widens the band."""
     (dl_loss, dl_val), (bf_loss, bf_val), (fp_loss, fp_val) = dl, bf16, fp32
     ref_loss, ref_val = against if against is not None else bf16
+    re_loss, re_val = rerun if rerun is not None else ({}, {})
     steps = sorted(set(dl_loss) & set(ref_loss) & set(bf_loss))
     if not steps:
         raise SystemExit(f"parity_compare: the {names[0]} and {names[1]} runs share no step")
@@ -68,9 +81,10 @@ def compare(dl, bf16, fp32, window=100, factor=1.5, tail=200, tail_rel=0.005, va
     for s in steps:
         d = abs(dl_loss[s] - ref_loss[s])
         b = abs(bf_loss[s] - fp_loss[s]) if s in fp_loss else None
+        spread = abs(re_loss[s] - ref_loss[s]) if s in re_loss else None
         per_step.append({"step": s, "run": dl_loss[s], "reference": ref_loss[s],
                          "torch_bf16": bf_loss[s], "torch_fp32": fp_loss.get(s), "distance": d,
-                         "band": b})
+                         "band": b, "rerun_spread": spread})
     windows, held = [], None
     for w0 in range(0, steps[-1] + 1, window):
         rows = [r for r in per_step if w0 <= r["step"] < w0 + window]
@@ -81,6 +95,11 @@ def compare(dl, bf16, fp32, window=100, factor=1.5, tail=200, tail_rel=0.005, va
         band = mean(banded) if measured else held
         if measured:
             held = band
+        spreads = [r["rerun_spread"] for r in rows if r["rerun_spread"] is not None]
+        spread = mean(spreads) if spreads else None
+        torch_band = band
+        if spread is not None and (band is None or spread > band):
+            band = spread
         d = mean([r["distance"] for r in rows])
         if band is None:
             ratio = None
@@ -89,7 +108,8 @@ def compare(dl, bf16, fp32, window=100, factor=1.5, tail=200, tail_rel=0.005, va
         else:
             ratio = 0.0 if d == 0 else float("inf")
         windows.append({"steps": [rows[0]["step"], rows[-1]["step"]], "distance": d,
-                        "band": band, "band_measured": measured, "ratio": ratio,
+                        "band": band, "torch_band": torch_band, "rerun_spread": spread,
+                        "band_measured": measured, "ratio": ratio,
                         "pass": ratio is not None and ratio <= factor})
     tail_steps = steps[-tail:]
     tail_dl = mean([dl_loss[s] for s in tail_steps])
@@ -99,15 +119,20 @@ def compare(dl, bf16, fp32, window=100, factor=1.5, tail=200, tail_rel=0.005, va
     if all(s in fp_loss for s in tail_steps):
         tail_fp = mean([fp_loss[s] for s in tail_steps])
         tail_band = abs(mean([bf_loss[s] for s in tail_steps]) - tail_fp) / abs(tail_fp)
-    tail_limit = tail_rel if tail_band is None else max(tail_rel, factor * tail_band)
+    tail_spread = None
+    if tail_steps and all(s in re_loss for s in tail_steps):
+        tail_spread = abs(mean([re_loss[s] for s in tail_steps]) - tail_ref) / abs(tail_ref)
+    tail_limit = limit(tail_rel, factor, tail_band, tail_spread)
     val_steps = sorted(set(dl_val) & set(ref_val))
     val = None
     if val_steps:
         s = val_steps[-1]
         band = abs(bf_val[s] - fp_val[s]) if s in bf_val and s in fp_val else None
+        spread = abs(re_val[s] - ref_val[s]) if s in re_val else None
         val = {"step": s, "run": dl_val[s], "reference": ref_val[s],
                "difference": abs(dl_val[s] - ref_val[s]), "torch_fp32": fp_val.get(s),
-               "band": band, "limit": val_abs if band is None else max(val_abs, factor * band)}
+               "band": band, "rerun_spread": spread,
+               "limit": limit(val_abs, factor, band, spread)}
     checks = {
         "windows": all(w["pass"] for w in windows if w["band_measured"]),
         "band_complete": all(w["band_measured"] for w in windows),
@@ -115,12 +140,14 @@ def compare(dl, bf16, fp32, window=100, factor=1.5, tail=200, tail_rel=0.005, va
         "val": val is not None and val["difference"] <= val["limit"],
     }
     return {"names": {"run": names[0], "reference": names[1]}, "window": window,
+            "rerun": rerun is not None,
             "factor": factor, "tail": len(tail_steps), "tail_rel": tail_rel,
             "val_abs": val_abs, "steps": len(steps),
             "band_steps": sum(1 for r in per_step if r["band"] is not None),
             "windows": windows, "tail_mean": {"run": tail_dl, "reference": tail_ref,
                                               "relative_difference": tail_diff,
                                               "torch_fp32": tail_fp, "band": tail_band,
+                                              "rerun_spread": tail_spread,
                                               "limit": tail_limit},
             "final_val": val, "checks": checks, "per_step": per_step}
 
@@ -143,24 +170,33 @@ def passed(r):
     return VERDICTS[status(r)]
 
 
-def limit_reason(r, band, floor, scale, unit):
-    """How a tail or validation limit was set: the floor, or factor x torch bf16's distance
-    from torch fp32."""
-    if band is None:
-        return f"the floor {floor}, torch fp32 not measured there"
+def limit_reason(r, band, spread, floor, scale, unit):
+    """How a tail or validation limit was set: the floor, or factor x the larger of torch
+    bf16's distance from torch fp32 and the rerun's from the reference."""
     precision = 3 if unit else 4
-    return (f"{r['factor']} x torch bf16's {scale * band:.{precision}f}{unit} from torch fp32, "
-            f"at least {floor}")
+    parts = []
+    if band is not None:
+        parts.append(f"torch bf16's {scale * band:.{precision}f}{unit} from torch fp32")
+    if spread is not None:
+        parts.append(f"the rerun's {scale * spread:.{precision}f}{unit} from "
+                     f"{r['names']['reference']}")
+    if not parts:
+        return f"the floor {floor}, torch fp32 not measured there"
+    which = parts[0] if len(parts) == 1 else f"the larger of {parts[0]} and {parts[1]}"
+    return f"{r['factor']} x {which}, at least {floor}"
 
 
 def table(r):
     run, ref = r["names"]["run"], r["names"]["reference"]
-    lines = [f"| steps | mean abs({run} - {ref}) | mean abs(torch bf16 - torch fp32) "
-             "| ratio | verdict |", "| --- | --- | --- | --- | --- |"]
+    rerun = f" | mean abs(rerun - {ref})" if r["rerun"] else ""
+    lines = [f"| steps | mean abs({run} - {ref}) | mean abs(torch bf16 - torch fp32){rerun} "
+             "| ratio | verdict |", "| --- | --- | --- | --- | --- |" + (" --- |" if rerun else "")]
     for w in r["windows"]:
-        band = "none" if w["band"] is None else f"{w['band']:.5f}"
-        if not w["band_measured"] and w["band"] is not None:
+        band = "none" if w["torch_band"] is None else f"{w['torch_band']:.5f}"
+        if not w["band_measured"] and w["torch_band"] is not None:
             band += " (held)"
+        if r["rerun"]:
+            band += " | " + ("-" if w["rerun_spread"] is None else f"{w['rerun_spread']:.5f}")
         ratio = "-" if w["ratio"] is None else f"{w['ratio']:.2f}"
         if w["band_measured"]:
             verdict = "pass" if w["pass"] else "FAIL"
@@ -172,18 +208,23 @@ def table(r):
                      f"{ratio} | {verdict} |")
     t = r["tail_mean"]
     lines.append("")
+    if r["rerun"]:
+        lines.append(f"Each window's ratio is over the larger of its two bands (the rerun: "
+                     f"{ref} again with other rounding).")
     fp = "" if t["torch_fp32"] is None else f", torch fp32 {t['torch_fp32']:.4f}"
     lines.append(f"Mean loss of the last {r['tail']} steps: {run} {t['run']:.4f}, "
                  f"{ref} {t['reference']:.4f}{fp} ({100 * t['relative_difference']:.3f}%, "
                  f"limit {100 * t['limit']:.3f}%: "
-                 + limit_reason(r, t["band"], f"{100 * r['tail_rel']:.1f}%", 100, "%") + ").")
+                 + limit_reason(r, t["band"], t["rerun_spread"], f"{100 * r['tail_rel']:.1f}%",
+                                100, "%") + ").")
     v = r["final_val"]
     if v:
         fp = "" if v["torch_fp32"] is None else f", torch fp32 {v['torch_fp32']:.4f}"
         lines.append(f"Final validation loss (step {v['step']}): {run} {v['run']:.4f}, "
                      f"{ref} {v['reference']:.4f}{fp} (difference {v['difference']:.4f}, "
                      f"limit {v['limit']:.4f}: "
-                     + limit_reason(r, v["band"], f"{r['val_abs']} nats", 1, "") + ").")
+                     + limit_reason(r, v["band"], v["rerun_spread"], f"{r['val_abs']} nats", 1,
+                                    "") + ").")
     else:
         lines.append("Final validation loss: not in both runs.")
     lines.append(f"fp32 band measured over {r['band_steps']} of {r['steps']} steps.")
@@ -203,6 +244,9 @@ def main():
     ap.add_argument("--val-abs", type=float, default=0.01)
     ap.add_argument("--against", default="",
                     help="measure the distance from this run instead of torch bf16")
+    ap.add_argument("--rerun", default="",
+                    help="the reference run again with other rounding: its distance from the "
+                         "reference widens the band")
     ap.add_argument("--names", default="",
                     help="RUN,REFERENCE: the table's names of the run and of its reference "
                          "(default driftless and torch bf16, or the --against directory)")
@@ -214,8 +258,9 @@ def main():
         if len(names) != 2:
             ap.error(f"--names takes RUN,REFERENCE, got {a.names!r}")
     against = read_metrics(a.against) if a.against else None
+    rerun = read_metrics(a.rerun) if a.rerun else None
     r = compare(read_metrics(a.driftless), read_metrics(a.torch_bf16), read_metrics(a.torch_fp32),
-                a.window, a.factor, a.tail, a.tail_rel, a.val_abs, against, names)
+                a.window, a.factor, a.tail, a.tail_rel, a.val_abs, against, names, rerun)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(r, f, indent=1)

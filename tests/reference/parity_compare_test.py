@@ -99,6 +99,32 @@ class ParityCompare(unittest.TestCase):
         self.assertFalse(r["checks"]["windows"])
         self.assertEqual(pc.passed(r), "FAIL")
 
+    def test_a_rerun_widens_the_band(self):
+        # A layout 0.035 from the one-GPU run; torch bf16's band 0.02 (limit 0.03), the one-GPU
+        # run's rerun 0.03 from it (limit 0.045): beyond the first, within the second.
+        one_gpu = curve(400, offset=0.03)
+        layout = curve(400, offset=0.065)
+        args = (layout, curve(400), curve(400, offset=0.02))
+        plain = pc.compare(*args, against=one_gpu, names=("dp2", "driftless 1 rank"))
+        self.assertFalse(plain["checks"]["windows"] or plain["checks"]["val"])
+        r = pc.compare(*args, against=one_gpu, names=("dp2", "driftless 1 rank"),
+                       rerun=curve(400, offset=0.06))
+        w = r["windows"][0]
+        self.assertAlmostEqual(w["torch_band"], 0.02, delta=1e-9)
+        self.assertAlmostEqual(w["rerun_spread"], 0.03, delta=1e-9)
+        self.assertAlmostEqual(w["band"], 0.03, delta=1e-9)
+        self.assertAlmostEqual(w["ratio"], 0.035 / 0.03, delta=1e-9)
+        self.assertAlmostEqual(r["final_val"]["limit"], 0.045, delta=1e-9)
+        self.assertTrue(all(r["checks"].values()), r["checks"])
+        text = pc.table(r)
+        self.assertIn("| mean abs(rerun - driftless 1 rank) |", text)
+        self.assertIn("the larger of torch bf16's 0.0200 from torch fp32 and the rerun's 0.0300 "
+                      "from driftless 1 rank", text)
+        # A rerun nearer than the band changes nothing.
+        r = pc.compare(*args, against=one_gpu, rerun=curve(400, offset=0.035))
+        self.assertAlmostEqual(r["windows"][0]["band"], 0.02, delta=1e-9)
+        self.assertFalse(r["checks"]["windows"])
+
     def test_metrics_files_and_exit_status(self):
         with tempfile.TemporaryDirectory() as d:
             for name, (loss, val) in {"dl": curve(300, wiggle=0.01), "bf": curve(300),

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Tests of parity_layouts.py on made-up curves (ctest reference_parity_layouts; standard
 library only): a layout within the band of both references passes, one off the one-rank run
-fails, one that did not train fails, the batches' single-piece sequences are counted, and a
-failure outranks an incomplete band in the summary's status."""
+fails, one that did not train fails, the verdict is the comparison with the one-rank run (whose
+band a rerun widens), the batches' single-piece sequences are counted, and a failure outranks
+an incomplete band in the summary's status."""
 import array
 import json
 import os
@@ -74,6 +75,33 @@ class ParityLayouts(unittest.TestCase):
             # Without the failing ones: a pass.
             sys.argv = sys.argv[:2] + sys.argv[4:]  # dp2 alone
             self.assertEqual(pl.main(), 0)
+
+    def test_a_rerun_widens_the_one_rank_band(self):
+        with tempfile.TemporaryDirectory() as d:
+            # dp2 0.04 from the one-rank run, 0.05 from torch bf16, whose band is 0.02; the
+            # rerun lies 0.03 from the one-rank run.
+            for name, c in {"driftless": curve(300, offset=0.01), "torch_bf16": curve(300),
+                            "band": curve(300, offset=0.02), "rerun": curve(300, offset=0.04),
+                            "layouts/dp2": curve(300, offset=0.05)}.items():
+                write_run(os.path.join(d, name), c)
+            out = os.path.join(d, "out")
+            argv = ["parity_layouts.py", os.path.join(d, "layouts", "dp2"),
+                    "--driftless", os.path.join(d, "driftless"),
+                    "--torch-bf16", os.path.join(d, "torch_bf16"),
+                    "--band", os.path.join(d, "band"), "--out", out]
+            sys.argv = argv
+            self.assertEqual(pl.main(), 1)  # 0.04 / 0.02: beyond the plain band
+            sys.argv = argv + ["--rerun", os.path.join(d, "rerun")]
+            self.assertEqual(pl.main(), 0)  # 0.04 / 0.03, though 0.05 / 0.02 from torch bf16
+            with open(os.path.join(out, "dp2.json")) as f:
+                r = json.load(f)
+            self.assertFalse(r["torch_bf16"]["checks"]["windows"])
+            self.assertAlmostEqual(r["driftless_1rank"]["windows"][0]["band"], 0.03, delta=1e-9)
+            with open(os.path.join(out, "layouts.md")) as f:
+                text = f.read()
+            self.assertIn("| rerun: 1 rank, other rounding | 1000 | ", text)
+            self.assertIn("| 1.50 | 0.364% | 0.0300 | (the spread) |", text)
+            self.assertIn("LAYOUTS: PASS", text)
 
     def test_a_failure_outranks_an_incomplete_band(self):
         for a, b, worst in [(0, 2, 2), (2, 1, 1), (1, 2, 1), (0, 1, 1), (0, 0, 0)]:
