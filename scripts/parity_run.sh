@@ -326,7 +326,7 @@ if [[ $parts == *layouts* ]]; then
       --batches "$work/batches.safetensors" --window "${window:-${WINDOW:-100}}" \
       --out "$work/layouts" || lstatus=$?
     trained=()
-    for d in "${layout_dirs[@]}"; do [ -s "$d/metrics.jsonl" ] && trained+=("$d"); done
+    for d in "${layout_dirs[@]}" ${rerun_dir:+"$rerun_dir"}; do [ -s "$d/metrics.jsonl" ] && trained+=("$d"); done
     for f in layouts.html layouts.svg; do
       "$dl" plot "$curves/torch_bf16" "$curves/driftless" "${trained[@]}" "$work/band_fp32" \
         --difference -o "$work/layouts/$f" --title "driftless layouts vs PyTorch: the parity run" \
