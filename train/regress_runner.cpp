@@ -12,10 +12,13 @@
 #include <fstream>
 #include <algorithm>
 #include <iomanip>
+#include <cstdlib>  // mkdtemp
 #include <limits>
 #include <map>
+#include <optional>
 #include <ostream>
 
+#include "engine/core/env.h"
 #include "train/config.h"
 
 extern char** environ;
@@ -54,6 +57,36 @@ int run_child(const std::vector<std::string>& argv, const std::map<std::string, 
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+// Open MPI 4 keeps every job's session files under one directory a user and host
+// (ompi.<host>.<uid> in the temp directory), created by the first job and removed by the last:
+// two mpiruns that start together can both try to create it, and the loser fails before any
+// rank starts ("mkdir ... File exists", orte_session_dir failed). Each layout's mpirun
+// therefore gets a session directory of its own (OMPI_MCA_orte_tmpdir_base), short so that
+// the sockets under it stay within the length of a socket path, removed when the layout ends.
+// One set by the user (the environment or the layout's env) is kept as it is.
+class MpiSessionDir {
+ public:
+  explicit MpiSessionDir(std::map<std::string, std::string>& env) {
+    static const char* kKey = "OMPI_MCA_orte_tmpdir_base";
+    if (env.count(kKey) || env_set(kKey)) return;
+    std::string templ = (fs::temp_directory_path() / "dl-mpi-XXXXXX").string();
+    DL_CHECK(mkdtemp(templ.data()) != nullptr, "regress",
+             "could not make a session directory for mpirun under "
+                 << fs::temp_directory_path().string());
+    dir_ = templ;
+    env[kKey] = dir_;
+  }
+  ~MpiSessionDir() {
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+  MpiSessionDir(const MpiSessionDir&) = delete;
+  MpiSessionDir& operator=(const MpiSessionDir&) = delete;
+
+ private:
+  std::string dir_;
+};
+
 std::string last_line(const std::string& path) {
   std::ifstream in(path);
   std::string line, last, error;
@@ -82,9 +115,12 @@ std::vector<LayoutResult> run_regression(const RegressConfig& c, const RegressRu
     fs::remove_all(dir);
     fs::create_directories(dir);
     std::vector<std::string> argv;
+    std::map<std::string, std::string> env = l.env;
+    std::optional<MpiSessionDir> session;
     if (l.ranks > 1) {
       argv = {o.mpirun, "-np", std::to_string(l.ranks), "--oversubscribe"};
       if (geteuid() == 0) argv.push_back("--allow-run-as-root");
+      session.emplace(env);
     }
     // One evaluation, after the last step: validation losses are compared too.
     const std::string eval = "training.eval_interval=" + std::to_string(c.steps);
@@ -99,7 +135,8 @@ std::vector<LayoutResult> run_regression(const RegressConfig& c, const RegressRu
     }
     const auto t0 = std::chrono::steady_clock::now();
     log << "  running " << std::left << std::setw(int(name_width)) << l.name << std::flush;
-    const int status = run_child(argv, l.env, dir + "/train.log");
+    const int status = run_child(argv, env, dir + "/train.log");
+    session.reset();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ran[l.name] = status == 0;
     if (status != 0) errors[l.name] = "train exited with " + std::to_string(status) + ": " + last_line(dir + "/train.log");

@@ -1,7 +1,8 @@
 // The environment of driftless: every switch of its own is DRIFTLESS_<NAME> (docs/building.md
 // lists them); besides them it reads only what launchers and toolkits set (the MPI or Slurm
-// local rank, HOME, XDG_CACHE_HOME, CUDA_HOME). This is the one place that reads any of them
-// (tests/e2e/scripts/check_getenv.py). Set and empty count as unset.
+// local rank, HOME, XDG_CACHE_HOME, CUDA_HOME, Open MPI's OMPI_MCA_orte_tmpdir_base). This is
+// the one place that reads any of them (tests/e2e/scripts/check_getenv.py). Set and empty
+// count as unset.
 #pragma once
 #include <string>
 
