@@ -15,8 +15,8 @@
 # gpu-racecheck.log; a reported error fails the run), QUICK=1 (the kernel loop, meant to take at
 # most 3 minutes once built: builds driftless and test_gpu only, runs the fast attention's
 # tests on their small and odd shapes, the schedules' and the atomic dQ's tests, the latter
-# again with the sm_90a dK/dV kernel off (DRIFTLESS_ATTN_BWD_SM90=0: fast_dkv.cuh's), then
-# `driftless bench attention`; no expression tests, no training, no regression).
+# again with the sm_90a dK/dV kernel off (DRIFTLESS_ATTN_BWD_SM90=0: mma_sync/fast_dkv.cuh's),
+# then `driftless bench attention`; no expression tests, no training, no regression).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build-gpu}
@@ -43,7 +43,8 @@ if [ "$quick" = 1 ]; then
     --gtest_filter='AttentionFast*:AttentionSchedule*' 2>&1 | tee "$log_dir/gpu-tests.log" |
     grep -E "^\[  (PASSED|FAILED|SKIPPED) " || status=1
   grep -q "^\[  FAILED" "$log_dir/gpu-tests.log" && status=1
-  # The atomic dQ with the sm_90a dK/dV kernel off: fast_dkv.cuh's kernel (sm90/bwd_sm90.h).
+  # The atomic dQ with the sm_90a dK/dV kernel off: mma_sync/fast_dkv.cuh's kernel
+  # (sm90/bwd_sm90.h).
   DRIFTLESS_ATTN_BWD_SM90=0 DRIFTLESS_ATTN_FAST_QUICK=1 "$build/tests/test_gpu" \
     --gtest_filter='AttentionFast.AtomicDq*' 2>&1 | tee "$log_dir/gpu-tests-bwd-sm90-off.log" |
     grep -E "^\[  (PASSED|FAILED|SKIPPED) " || status=1

@@ -181,9 +181,9 @@ AttentionProgram make_program(const expr::Program& score, const ProgramSpec& spe
   src += "#include \"layers/attention/cuda/fast/mod_expr.cuh\"\n";
   if (spec.pass == Pass::forward)
     src += spec.wgmma ? "#include \"layers/attention/cuda/fast/sm90/fwd_kernel.cuh\"\n"
-                      : "#include \"layers/attention/cuda/fast/forward_kernel.cuh\"\n";
+                      : "#include \"layers/attention/cuda/fast/mma_sync/forward_kernel.cuh\"\n";
   else
-    src += "#include \"layers/attention/cuda/fast/fast_dkv.cuh\"\n";
+    src += "#include \"layers/attention/cuda/fast/mma_sync/fast_dkv.cuh\"\n";
   if (spec.wgmma)  // wgmma.cuh compiles its products to nothing without sm_90a's features
     src +=
         "#ifndef DL_WGMMA\n#error \"the wgmma kernels need sm_90a (DL_WGMMA undefined)\"\n#endif\n";
@@ -208,7 +208,8 @@ AttentionProgram make_program(const expr::Program& score, const ProgramSpec& spe
                    "&" + fast + "bwd::dkv_kernel<" + D + ", " + M + ", " + W + ", false, 1>"};
       break;
     case Pass::backward_atomic: {
-      const std::string wg = spec.head_dim == 128 ? "2" : "1";  // fast_dkv.cuh DkvWarpgroups
+      // mma_sync/fast_dkv.cuh DkvWarpgroups
+      const std::string wg = spec.head_dim == 128 ? "2" : "1";
       p.kernels = {"&" + fast + "bwd::dkv_kernel<" + D + ", " + M + ", true, true, " + wg + ">"};
       break;
     }

@@ -229,8 +229,8 @@ void forward(const gpu::Problem& p, const BoundExpr& e, const gpu::fast::Tile* t
   Kernels k = kernels(e, Pass::forward, p);
   gpu::fast::ModLauncher l;
   l.heavy = expr::heavy(*e.score);  // the functor's kHeavy: the kernel's tile shapes
-  // The kernels' parameters in order (forward_kernel.cuh; sm90/fwd_kernel.cuh with its maps
-  // first and the item count before out).
+  // The kernels' parameters in order (mma_sync/forward_kernel.cuh; sm90/fwd_kernel.cuh with its
+  // maps first and the item count before out).
   l.forward = [&](const gpu::fast::Geometry& g, const gpu::fast::ForwardArgs& a) {
     gpu::Problem pp = a.p;
     const gpu::fast::Tile* t = a.tiles;
@@ -258,7 +258,7 @@ void backward(const gpu::Problem& p, const BoundExpr& e, const gpu::fast::Tile* 
   DL_CHECK(learnables == 0 || (e.grad_acc != nullptr && e.dparams != nullptr), kOp,
            "an expression with learnable tables needs its gradient's sums and output");
   // The dK/dV CTA's shared accumulator of the learnables, past the kernel's own bytes
-  // (fast_dkv.cuh).
+  // (mma_sync/fast_dkv.cuh).
   const int64_t slots = learnables > 0 ? expr::grad_slots(*e.score, p.heads / p.kv_heads) : 0;
   DL_CHECK(slots <= expr::kMaxGradSlots, kOp,
            "learnable score_mod tables on cuda: a dK/dV block keeps the entries its "

@@ -1,4 +1,4 @@
-// One query step of a dK/dV key tile, shared by the dK/dV kernels (fast_dkv.cuh, and the
+// One query step of a dK/dV key tile, shared by the dK/dV kernels (mma_sync/fast_dkv.cuh, and the
 // sm_90a warp-specialised sm90/bwd_*.cuh): which query rows a key tile's steps cover, and
 // the element-wise work that turns a step's S^T and dP^T into P^T and dS^T.
 #pragma once

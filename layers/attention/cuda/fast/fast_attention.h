@@ -100,7 +100,7 @@ std::vector<Tile> k_tiles_by_head_descending(const Problem& p, const std::vector
 int64_t atomic_dkv_concurrent_ctas(const Problem& p, ModKind mod);
 // Key rows per dK/dV CTA, the block_k of k_tiles (the deterministic backward) and
 // k_tiles_by_head (atomic: the atomic dQ's backward): kBwdBlockK, or 128 in the atomic mode on
-// the wgmma kernels at D = 128 (two warpgroups a CTA; fast_dkv.cuh DkvWarpgroups, or the
+// the wgmma kernels at D = 128 (two warpgroups a CTA; mma_sync/fast_dkv.cuh DkvWarpgroups, or the
 // sm_90a kernel, sm90/bwd_sm90.h) and at D = 64 where the sm_90a kernel takes the call
 // (dkv_atomic_runs with the call's modifier mod), and in the deterministic mode where the
 // sm_90a kernel takes its dK/dV (sm90::dkv_det_runs; its tiles are k_tiles_by_head's).
@@ -146,7 +146,7 @@ struct Geometry {
   unsigned grid = 0, block = 0;
   int smem = 0;  // dynamic shared memory, bytes
 };
-struct ForwardArgs {  // forward_kernel.cuh, or sm90/fwd_kernel.cuh where maps != null
+struct ForwardArgs {  // mma_sync/forward_kernel.cuh, or sm90/fwd_kernel.cuh where maps != null
   Problem p;
   const void* maps = nullptr;  // sm90: the FwdMaps (3 x 128-byte tensor maps)
   int maps_bytes = 0;
@@ -155,7 +155,7 @@ struct ForwardArgs {  // forward_kernel.cuh, or sm90/fwd_kernel.cuh where maps !
   void* out = nullptr;
   float* lse = nullptr;
 };
-struct DqArgs {  // fast_dq.cuh dq_kernel
+struct DqArgs {  // mma_sync/fast_dq.cuh dq_kernel
   Problem p;
   const Tile* tiles = nullptr;
   const void *dout = nullptr, *out = nullptr;
@@ -164,7 +164,7 @@ struct DqArgs {  // fast_dq.cuh dq_kernel
   void* dq = nullptr;
   int dq_heads = 0;
 };
-struct DkvArgs {  // fast_dkv.cuh dkv_kernel; atomic: the kDq = true instance
+struct DkvArgs {  // mma_sync/fast_dkv.cuh dkv_kernel; atomic: the kDq = true instance
   Problem p;
   const Tile* tiles = nullptr;
   const void* dout = nullptr;

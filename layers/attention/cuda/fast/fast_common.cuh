@@ -271,7 +271,7 @@ struct ModAlibi {  // s - slope[h] * |q - k|
 };
 
 // Modifiers whose per-score work is heavy (softcap's tanh): the forward kernels give them
-// the tile shapes that leave it the registers (forward_kernel.cuh Cfg, sm90/fwd_traits.cuh
+// the tile shapes that leave it the registers (mma_sync/forward_kernel.cuh Cfg, sm90/fwd_traits.cuh
 // FwdConfig), and the launchers of a run-time compiled modifier the same (ModLauncher::heavy).
 template <class M>
 struct HeavyMod {

@@ -14,7 +14,7 @@
 #include "engine/core/cuda/launch.cuh"
 #include "engine/core/env.h"
 #include "layers/attention/cuda/fast/fast_common.cuh"
-#include "layers/attention/cuda/fast/forward_kernel.cuh"
+#include "layers/attention/cuda/fast/mma_sync/forward_kernel.cuh"
 #include "layers/attention/cuda/fast/sm90/fwd_sm90.h"
 
 namespace driftless::layers::gpu::fast {

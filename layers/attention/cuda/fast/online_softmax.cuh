@@ -1,4 +1,4 @@
-// The online softmax's row update, one place for the forward kernels (forward_kernel.cuh,
+// The online softmax's row update, one place for the forward kernels (mma_sync/forward_kernel.cuh,
 // sm90/fwd_softmax.cuh): a thread's elements of row r of an mma fragment (columns 2 t4, +1 of
 // each 8-column chunk, rows g and g + 8 as r = 0, 1) turn into unnormalised probabilities
 // (log2 domain), the running row maximum and sum are updated, and the factor O must be

@@ -1,5 +1,5 @@
 // The sm_90a dK/dV pass of the atomic-dQ attention backward (bwd_sm90.cu), which
-// fast_backward.cu runs in place of fast_dkv.cuh's kernel where it applies.
+// fast_backward.cu runs in place of mma_sync/fast_dkv.cuh's kernel where it applies.
 #pragma once
 #include <vector>
 
@@ -10,8 +10,8 @@ namespace driftless::layers::gpu::fast::sm90 {
 // True where the sm_90a dK/dV kernel takes the atomic-dQ pass of p with the modifier mod: a
 // built-in one (not an expression) on the wgmma kernels (use_wgmma: an sm_90a device and
 // build) at head dims 64 and 128, grouped heads included, where it is measured faster than
-// fast_dkv.cuh's two-warpgroup kernel (BENCHMARKS.md): not softcap at head dim 64, where
-// fast_dkv.cuh's is (8 documents in 8192 tokens: 202 against 181 TFLOP/s).
+// mma_sync/fast_dkv.cuh's two-warpgroup kernel (BENCHMARKS.md): not softcap at head dim 64, where
+// mma_sync/fast_dkv.cuh's is (8 documents in 8192 tokens: 202 against 181 TFLOP/s).
 // DRIFTLESS_ATTN_BWD_SM90=0 (read once) turns it off. Its key tiles are 128 keys
 // (dkv_block_k) at both head dims.
 bool dkv_atomic_runs(const Problem& p, ModKind mod);

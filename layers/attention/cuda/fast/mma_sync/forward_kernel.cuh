@@ -4,8 +4,8 @@
 #pragma once
 #include "engine/core/cuda/launch.cuh"
 #include "layers/attention/cuda/fast/fast_common.cuh"
+#include "layers/attention/cuda/fast/mma_sync/query_block.cuh"
 #include "layers/attention/cuda/fast/online_softmax.cuh"
-#include "layers/attention/cuda/fast/query_block.cuh"
 #include "layers/attention/rtc_std.h"
 
 namespace driftless::layers::gpu::fast::fwd {

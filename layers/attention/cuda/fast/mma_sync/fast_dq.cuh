@@ -4,7 +4,7 @@
 #include "engine/core/cuda/launch.cuh"
 #include "layers/attention/rtc_std.h"
 #include "layers/attention/cuda/fast/fast_common.cuh"
-#include "layers/attention/cuda/fast/query_block.cuh"
+#include "layers/attention/cuda/fast/mma_sync/query_block.cuh"
 #include "layers/attention/cuda/fast/wgmma.cuh"
 
 namespace driftless::layers::gpu::fast::bwd {

@@ -5,7 +5,7 @@
 #include "engine/core/cuda/launch.cuh"
 #include "layers/attention/cuda/fast/bwd_step.cuh"
 #include "layers/attention/cuda/fast/fast_common.cuh"
-#include "layers/attention/cuda/fast/fast_dq.cuh"
+#include "layers/attention/cuda/fast/mma_sync/fast_dq.cuh"
 #include "layers/attention/cuda/fast/param_grad.cuh"
 #include "layers/attention/cuda/fast/wgmma.cuh"
 #include "layers/attention/rtc_std.h"
