@@ -81,6 +81,13 @@ def cells(r):
             ("-" if v is None else f"{v['difference']:.4f}")]
 
 
+def row(name, run_dir, vs_torch, vs_one, verdict):
+    """The summary's row of one run: its tokens/s, both comparisons' cells and the verdict."""
+    rate = last_rate(run_dir)
+    return (f"| {name} | {'-' if rate is None else f'{rate:.0f}'} | "
+            + " | ".join(cells(vs_torch) + cells(vs_one)) + f" | {verdict} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("layouts", nargs="+", help="the layouts' run directories")
@@ -124,17 +131,13 @@ def main():
                      else f"{vs_one['final_val']['limit']:.4f} nats"))
         s = pc.status(vs_one)
         status = worse(status, s)
-        verdict = pc.VERDICTS[s]
-        rate = last_rate(run)
-        rows.append(f"| {name} | {'-' if rate is None else f'{rate:.0f}'} | "
-                    + " | ".join(cells(vs_torch) + cells(vs_one)) + f" | {verdict} |")
+        rows.append(row(name, run, vs_torch, vs_one, pc.VERDICTS[s]))
     if rerun is not None:
         spread_torch = pc.compare(rerun, bf16, fp32, a.window, names=("rerun", "torch bf16"))
         spread = pc.compare(rerun, bf16, fp32, a.window, against=one_gpu,
                             names=("rerun", "driftless 1 rank"))
-        rate = last_rate(a.rerun)
-        rows.append(f"| rerun: 1 rank, other rounding | {'-' if rate is None else f'{rate:.0f}'} | "
-                    + " | ".join(cells(spread_torch) + cells(spread)) + " | (the spread) |")
+        rows.append(row("rerun: 1 rank, other rounding", a.rerun, spread_torch, spread,
+                        "(the spread)"))
     band = ("the larger of mean abs(torch bf16 - torch fp32) and mean abs(rerun - driftless 1 "
             "rank)" if rerun is not None else "mean abs(torch bf16 - torch fp32)")
     lines = [f"Each layout's loss against driftless on one rank (the verdict) and against torch "
